@@ -1,0 +1,236 @@
+"""Staged batches: immutable Parquet files per table plus ``manifest.json``.
+
+Layout of one batch directory ``<staging>/<connector>/batches/<batch_id>/``::
+
+    manifest.json                      written last; its presence means the batch is complete
+    tables/<table>/part-00000.parquet  envelope rows (core.events), one file per schema version
+    messages/part-00000.parquet        logical messages (op = m), if any
+
+A batch is built in a hidden ``.inprogress-*`` directory and renamed into place only after
+every file and the manifest are fsynced, so readers never see a partial batch; a crash leaves
+an ``.inprogress`` directory that :func:`clean_incomplete` removes.  Batches are never modified
+after the rename.  The manifest holds the from/to offsets and the connector state to commit
+once the batch is durably applied (``state_after``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from airflow_cdc.core.errors import BatchError
+from airflow_cdc.core.table_sink import PartInfo, TableSink
+
+MANIFEST = "manifest.json"
+FORMAT_VERSION = 1
+_BATCH_ID = re.compile(r"^[0-9]{8}T[0-9]{12}Z-[0-9a-f]{6}$")
+
+
+def new_batch_id() -> str:
+    """A sortable, unique batch id: UTC time to the microsecond plus randomness."""
+    t = time.time()
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(t)) + f"{int(t % 1 * 1e6):06d}"
+    return f"{stamp}Z-{secrets.token_hex(3)}"
+
+
+def safe_name(text: str) -> str:
+    """A file-system-safe, reversible directory name for a table (percent-encoding)."""
+    return quote(text, safe="").replace(".", "%2E") if text.startswith(".") else quote(text, safe=".")
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def batches_root(staging: str | os.PathLike[str], connector: str) -> Path:
+    return Path(staging) / safe_name(connector) / "batches"
+
+
+class BatchWriter:
+    """Builds one batch; call :meth:`finish` to publish it or :meth:`abort` to drop it."""
+
+    def __init__(self, staging: str | os.PathLike[str], connector: str, batch_id: str | None = None,
+                 piece_rows: int = 65_536) -> None:
+        self.batch_id = batch_id or new_batch_id()
+        self.root = batches_root(staging, connector)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.tmp = self.root / f".inprogress-{self.batch_id}-{os.getpid()}"
+        self.tmp.mkdir()
+        self.connector, self.piece_rows = connector, piece_rows
+        self._open: dict[str, TableSink] = {}
+        self._parts: dict[str, list[PartInfo]] = {}
+        self._tables: dict[str, dict[str, Any]] = {}
+        self._counters: dict[str, int] = {}
+
+    def sink(self, table: str, table_info: dict[str, Any], codecs: list, select: list[int], source: Any,
+             kind: str, schema_version: str, metadata: dict[bytes, bytes] | None = None) -> TableSink:
+        """Open a new part for ``table`` (closing its previous open part, if any).
+
+        :param table_info: JSON-able facts for the manifest: schema, table, key columns, columns.
+        """
+        self.close_table(table)
+        n = self._counters.get(table, 0)
+        self._counters[table] = n + 1
+        rel = f"tables/{safe_name(table)}/part-{n:05d}.parquet"
+        (self.tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        sink = TableSink(str(self.tmp / rel), rel, codecs, select, source, kind, schema_version,
+                         self.piece_rows, metadata)
+        self._open[table] = sink
+        self._tables.setdefault(table, {}).update(table_info)
+        return sink
+
+    def close_table(self, table: str) -> None:
+        sink = self._open.pop(table, None)
+        if sink is not None:
+            part = sink.close()
+            if part.rows:
+                self._parts.setdefault(table, []).append(part)
+            else:
+                (self.tmp / part.file).unlink()
+
+    def write_messages(self, table: pa.Table) -> None:
+        """Write logical messages (op = m) as one part."""
+        n = self._counters.get("\0messages", 0)
+        self._counters["\0messages"] = n + 1
+        rel = f"messages/part-{n:05d}.parquet"
+        (self.tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, self.tmp / rel, compression="snappy")
+        self._parts.setdefault("\0messages", []).append(PartInfo(rel, table.num_rows, "messages", "-"))
+
+    def finish(self, manifest: dict[str, Any]) -> Path:
+        """Close all parts, write the manifest, fsync, and publish the batch atomically.
+
+        :param manifest: connector-specific fields (from/to offset, state_after, counts ...).
+        :returns: the published batch directory.
+        """
+        for table in list(self._open):
+            self.close_table(table)
+        tables = {}
+        for name, info in self._tables.items():
+            parts = self._parts.get(name, [])
+            if parts:
+                tables[name] = {**info, "parts": [asdict(p) for p in parts],
+                                "rows": sum(p.rows for p in parts)}
+        messages = [asdict(p) for p in self._parts.get("\0messages", [])]
+        doc = {"format": FORMAT_VERSION, "batch_id": self.batch_id, "connector": self.connector,
+               "tables": tables, "messages": messages, **manifest}
+        for path in self.tmp.rglob("*.parquet"):
+            _fsync_file(path)
+        (self.tmp / MANIFEST).write_text(json.dumps(doc, indent=1, sort_keys=True, default=str))
+        _fsync_file(self.tmp / MANIFEST)
+        for d in sorted({p.parent for p in self.tmp.rglob("*")} | {self.tmp}):
+            _fsync_dir(d)
+        final = self.root / self.batch_id
+        os.rename(self.tmp, final)
+        _fsync_dir(self.root)
+        return final
+
+    def abort(self) -> None:
+        for sink in self._open.values():
+            try:
+                sink.close()
+            except Exception:  # noqa: BLE001 - best effort while aborting
+                pass
+        self._open.clear()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+class Batch:
+    """A published batch, read-only."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        try:
+            self.manifest: dict[str, Any] = json.loads((self.path / MANIFEST).read_text())
+        except FileNotFoundError as e:
+            raise BatchError(f"batch {self.path} has no {MANIFEST}: it is incomplete or not a batch") from e
+        except json.JSONDecodeError as e:
+            raise BatchError(f"batch {self.path}: {MANIFEST} is not valid JSON: {e}") from e
+        if self.manifest.get("format") != FORMAT_VERSION:
+            raise BatchError(f"batch {self.path}: unsupported format {self.manifest.get('format')!r}")
+
+    @property
+    def batch_id(self) -> str:
+        return self.manifest["batch_id"]
+
+    def tables(self) -> list[str]:
+        return sorted(self.manifest["tables"])
+
+    def table_info(self, table: str) -> dict[str, Any]:
+        return self.manifest["tables"][table]
+
+    def parts(self, table: str) -> list[Path]:
+        return [self.path / p["file"] for p in self.manifest["tables"][table]["parts"]]
+
+    def iter_events(self, table: str, batch_rows: int = 65_536) -> Iterator[pa.RecordBatch]:
+        """Stream a table's events in pieces (bounded memory), part by part in write order."""
+        for part in self.parts(table):
+            yield from pq.ParquetFile(part).iter_batches(batch_size=batch_rows)
+
+    def iter_messages(self) -> Iterator[pa.RecordBatch]:
+        for part in self.manifest.get("messages", []):
+            yield from pq.ParquetFile(self.path / part["file"]).iter_batches()
+
+    def verify(self) -> None:
+        """Check every listed file exists with the recorded row count.
+
+        :raises BatchError: naming the missing or damaged file.
+        """
+        for table in self.tables():
+            for part in self.table_info(table)["parts"]:
+                path = self.path / part["file"]
+                if not path.exists():
+                    raise BatchError(f"batch {self.batch_id}: file {part['file']} is missing")
+                rows = pq.ParquetFile(path).metadata.num_rows
+                if rows != part["rows"]:
+                    raise BatchError(f"batch {self.batch_id}: {part['file']} has {rows} rows, "
+                                     f"manifest says {part['rows']}")
+
+
+def list_batches(staging: str | os.PathLike[str], connector: str) -> list[Batch]:
+    """Published batches of a connector, oldest first."""
+    root = batches_root(staging, connector)
+    if not root.exists():
+        return []
+    return [Batch(p) for p in sorted(root.iterdir()) if _BATCH_ID.match(p.name) and (p / MANIFEST).exists()]
+
+
+def clean_incomplete(staging: str | os.PathLike[str], connector: str) -> int:
+    """Remove ``.inprogress`` directories left by crashed captures; returns how many."""
+    root = batches_root(staging, connector)
+    removed = 0
+    if root.exists():
+        for p in root.glob(".inprogress-*"):
+            shutil.rmtree(p, ignore_errors=True)
+            removed += 1
+    return removed
+
+
+def expire_batches(staging: str | os.PathLike[str], connector: str, keep_after: str, retain: int) -> int:
+    """Delete committed batches older than ``keep_after`` beyond the newest ``retain`` ones."""
+    old = [b for b in list_batches(staging, connector) if b.batch_id < keep_after]
+    doomed = old[:max(0, len(old) - retain)]
+    for b in doomed:
+        shutil.rmtree(b.path, ignore_errors=True)
+    return len(doomed)

@@ -1,0 +1,264 @@
+"""Connector configuration with Debezium's property names.
+
+A connector is configured by a flat mapping of Debezium property names (``slot.name``,
+``table.include.list``, ``snapshot.mode`` ...) plus a few of our own for what replaces Kafka
+(``staging.path``, ``state.store``, ``run.max.events``).  A Debezium user can paste a
+connector config: properties that only make sense with Kafka (converters, topic routing) are
+accepted and ignored with a warning; anything else unknown is an error with a suggestion, so a
+typo never silently falls back to a default.
+
+Values may reference the environment as ``${env:NAME}`` so secrets stay out of files.
+Secret values are wrapped in :class:`Secret`, whose ``repr``/``str`` never show the value.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_cdc.core.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+_ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
+
+#: Kafka-only Debezium properties: accepted so configs can be pasted, then ignored.
+KAFKA_ONLY_PREFIXES = (
+    "key.converter", "value.converter", "header.converter", "transforms", "predicates", "topic.",
+    "tombstones.on.delete", "errors.", "offset.", "schema.history.internal.kafka", "tasks.max",
+    "connector.class", "max.queue.size", "max.batch.size", "poll.interval.ms", "producer.",
+    "consumer.", "notification.", "custom.metric.tags", "status.update.interval.ms",
+    "heartbeat.interval.ms", "heartbeat.topics.prefix", "sanitize.field.names",
+    "field.name.adjustment.mode", "schema.name.adjustment.mode", "event.processing.failure.handling.mode",
+)
+
+
+class Secret:
+    """A configuration value that must never reach logs."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('****')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+@dataclass(frozen=True)
+class Property:
+    """One supported property: name, type, default, allowed values, and what it means."""
+
+    name: str
+    kind: str  # "str" | "int" | "bool" | "enum" | "list" | "secret"
+    default: Any = None
+    doc: str = ""
+    choices: tuple[str, ...] = ()
+    required: bool = False
+    minimum: int | None = None
+    aliases: Mapping[str, str] = field(default_factory=dict)  # deprecated value -> canonical value
+
+    def parse(self, raw: Any) -> Any:
+        """Convert a raw value to this property's type.
+
+        :raises ConfigError: naming the property, the bad value and what is allowed.
+        """
+        if raw is None:
+            return None
+        try:
+            return _PARSERS[self.kind](self, raw)
+        except ConfigError:
+            raise
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"property {self.name!r}: invalid value {_shown(self, raw)!r} "
+                              f"(expected {self.kind})") from e
+
+
+def _shown(prop: Property, raw: Any) -> Any:
+    return "****" if prop.kind == "secret" else raw
+
+
+def _parse_bool(prop: Property, raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(text)
+
+
+def _parse_int(prop: Property, raw: Any) -> int:
+    if isinstance(raw, bool):
+        raise ValueError(raw)
+    value = int(str(raw).strip())
+    if prop.minimum is not None and value < prop.minimum:
+        raise ConfigError(f"property {prop.name!r}: {value} is below the minimum {prop.minimum}")
+    return value
+
+
+def _parse_enum(prop: Property, raw: Any) -> str:
+    text = str(raw).strip().lower()
+    if text in prop.aliases:
+        log.warning("property %r: value %r is deprecated, using %r", prop.name, text, prop.aliases[text])
+        text = prop.aliases[text]
+    if text not in prop.choices:
+        raise ConfigError(f"property {prop.name!r}: invalid value {raw!r}; "
+                          f"allowed values: {', '.join(prop.choices)}")
+    return text
+
+
+def split_list(raw: Any) -> tuple[str, ...]:
+    """Split a Debezium comma-separated list (``\\,`` escapes a comma inside a regex)."""
+    if isinstance(raw, (list, tuple)):
+        return tuple(str(x).strip() for x in raw if str(x).strip())
+    parts = re.split(r"(?<!\\),", str(raw))
+    return tuple(p.replace("\\,", ",").strip() for p in parts if p.strip())
+
+
+_PARSERS: dict[str, Callable[[Property, Any], Any]] = {
+    "str": lambda p, raw: str(raw),
+    "secret": lambda p, raw: raw if isinstance(raw, Secret) else Secret(str(raw)),
+    "int": _parse_int,
+    "bool": _parse_bool,
+    "enum": _parse_enum,
+    "list": lambda p, raw: split_list(raw),
+}
+
+
+def _expand_env(name: str, raw: Any) -> Any:
+    if not isinstance(raw, str) or "${env:" not in raw:
+        return raw
+
+    def repl(m: re.Match[str]) -> str:
+        var = m.group(1)
+        if var not in os.environ:
+            raise ConfigError(f"property {name!r} refers to environment variable {var!r}, which is not set")
+        return os.environ[var]
+
+    return _ENV_REF.sub(repl, raw)
+
+
+class ConnectorConfig:
+    """Validated configuration: ``config["slot.name"]`` returns the typed value or default."""
+
+    def __init__(self, properties: Iterable[Property], raw: Mapping[str, Any]) -> None:
+        self._props = {p.name: p for p in properties}
+        self._values: dict[str, Any] = {}
+        self.raw_names = frozenset(str(k) for k in raw)
+        for key, value in raw.items():
+            self._set(str(key), value)
+        missing = [p.name for p in self._props.values() if p.required and self._values.get(p.name) is None]
+        if missing:
+            raise ConfigError(f"missing required propert{'y' if len(missing) == 1 else 'ies'}: "
+                              f"{', '.join(sorted(missing))}")
+
+    def _set(self, key: str, value: Any) -> None:
+        prop = self._props.get(key)
+        if prop is None:
+            if key.startswith(KAFKA_ONLY_PREFIXES):
+                log.warning("property %r only applies to Kafka Connect; ignored", key)
+                return
+            close = difflib.get_close_matches(key, list(self._props), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"unknown property {key!r}{hint}")
+        self._values[key] = prop.parse(_expand_env(key, value))
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._props:
+            raise KeyError(name)
+        value = self._values.get(name)
+        return self._props[name].default if value is None else value
+
+    def is_set(self, name: str) -> bool:
+        return self._values.get(name) is not None
+
+    def secret(self, name: str) -> str | None:
+        value = self[name]
+        return value.reveal() if isinstance(value, Secret) else value
+
+    def items(self) -> list[tuple[str, Any]]:
+        """All supported properties with their effective values (secrets masked)."""
+        return [(n, self[n]) for n in sorted(self._props)]
+
+    @property
+    def properties(self) -> Mapping[str, Property]:
+        return self._props
+
+    def __repr__(self) -> str:
+        shown = {k: v for k, v in self._values.items()}
+        return f"ConnectorConfig({shown!r})"
+
+
+#: Properties every connector understands, whatever the source.
+COMMON_PROPERTIES: tuple[Property, ...] = (
+    Property("name", "str", required=True, doc="Unique connector name; keys the stored state."),
+    Property("connector", "str", doc="Source kind: postgresql, mysql, sqlserver, vitess."),
+    Property("topic.prefix", "str", doc="Logical server name used in `source.name`; defaults to `name`."),
+    Property("database.hostname", "str", "127.0.0.1", "Database server host."),
+    Property("database.port", "int", None, "Database server port.", minimum=1),
+    Property("database.user", "str", doc="Database user."),
+    Property("database.password", "secret", doc="Password; use `${env:VAR}` or an Airflow Connection."),
+    Property("database.dbname", "str", doc="Database to capture."),
+    Property("schema.include.list", "list", (), "Regexes of schema names to capture."),
+    Property("schema.exclude.list", "list", (), "Regexes of schema names not to capture."),
+    Property("table.include.list", "list", (), "Regexes of fully-qualified table names to capture."),
+    Property("table.exclude.list", "list", (), "Regexes of fully-qualified table names not to capture."),
+    Property("column.include.list", "list", (), "Regexes of fully-qualified column names to keep."),
+    Property("column.exclude.list", "list", (), "Regexes of fully-qualified column names to drop."),
+    Property("message.key.columns", "str", None,
+             "`<table regex>:<col>,<col>;...` key columns for tables without (or overriding) a primary key."),
+    Property("skipped.operations", "list", ("t",), "Operations not emitted: c, u, d, t, or none."),
+    Property("snapshot.mode", "enum", "initial", "When to snapshot (all as chunked incremental snapshots).",
+             choices=("initial", "initial_only", "no_data", "when_needed", "always"),
+             aliases={"never": "no_data", "schema_only": "no_data"}),
+    Property("snapshot.include.collection.list", "list", (), "Regexes of tables the initial snapshot covers."),
+    Property("incremental.snapshot.chunk.size", "int", 1024, "Rows per snapshot chunk.", minimum=1),
+    Property("snapshot.max.rows.per.run", "int", 1_000_000, "Snapshot rows read per capture run.", minimum=1),
+    Property("decimal.handling.mode", "enum", "precise", choices=("precise", "double", "string")),
+    Property("time.precision.mode", "enum", "adaptive",
+             choices=("adaptive", "adaptive_time_microseconds", "connect", "isostring", "microseconds",
+                      "nanoseconds")),
+    Property("binary.handling.mode", "enum", "bytes", choices=("bytes", "base64", "base64-url-safe", "hex")),
+    Property("include.unknown.datatypes", "bool", False, "Emit unknown types as bytes instead of failing."),
+    Property("provide.transaction.metadata", "bool", False, "Fill the `transaction` block of each event."),
+    Property("signal.data.collection", "str", None, "Fully-qualified signal table (execute-snapshot etc.)."),
+    Property("staging.path", "str", required=True, doc="Directory (or URL) where staged batches are written."),
+    Property("state.store", "str", None,
+             "State backend URL: a directory/file://, sqlite:///, postgresql://, mysql://; "
+             "default `<staging.path>/_state`."),
+    Property("run.max.events", "int", 1_000_000, "Change events read per capture run (whole transactions).",
+             minimum=1),
+    Property("staging.piece.rows", "int", 65_536, "Rows buffered per table before a Parquet row group.",
+             minimum=16),
+    Property("staging.retention.batches", "int", 50, "Committed batches kept on disk.", minimum=0),
+)
+
+
+def skipped_ops(config: ConnectorConfig) -> frozenset[str]:
+    """The ``skipped.operations`` set, validated (``none`` means skip nothing)."""
+    ops = frozenset(o.lower() for o in config["skipped.operations"])
+    if ops == {"none"}:
+        return frozenset()
+    bad = ops - {"c", "u", "d", "t"}
+    if bad:
+        raise ConfigError(f"property 'skipped.operations': invalid operation(s) {sorted(bad)}; "
+                          "allowed: c, u, d, t, none")
+    return ops

@@ -1,0 +1,189 @@
+"""Accumulate change events of one table in pieces and write them as Parquet row groups.
+
+Sources hand over row images as tuples of *text* values (``bytes``/``str``, ``None`` for SQL
+NULL, any other object for "value not sent", e.g. PostgreSQL's unchanged-TOAST marker).
+Conversion to the Debezium encoding happens column-wise per piece, through the column codecs,
+so the per-event cost in Python is a few list appends.  Memory is bounded by the piece size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from airflow_cdc.core.events import TRANSACTION_TYPE, envelope_schema, now_us
+
+
+class Codec(Protocol):
+    """Converts a column of text values into its Debezium-encoded Arrow array."""
+
+    field: pa.Field
+    placeholder: pa.Scalar | None
+
+    def convert(self, text: pa.Array) -> pa.Array: ...
+
+
+@dataclass
+class SourceLayout:
+    """The ``source`` struct: constant fields fixed per table, varying ones supplied per event."""
+
+    type: pa.StructType
+    constants: dict[str, Any]
+    varying: tuple[str, ...]
+
+    def build(self, n: int, varying_rows: list[tuple]) -> pa.StructArray:
+        arrays = []
+        index = {name: i for i, name in enumerate(self.varying)}
+        for f in self.type:
+            if f.name in index:
+                i = index[f.name]
+                arrays.append(pa.array([r[i] for r in varying_rows], type=f.type))
+            else:
+                arrays.append(pa.repeat(pa.scalar(self.constants.get(f.name), type=f.type), n))
+        return pa.StructArray.from_arrays(arrays, fields=list(self.type))
+
+
+@dataclass
+class PartInfo:
+    file: str
+    rows: int
+    kind: str
+    schema_version: str
+    first_position: str | None = None
+    last_position: str | None = None
+    ops: dict[str, int] = field(default_factory=dict)
+
+
+def text_array(values: list[Any]) -> tuple[pa.Array, list[bool] | None]:
+    """Build a string array from text values; returns also the "not sent" mask if any."""
+    try:
+        return pa.array(values, type=pa.string()), None
+    except (TypeError, pa.ArrowInvalid, pa.ArrowTypeError):
+        mask = [v is not None and not isinstance(v, (bytes, str)) for v in values]
+        if not any(mask):
+            raise
+        cleaned = [None if m else v for v, m in zip(values, mask, strict=True)]
+        return pa.array(cleaned, type=pa.string()), mask
+
+
+class TableSink:
+    """Writes one Parquet part (one table, one schema version) of a staged batch."""
+
+    def __init__(self, path: str, rel_path: str, codecs: Sequence[Codec], select: Sequence[int],
+                 source: SourceLayout, kind: str, schema_version: str, piece_rows: int,
+                 schema_metadata: dict[bytes, bytes] | None = None) -> None:
+        self.rel_path, self.kind, self.schema_version = rel_path, kind, schema_version
+        self._codecs, self._select, self._source = list(codecs), list(select), source
+        self._piece_rows = piece_rows
+        self.schema = envelope_schema([c.field for c in codecs], source.type, schema_metadata)
+        self._writer = pq.ParquetWriter(path, self.schema, compression="snappy")
+        self._reset()
+        self.rows = 0
+        self.ops: dict[str, int] = {}
+        self.first_position: bytes | None = None
+        self.last_position: bytes | None = None
+
+    def _reset(self) -> None:
+        self._ops: list[str] = []
+        self._before: list[tuple | None] = []
+        self._after: list[tuple | None] = []
+        self._positions: list[bytes] = []
+        self._src: list[tuple] = []
+        self._txn: list[tuple | None] = []
+
+    @property
+    def buffered(self) -> int:
+        return len(self._ops)
+
+    def append(self, op: str, before: tuple | None, after: tuple | None, position: bytes,
+               source_values: tuple, txn: tuple | None = None) -> None:
+        """Buffer one event; flushes a row group when the piece is full."""
+        self._ops.append(op)
+        self._before.append(before)
+        self._after.append(after)
+        self._positions.append(position)
+        self._src.append(source_values)
+        self._txn.append(txn)
+        if len(self._ops) >= self._piece_rows:
+            self.flush()
+
+    def _image(self, rows: list[tuple | None], want_unavailable: bool) -> tuple[pa.Array, list | None]:
+        n = len(rows)
+        valid = [r is not None for r in rows]
+        children, unavailable = [], None
+        for codec, idx in zip(self._codecs, self._select, strict=True):
+            text, mask = text_array([r[idx] if r is not None else None for r in rows])
+            arr = codec.convert(text)
+            if mask is not None:
+                if codec.placeholder is not None:
+                    arr = pa.compute.if_else(pa.array(mask), codec.placeholder, arr)
+                if want_unavailable:
+                    unavailable = unavailable or [[] for _ in range(n)]
+                    name = codec.field.name
+                    for i, m in enumerate(mask):
+                        if m:
+                            unavailable[i].append(name)
+            children.append(arr)
+        struct = pa.StructArray.from_arrays(children, fields=[c.field for c in self._codecs],
+                                            mask=pa.array([not v for v in valid]))
+        return struct, unavailable
+
+    def flush(self) -> None:
+        """Convert the buffered events and write them as one row group."""
+        n = len(self._ops)
+        if n == 0:
+            return
+        before, _ = self._image(self._before, False)
+        after, unavailable = self._image(self._after, True)
+        self._write(self._ops, before, after, self._positions, self._src, self._txn, unavailable)
+        self._reset()
+
+    def _write(self, ops: list[str], before: pa.Array, after: pa.Array, positions: list[bytes],
+               src_rows: list[tuple], txn: list[tuple | None] | None, unavailable: list | None) -> None:
+        n = len(ops)
+        ts_us = now_us()
+        txn_arr = (pa.array([None if t is None else dict(zip(("id", "total_order", "data_collection_order"),
+                                                                t, strict=True)) for t in txn],
+                            type=TRANSACTION_TYPE)
+                   if txn and any(t is not None for t in txn) else pa.nulls(n, TRANSACTION_TYPE))
+        unavail_arr = (pa.array([u or None for u in unavailable], type=pa.list_(pa.string()))
+                       if unavailable else pa.nulls(n, pa.list_(pa.string())))
+        table = pa.Table.from_arrays([
+            pa.array(ops, type=pa.string()),
+            pa.repeat(pa.scalar(ts_us // 1000, pa.int64()), n),
+            pa.repeat(pa.scalar(ts_us, pa.int64()), n),
+            pa.repeat(pa.scalar(ts_us * 1000, pa.int64()), n),
+            before, after, self._source.build(n, src_rows), txn_arr,
+            pa.array(positions, type=pa.binary()), unavail_arr,
+        ], schema=self.schema)
+        self._writer.write_table(table, row_group_size=max(n, 1))
+        self.rows += n
+        for op in set(ops):
+            self.ops[op] = self.ops.get(op, 0) + ops.count(op)
+        if self.first_position is None:
+            self.first_position = positions[0]
+        self.last_position = positions[-1]
+
+    def write_columnar(self, op: str, columns: Sequence[pa.Array], position: bytes,
+                       source_values: tuple) -> None:
+        """Write rows given column-wise as text arrays (snapshot chunks): all share op and position."""
+        self.flush()
+        n = len(columns[0]) if columns else 0
+        if n == 0:
+            return
+        children = [codec.convert(columns[idx]) for codec, idx in zip(self._codecs, self._select, strict=True)]
+        after = pa.StructArray.from_arrays(children, fields=[c.field for c in self._codecs])
+        row_type = pa.struct([c.field for c in self._codecs])
+        self._write([op] * n, pa.nulls(n, row_type), after, [position] * n, [source_values] * n, None, None)
+
+    def close(self) -> PartInfo:
+        """Flush and close the file; returns what the manifest records about this part."""
+        self.flush()
+        self._writer.close()
+        return PartInfo(self.rel_path, self.rows, self.kind, self.schema_version,
+                        self.first_position.hex() if self.first_position else None,
+                        self.last_position.hex() if self.last_position else None, dict(self.ops))

@@ -1,0 +1,151 @@
+"""PostgreSQL connection, server checks, slot and publication management, catalog look-ups.
+
+Every failure becomes one of ``core.errors`` with the setting, privilege, table or slot named.
+Passwords never appear in messages: we build the connection from parts and report host/port/user.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from airflow_cdc.core.config import ConnectorConfig
+from airflow_cdc.core.errors import (
+    AuthenticationFailed,
+    ConfigError,
+    ConnectionFailed,
+    MissingPrivilege,
+    SchemaError,
+    ServerMisconfigured,
+)
+from airflow_cdc.core.filters import TableFilter, TableId
+from airflow_cdc.sources.postgres import sql as q
+from airflow_cdc.sources.postgres.types import PgTypeInfo
+
+log = logging.getLogger(__name__)
+
+
+def connect(config: ConnectorConfig, *, autocommit: bool = True) -> psycopg.Connection:
+    """Open a connection with the session settings that fix every type's text output.
+
+    :raises AuthenticationFailed: wrong user or password.
+    :raises ConnectionFailed: server unreachable.
+    """
+    host, port, user = config["database.hostname"], config["database.port"] or 5432, config["database.user"]
+    where = f"{user}@{host}:{port}/{config['database.dbname']}"
+    try:
+        return psycopg.connect(host=host, port=port, user=user, password=config.secret("database.password"),
+                               dbname=config["database.dbname"], sslmode=config["database.sslmode"],
+                               options=q.SESSION_OPTIONS, autocommit=autocommit, connect_timeout=15,
+                               application_name=f"airflow-cdc:{config['name']}")
+    except psycopg.OperationalError as e:
+        text = str(e)
+        if "password authentication failed" in text or "no password supplied" in text \
+                or "role" in text and "does not exist" in text:
+            raise AuthenticationFailed(f"PostgreSQL rejected the credentials for {where}") from None
+        if "database" in text and "does not exist" in text:
+            raise ConfigError(f"property 'database.dbname': database {config['database.dbname']!r} "
+                              f"does not exist on {host}:{port}") from None
+        raise ConnectionFailed(f"cannot connect to PostgreSQL at {host}:{port}: "
+                               f"{text.splitlines()[0] if text else type(e).__name__}") from e
+
+
+def check_server(conn: psycopg.Connection) -> dict[str, Any]:
+    """Verify ``wal_level=logical`` and the REPLICATION attribute.
+
+    :raises ServerMisconfigured: ``wal_level`` is not ``logical``.
+    :raises MissingPrivilege: the user has neither REPLICATION nor superuser.
+    """
+    row = conn.execute(q.SERVER_CHECKS).fetchone()
+    assert row is not None
+    wal_level, version, can_replicate, is_super, user, dbname = row
+    if wal_level != "logical":
+        raise ServerMisconfigured(
+            f"server setting 'wal_level' is {wal_level!r}; logical decoding needs 'logical'",
+            hint="set wal_level = logical in postgresql.conf (ALTER SYSTEM SET wal_level = logical) "
+                 "and restart PostgreSQL")
+    if version < 100000:
+        raise ServerMisconfigured(f"PostgreSQL {version} is too old: pgoutput needs 10 or later")
+    if not (can_replicate or is_super):
+        raise MissingPrivilege(f"database user {user!r} lacks the REPLICATION attribute",
+                               hint=f"ALTER ROLE {sql.Identifier(user).as_string(conn)} REPLICATION")
+    return {"version": version, "user": user, "dbname": dbname, "superuser": is_super}
+
+
+@dataclass
+class Column:
+    name: str
+    type_oid: int
+    typmod: int
+    not_null: bool
+    type_sql: str
+
+
+@dataclass
+class TableMeta:
+    id: TableId
+    oid: int
+    columns: list[Column]
+    key: list[str]
+    replica_identity: str
+
+
+class Catalog:
+    """Cached catalog look-ups on one connection."""
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.conn = conn
+        self._types: dict[int, PgTypeInfo] = {}
+
+    def type_info(self, oid: int) -> PgTypeInfo:
+        if oid not in self._types:
+            row = self.conn.execute(q.TYPE_INFO, (oid,)).fetchone()
+            if row is None:
+                raise SchemaError(f"type with OID {oid} not found in pg_type")
+            _, name, kind, elem, base, base_typmod, labels = row
+            self._types[oid] = PgTypeInfo(
+                oid=oid, name=name, kind=kind,
+                element=self.type_info(elem) if elem and name.startswith("_") else None,
+                base=self.type_info(base) if kind == "d" and base else None,
+                base_typmod=base_typmod, enum_labels=tuple(labels or ()))
+        return self._types[oid]
+
+    def tables(self, filters: TableFilter, via_root: bool) -> list[tuple[TableId, int, str]]:
+        """Included tables as (id, oid, relkind); partitions are folded into their root when
+        ``publish.via.partition.root`` is on, otherwise partitioned parents are skipped."""
+        out = []
+        for schema, name, oid, relkind, _ident, is_partition in self.conn.execute(q.LIST_TABLES):
+            tid = TableId(schema, name)
+            if (via_root and is_partition) or (not via_root and relkind == "p"):
+                continue
+            if filters.includes_table(tid):
+                out.append((tid, oid, relkind))
+        return out
+
+    def table_meta(self, tid: TableId, oid: int, filters: TableFilter) -> TableMeta:
+        """Columns and key of a table.
+
+        :raises SchemaError: the table has no primary key and no ``message.key.columns`` entry.
+        """
+        cols = [Column(*row) for row in self.conn.execute(q.TABLE_COLUMNS, (oid,))]
+        ident = self.conn.execute("SELECT relreplident FROM pg_class WHERE oid = %s", (oid,)).fetchone()
+        key = filters.message_key_columns(tid) or [r[0] for r in self.conn.execute(q.PRIMARY_KEY, (oid,))]
+        names = {c.name for c in cols}
+        missing = [k for k in key if k not in names]
+        if missing:
+            raise ConfigError(f"property 'message.key.columns': table {tid} has no column(s) {missing}")
+        if not key:
+            raise SchemaError(f"table {tid} has no primary key and no entry in 'message.key.columns'",
+                              hint=f"add a primary key, or set message.key.columns={tid}:<col>[,<col>]")
+        return TableMeta(tid, oid, cols, list(key), ident[0] if ident else "d")
+
+    def check_select(self, meta: TableMeta) -> None:
+        row = self.conn.execute(q.TABLE_PRIVILEGE, (meta.oid,)).fetchone()
+        if not row or not row[0]:
+            raise MissingPrivilege(f"database user lacks SELECT on table {meta.id}",
+                                   hint=f"GRANT SELECT ON {q.qualified(meta.id.schema, meta.id.table).as_string(self.conn)} "
+                                        "TO <connector user>")

@@ -1,0 +1,36 @@
+"""PostgreSQL connector properties (Debezium names and defaults)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_cdc.core.config import COMMON_PROPERTIES, ConnectorConfig, Property
+
+PG_PROPERTIES: tuple[Property, ...] = COMMON_PROPERTIES + (
+    Property("plugin.name", "enum", "pgoutput", "Logical decoding plugin.", choices=("pgoutput",)),
+    Property("database.sslmode", "enum", "prefer", "libpq sslmode.",
+             choices=("disable", "allow", "prefer", "require", "verify-ca", "verify-full")),
+    Property("slot.name", "str", "debezium", "Logical replication slot."),
+    Property("publication.name", "str", "dbz_publication", "Publication read by pgoutput."),
+    Property("publication.autocreate.mode", "enum", "all_tables",
+             "How the publication is created: all_tables, disabled, filtered, no_tables.",
+             choices=("all_tables", "disabled", "filtered", "no_tables")),
+    Property("publish.via.partition.root", "bool", False, "Publish partition changes as the root table."),
+    Property("hstore.handling.mode", "enum", "json", choices=("json", "map")),
+    Property("interval.handling.mode", "enum", "numeric", choices=("numeric", "string")),
+    Property("money.fraction.digits", "int", 2, "Scale of MONEY values.", minimum=0),
+    Property("unavailable.value.placeholder", "str", "__debezium_unavailable_value",
+             "Stands for unchanged TOAST values the server did not send ('hex:' prefix for bytes)."),
+    Property("heartbeat.action.query", "str", None, "SQL run at the start of each capture run."),
+    Property("message.prefix.include.list", "list", (), "Regexes of logical-message prefixes to capture."),
+    Property("message.prefix.exclude.list", "list", (), "Regexes of logical-message prefixes to skip."),
+)
+
+
+def pg_config(raw: Mapping[str, Any]) -> ConnectorConfig:
+    """Validate a PostgreSQL connector configuration.
+
+    :raises ConfigError: naming the first bad property.
+    """
+    return ConnectorConfig(PG_PROPERTIES, raw)

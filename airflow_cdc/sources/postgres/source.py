@@ -1,0 +1,282 @@
+"""The PostgreSQL change source: offsets, snapshot chunks with visibility watermarks, windows.
+
+Watermark (SPEC §5, trap a): commit-record order is not visibility order, so each chunk is read
+in its own REPEATABLE READ transaction that also records ``pg_current_snapshot()`` and, after
+it, ``pg_current_wal_insert_lsn()``.  A transaction of the window is *reflected* by the chunk iff
+its xid is visible to that snapshot; every transaction the snapshot sees committed below that
+LSN, so a window reaching past it holds all of them.  Chunk rows touched by unreflected
+transactions are dropped; the rest are emitted at the window end.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from airflow_cdc.core.batch import BatchWriter
+from airflow_cdc.core.config import ConnectorConfig, skipped_ops
+from airflow_cdc.core.errors import OffsetUnavailable, ServerMisconfigured
+from airflow_cdc.core.filters import TableFilter, TableId
+from airflow_cdc.core.position import PgPosition, parse_pg_lsn
+from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot
+from airflow_cdc.sources.postgres import client, replication
+from airflow_cdc.sources.postgres import sql as q
+from airflow_cdc.sources.postgres.stream import WindowReader, WindowResult, prefix_filter
+from airflow_cdc.sources.postgres.tables import RelationState, build_state, source_constants
+from airflow_cdc.sources.postgres.types import HandlingModes
+
+log = logging.getLogger(__name__)
+
+
+def lsn_text(value: int) -> str:
+    return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """A chunk's read snapshot: ``xmin:xmax:xip`` (32-bit xids) and the insert LSN after it."""
+
+    xmin: int
+    xmax: int
+    xip: frozenset[int]
+    lsn_after: int
+
+    def sees(self, xid: int) -> bool:
+        """Whether transaction ``xid`` (committed) is visible to the snapshot (wraparound-safe)."""
+        if _precedes(xid, self.xmin):
+            return True
+        return _precedes(xid, self.xmax) and xid not in self.xip
+
+
+def _precedes(a: int, b: int) -> bool:
+    diff = (a - b) & 0xFFFFFFFF
+    return diff >= 0x80000000
+
+
+def parse_snapshot(text: str, lsn_after: int) -> Watermark:
+    xmin, xmax, xip = text.split(":")
+    return Watermark(int(xmin) & 0xFFFFFFFF, int(xmax) & 0xFFFFFFFF,
+                     frozenset(int(x) & 0xFFFFFFFF for x in xip.split(",") if x), lsn_after)
+
+
+class PostgresSource:
+    """One PostgreSQL database captured through one slot and one publication."""
+
+    kind = "postgresql"
+
+    def __init__(self, config: ConnectorConfig) -> None:
+        self.config = config
+        self.name = config["name"]
+        self.filters = TableFilter(config)
+        self.modes = HandlingModes(
+            decimal=config["decimal.handling.mode"], time_precision=config["time.precision.mode"],
+            binary=config["binary.handling.mode"], interval=config["interval.handling.mode"],
+            hstore=config["hstore.handling.mode"], money_fraction_digits=config["money.fraction.digits"],
+            include_unknown_datatypes=config["include.unknown.datatypes"],
+            unavailable_value_placeholder=config["unavailable.value.placeholder"])
+        self.slot, self.publication = config["slot.name"], config["publication.name"]
+        self.conn: psycopg.Connection | None = None
+        self._tables: dict[str, tuple[TableId, int]] = {}
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def open(self) -> None:
+        """Connect, check the server, list tables and ensure the publication exists."""
+        self.conn = client.connect(self.config)
+        self.server = client.check_server(self.conn)
+        self.catalog = client.Catalog(self.conn)
+        via_root = self.config["publish.via.partition.root"]
+        self._tables = {str(t): (t, oid) for t, oid, _ in self.catalog.tables(self.filters, via_root)}
+        for name, (tid, oid) in self._tables.items():
+            self.catalog.check_select(self.catalog.table_meta(tid, oid, self.filters))
+        replication.ensure_publication(self.conn, self.publication, self.config["publication.autocreate.mode"],
+                                       [t for t, _ in self._tables.values()], via_root)
+        query = self.config["heartbeat.action.query"]
+        if query:
+            self.conn.execute(query)  # the operator's own SQL, by definition
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def tables(self) -> list[str]:
+        return sorted(self._tables)
+
+    @property
+    def dbname(self) -> str:
+        return self.server["dbname"]
+
+    # -- offsets ----------------------------------------------------------------------------
+    def start_offset(self, offset: dict[str, Any] | None, when_needed: bool) -> tuple[int, str | None]:
+        """Resolve where this run's window starts; create the slot when there is none yet.
+
+        :returns: (start LSN, reason a full snapshot is needed or None).
+        :raises OffsetUnavailable: the stored offset cannot be read any more and
+            ``snapshot.mode`` is not ``when_needed``.
+        """
+        assert self.conn is not None
+        info = replication.slot_info(self.conn, self.slot)
+        if info is not None:
+            replication.check_slot(info, self.dbname)
+        if offset is None:
+            if info is None:
+                return replication.create_slot(self.conn, self.slot), "no stored offset"
+            return info.confirmed_flush or 0, "no stored offset"
+        stored = parse_pg_lsn(offset["lsn"])
+        problem = None
+        if info is None:
+            problem = f"replication slot {self.slot!r} no longer exists"
+        elif info.wal_status == "lost":
+            problem = f"replication slot {self.slot!r} has lost required WAL (wal_status=lost)"
+        elif info.confirmed_flush is not None and info.confirmed_flush > stored:
+            problem = (f"replication slot {self.slot!r} is at {lsn_text(info.confirmed_flush)}, past the "
+                       f"stored offset {offset['lsn']}")
+        if problem is None:
+            return stored, None
+        if not when_needed:
+            raise OffsetUnavailable(f"{problem}: changes since {offset['lsn']} cannot be read")
+        log.warning("%s; snapshot.mode=when_needed: recreating the slot and re-snapshotting", problem)
+        replication.drop_slot(self.conn, self.slot)
+        return replication.create_slot(self.conn, self.slot), problem
+
+    def head(self) -> tuple[int, int]:
+        """(flush LSN, insert LSN) of the server now."""
+        assert self.conn is not None
+        flush, insert = self.conn.execute(q.HEAD_LSNS).fetchone()  # type: ignore[misc]
+        return parse_pg_lsn(flush), parse_pg_lsn(insert)
+
+    def wait_flushed(self, lsn: int, timeout: float = 10.0) -> int:
+        """Wait until WAL is flushed up to ``lsn``; returns the flush LSN (>= lsn)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            flush, _ = self.head()
+            if flush >= lsn:
+                return flush
+            if time.monotonic() > deadline:
+                raise ServerMisconfigured(f"WAL flush did not reach {lsn_text(lsn)} within {timeout}s")
+            time.sleep(0.01)
+
+    def acknowledge(self, offset: dict[str, Any]) -> None:
+        """Advance the slot to the committed offset so the server can free WAL (never backward)."""
+        assert self.conn is not None
+        replication.advance_slot(self.conn, self.slot, parse_pg_lsn(offset["lsn"]))
+
+    # -- tables -----------------------------------------------------------------------------
+    def _state_for(self, tid: TableId, oid: int | None, columns: list[tuple[str, int, int]]) -> RelationState:
+        name = str(tid)
+        included = name in self._tables
+        key: list[str] = []
+        if included:
+            meta = self.catalog.table_meta(tid, self._tables[name][1], self.filters)
+            key = meta.key
+        return build_state(tid, included, columns, key, self.filters, self.modes, self.catalog.type_info,
+                           source_constants(self.config["topic.prefix"] or self.name, self.dbname))
+
+    def relation_state(self, rel: Any) -> RelationState:
+        tid = TableId(rel.namespace, rel.name)
+        return self._state_for(tid, rel.relid, [(c.name, c.type_oid, c.typmod) for c in rel.columns])
+
+    def table_state(self, table: str) -> RelationState:
+        tid, oid = self._tables[table]
+        meta = self.catalog.table_meta(tid, oid, self.filters)
+        return self._state_for(tid, oid, [(c.name, c.type_oid, c.typmod) for c in meta.columns])
+
+    # -- snapshot chunks --------------------------------------------------------------------
+    def read_chunks(self, pending: list[TableSnapshot], max_rows: int, chunk_size: int) -> list[ChunkRead]:
+        """Read chunks of pending table snapshots, in order, up to ``max_rows`` rows in total."""
+        chunks: list[ChunkRead] = []
+        budget = max_rows
+        for snap in pending:
+            if snap.table not in self._tables:
+                log.warning("snapshot of %s skipped: table is not captured (filters or dropped)", snap.table)
+                continue
+            state = self.table_state(snap.table)
+            cursor = snap.last_key
+            while budget > 0:
+                chunk = self._read_chunk(snap, state, cursor, min(chunk_size, budget))
+                chunks.append(chunk)
+                budget -= max(chunk.data.num_rows, 1)
+                cursor = chunk.next_cursor()
+                if chunk.last:
+                    break
+            if budget <= 0:
+                break
+        return chunks
+
+    def _read_chunk(self, snap: TableSnapshot, state: RelationState, after: list | None,
+                    limit: int) -> ChunkRead:
+        assert self.conn is not None
+        tid = state.tid
+        all_cols = [c.name for c in self.catalog.table_meta(tid, self._tables[snap.table][1], self.filters).columns]
+        order = [snap.surrogate_key] if snap.surrogate_key else state.key_columns
+        with self.conn.transaction():
+            self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            snap_text = self.conn.execute(q.SNAPSHOT_WATERMARK).fetchone()[0]  # type: ignore[index]
+            if snap.max_key is None:
+                row = self.conn.execute(q.max_key(tid.schema, tid.table, order, snap.condition)).fetchone()
+                snap.max_key = list(row) if row else []
+            buf = io.BytesIO()
+            if snap.max_key:
+                with self.conn.cursor().copy(q.chunk_copy(tid.schema, tid.table, all_cols, order, after,
+                                                          snap.max_key, snap.condition, limit)) as copy:
+                    for block in copy:
+                        buf.write(block)
+            lsn_after = parse_pg_lsn(self.conn.execute(q.INSERT_LSN).fetchone()[0])  # type: ignore[index]
+        data = _parse_csv(buf.getvalue(), len(all_cols))
+        key_index = [all_cols.index(k) for k in state.key_columns]
+        cursor_index = [all_cols.index(k) for k in order]
+        last = data.num_rows < limit or (data.num_rows > 0 and
+                                          [data.column(i)[-1].as_py() for i in cursor_index] == snap.max_key)
+        return ChunkRead(snap, all_cols, data, key_index, parse_snapshot(snap_text, lsn_after),
+                         last or not snap.max_key, cursor_index=cursor_index)
+
+    # -- the change window ------------------------------------------------------------------
+    def read_window(self, from_lsn: int, upto_lsn: int, writer: BatchWriter, tracker: ChunkTracker | None,
+                    max_events: int) -> WindowResult:
+        assert self.conn is not None
+        reader = WindowReader(self.relation_state, writer, tracker, skipped_ops(self.config),
+                              self.config["provide.transaction.metadata"],
+                              prefix_filter(self.config["message.prefix.include.list"],
+                                            self.config["message.prefix.exclude.list"]),
+                              self.config["topic.prefix"] or self.name, self.dbname)
+        try:
+            return reader.read(self.conn, self.slot, self.publication, from_lsn, upto_lsn, max_events)
+        except psycopg.errors.ObjectInUse as e:
+            raise ServerMisconfigured(f"replication slot {self.slot!r} is in use by another process: "
+                                      f"{e.diag.message_primary}",
+                                      hint="make sure only one consumer uses the slot (slot.name)") from e
+
+    @staticmethod
+    def reflects(watermark: Watermark, xid: int) -> bool:
+        return watermark.sees(xid)
+
+    @staticmethod
+    def snapshot_position(end_lsn: int) -> bytes:
+        return PgPosition(end_lsn, 0).sort_key()
+
+    def write_snapshot_rows(self, writer: BatchWriter, chunk: ChunkRead, rows: pa.Table, end_lsn: int) -> None:
+        state = self.table_state(chunk.snapshot.table)
+        sink = state.open_sink(writer, kind="snapshot")
+        ts = time.time_ns() // 1000
+        sink.write_columnar("r", [rows.column(i) for i in range(rows.num_columns)],
+                            self.snapshot_position(end_lsn), (ts // 1000, ts, ts * 1000, None, None, end_lsn))
+        writer.close_table(state.name)
+
+
+def _parse_csv(data: bytes, ncols: int) -> pa.Table:
+    names = [f"c{i}" for i in range(ncols)]
+    if not data:
+        return pa.table({n: pa.array([], pa.string()) for n in names})
+    return pacsv.read_csv(
+        io.BytesIO(data),
+        read_options=pacsv.ReadOptions(column_names=names, block_size=1 << 24),
+        parse_options=pacsv.ParseOptions(newlines_in_values=True),
+        convert_options=pacsv.ConvertOptions(column_types={n: pa.string() for n in names}, null_values=[""],
+                                             strings_can_be_null=True, quoted_strings_can_be_null=False))

@@ -1,0 +1,124 @@
+"""SQL text of the PostgreSQL source.  Identifiers always go through ``psycopg.sql.Identifier``;
+values are bound parameters, or ``sql.Literal`` inside ``COPY``, which cannot take parameters."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from psycopg import sql
+
+#: Session settings that fix the text output of every type, so snapshot (COPY) and streaming
+#: (pgoutput text tuples, produced by output functions in this same session) agree byte for byte.
+SESSION_OPTIONS = ("-c DateStyle=ISO,MDY -c IntervalStyle=postgres -c TimeZone=UTC "
+                   "-c extra_float_digits=1 -c bytea_output=hex -c client_encoding=UTF8")
+
+SERVER_CHECKS = """
+SELECT current_setting('wal_level'), current_setting('server_version_num')::int,
+       r.rolreplication, r.rolsuper, current_user, current_database()
+FROM pg_roles r WHERE r.rolname = current_user
+"""
+
+SLOT_INFO = """
+SELECT slot_name, plugin, slot_type, database, active, confirmed_flush_lsn::text,
+       restart_lsn::text, wal_status
+FROM pg_replication_slots WHERE slot_name = %s
+"""
+
+CREATE_SLOT = "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')"
+
+ADVANCE_SLOT = "SELECT end_lsn::text FROM pg_replication_slot_advance(%s, %s::pg_lsn)"
+
+HEAD_LSNS = "SELECT pg_current_wal_flush_lsn()::text, pg_current_wal_insert_lsn()::text"
+
+PUBLICATION_INFO = "SELECT puballtables, pubviaroot FROM pg_publication WHERE pubname = %s"
+
+PUBLICATION_TABLES = "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s"
+
+LIST_TABLES = """
+SELECT n.nspname, c.relname, c.oid, c.relkind, c.relreplident, c.relispartition
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+  AND n.nspname NOT LIKE 'pg\\_toast%%' AND n.nspname NOT LIKE 'pg\\_temp%%'
+ORDER BY n.nspname, c.relname
+"""
+
+TABLE_COLUMNS = """
+SELECT a.attname, a.atttypid, a.atttypmod, a.attnotnull, format_type(a.atttypid, a.atttypmod)
+FROM pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+ORDER BY a.attnum
+"""
+
+PRIMARY_KEY = """
+SELECT a.attname FROM pg_index i
+JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) ON true
+JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+WHERE i.indrelid = %s AND i.indisprimary ORDER BY k.ord
+"""
+
+TYPE_INFO = """
+SELECT t.oid, t.typname, t.typtype, t.typelem, t.typbasetype, t.typtypmod,
+       COALESCE((SELECT array_agg(e.enumlabel ORDER BY e.enumsortorder) FROM pg_enum e
+                 WHERE e.enumtypid = t.oid), '{}')
+FROM pg_type t WHERE t.oid = %s
+"""
+
+TABLE_PRIVILEGE = "SELECT has_table_privilege(%s::oid, 'SELECT')"
+
+SNAPSHOT_WATERMARK = "SELECT pg_current_snapshot()::text"
+
+INSERT_LSN = "SELECT pg_current_wal_insert_lsn()::text"
+
+
+def qualified(schema: str, table: str) -> sql.Composed:
+    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table))
+
+
+def peek_changes(slot: str, upto_lsn: str, upto_nchanges: int, publication: str) -> sql.Composed:
+    """The one streamed call that reads a run's change window (never the consuming variant)."""
+    return sql.SQL(
+        "SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM pg_logical_slot_peek_binary_changes("
+        "{slot}, {upto}::pg_lsn, {n}, 'proto_version', '1', 'publication_names', {pub}, "
+        "'messages', 'true')"
+    ).format(slot=sql.Literal(slot), upto=sql.Literal(upto_lsn), n=sql.Literal(upto_nchanges),
+             pub=sql.Literal(quote_publication_name(publication)))
+
+
+def quote_publication_name(name: str) -> str:
+    """pgoutput parses ``publication_names`` as an identifier list: quote the name for it."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def chunk_copy(schema: str, table: str, columns: Sequence[str], key: Sequence[str],
+               after: Sequence[str | None] | None, upto: Sequence[str | None] | None,
+               condition: str | None, limit: int) -> sql.Composed:
+    """``COPY (SELECT ... ORDER BY key LIMIT n) TO STDOUT (FORMAT csv)`` for one snapshot chunk.
+
+    Key bounds are literals of unknown type, which PostgreSQL resolves to the key columns' types
+    (exact for every type: the values are the server's own text output).  ``condition`` is the
+    user's ``additional-conditions`` filter: SQL by definition (Debezium semantics), wrapped in
+    parentheses.
+    """
+    keys = sql.SQL(", ").join(sql.Identifier(k) for k in key)
+    where: list[sql.Composable] = []
+    if after is not None:
+        where.append(sql.SQL("({}) > ({})").format(keys, sql.SQL(", ").join(map(sql.Literal, after))))
+    if upto is not None:
+        where.append(sql.SQL("({}) <= ({})").format(keys, sql.SQL(", ").join(map(sql.Literal, upto))))
+    if condition:
+        where.append(sql.SQL("(") + sql.SQL(condition) + sql.SQL(")"))  # type: ignore[arg-type]
+    query = sql.SQL("SELECT {cols} FROM {tbl}{where} ORDER BY {keys} LIMIT {n}").format(
+        cols=sql.SQL(", ").join(sql.Identifier(c) for c in columns),
+        tbl=qualified(schema, table),
+        where=(sql.SQL(" WHERE ") + sql.SQL(" AND ").join(where)) if where else sql.SQL(""),
+        keys=keys, n=sql.Literal(limit))
+    return sql.SQL("COPY ({}) TO STDOUT (FORMAT csv)").format(query)
+
+
+def max_key(schema: str, table: str, key: Sequence[str], condition: str | None) -> sql.Composed:
+    """The greatest key at snapshot start: chunks stop there; later rows come from the log."""
+    keys = sql.SQL(", ").join(sql.Identifier(k) for k in key)
+    desc = sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(k)) for k in key)
+    casts = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(k)) for k in key)
+    where = (sql.SQL(" WHERE (") + sql.SQL(condition) + sql.SQL(")")) if condition else sql.SQL("")  # type: ignore[arg-type]
+    return sql.SQL("SELECT {casts} FROM {tbl}{where} ORDER BY {desc} LIMIT 1").format(
+        casts=casts, tbl=qualified(schema, table), where=where, desc=desc, keys=keys)

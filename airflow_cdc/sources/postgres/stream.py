@@ -1,0 +1,253 @@
+"""Read one change window from the slot into a staged batch (the hot path).
+
+One streamed call of ``pg_logical_slot_peek_binary_changes`` per run (server-side cursor, fixed
+fetch size): peeking never consumes, and re-decodes from the slot's confirmed position on every
+call, so the slot is advanced only when the batch is committed.  The window covers every
+transaction whose commit record starts below the window end; the next window starts there.
+Transactions below the stored offset (the slot was not advanced after a commit) are skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+
+from airflow_cdc.core.batch import BatchWriter
+from airflow_cdc.core.errors import ProtocolError
+from airflow_cdc.core.events import message_schema, now_us
+from airflow_cdc.core.position import PgPosition
+from airflow_cdc.core.progress import Progress
+from airflow_cdc.core.snapshot import ChunkTracker
+from airflow_cdc.sources.postgres import protocol as proto
+from airflow_cdc.sources.postgres import sql as q
+from airflow_cdc.sources.postgres.tables import RelationState, SOURCE_TYPE, source_constants
+
+log = logging.getLogger(__name__)
+FETCH_ROWS = 4096
+_B, _C, _R, _I, _U, _D, _T, _M, _Y, _O = b"BCRIUDTMYO"
+
+
+@dataclass
+class WindowResult:
+    end_lsn: int
+    events: int = 0
+    transactions: int = 0
+    messages: int = 0
+    bounded: bool = False
+    last_commit_lsn: int | None = None
+    last_xid: int | None = None
+    last_commit_ts_us: int | None = None
+    per_table: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+class WindowReader:
+    """Decodes pgoutput messages and appends events to the batch's table sinks."""
+
+    def __init__(self, relation_state: Callable[[proto.Relation], RelationState], writer: BatchWriter,
+                 tracker: ChunkTracker | None, skipped: frozenset[str], provide_txn: bool,
+                 message_filter: Callable[[str], bool], connector_name: str, dbname: str) -> None:
+        self._relation_state = relation_state
+        self.writer, self.tracker = writer, tracker
+        self.skipped, self.provide_txn, self.message_filter = skipped, provide_txn, message_filter
+        self.rels: dict[int, RelationState] = {}
+        self.consts = source_constants(connector_name, dbname)
+        self.messages: list[dict[str, Any]] = []
+        self.tracked = tracker.tables() if tracker else frozenset()
+
+    def read(self, conn: psycopg.Connection, slot: str, publication: str, from_lsn: int, upto_lsn: int,
+             max_events: int) -> WindowResult:
+        """Stream the window ``[from_lsn, upto_lsn)`` (at most ``max_events`` rows, whole transactions)."""
+        res = WindowResult(end_lsn=upto_lsn)
+        progress = Progress("change window", total=max(upto_lsn - from_lsn, 1), unit="WAL bytes")
+        rows = 0
+        last_commit_end = last_nontx = None
+        st = _TxnState()
+        with conn.transaction(), conn.cursor(name="airflow_cdc_window", binary=True) as cur:
+            cur.execute(q.peek_changes(slot, _lsn(upto_lsn), max_events, publication))
+            while True:
+                batch = cur.fetchmany(FETCH_ROWS)
+                if not batch:
+                    break
+                rows += len(batch)
+                for change_lsn, data in batch:
+                    kind = data[0]
+                    if kind == _C:
+                        commit = proto.decode(data)
+                        if st.active:
+                            res.transactions += 1
+                            res.last_commit_lsn, res.last_xid = st.commit_lsn, st.xid
+                            res.last_commit_ts_us = st.ts_us
+                        last_commit_end = commit.end_lsn
+                        st.active = False
+                    elif kind == _B:
+                        begin = proto.decode(data)
+                        st.begin(begin, from_lsn, res.last_commit_lsn)
+                    elif kind in (_I, _U, _D):
+                        if st.active:
+                            self._change(proto.decode(data), change_lsn, st, res)
+                    elif kind == _R:
+                        rel = proto.decode(data)
+                        self._relation(rel)
+                    elif kind == _T:
+                        if st.active:
+                            self._truncate(proto.decode(data), change_lsn, st, res)
+                    elif kind == _M:
+                        msg = proto.decode(data)
+                        if not msg.transactional:
+                            last_nontx = msg.lsn
+                        self._message(msg, change_lsn, st, from_lsn, res)
+                    elif kind not in (_Y, _O):
+                        raise ProtocolError(f"unexpected pgoutput message type {chr(kind)!r} at {_lsn(change_lsn)}")
+                progress.update(rows=res.events, done=max(0, batch[-1][0] - from_lsn))
+        if rows >= max_events:
+            res.bounded = True
+            ends = [x for x in (last_commit_end, None if last_nontx is None else last_nontx + 1) if x]
+            res.end_lsn = max(ends) if ends else upto_lsn
+            self.messages = [m for m in self.messages if not (m["_nontx"] and m["_lsn"] >= res.end_lsn)]
+        self._flush_messages()
+        progress.finish(rows=res.events)
+        return res
+
+    def _relation(self, rel: proto.Relation) -> None:
+        old = self.rels.get(rel.relid)
+        state = self._relation_state(rel)
+        if old is not None and old.sink is not None and old.signature != state.signature:
+            self.writer.close_table(old.name)
+        elif old is not None and old.signature == state.signature:
+            state = old
+        self.rels[rel.relid] = state
+
+    def _change(self, msg: Any, change_lsn: int, st: _TxnState, res: WindowResult) -> None:
+        rs = self.rels.get(msg.relid)
+        if rs is None or not rs.included:
+            return
+        if isinstance(msg, proto.Insert):
+            op, before, after = "c", None, msg.new
+        elif isinstance(msg, proto.Update):
+            op, before, after = "u", msg.old, msg.new
+        else:
+            op, before, after = "d", msg.old, None
+        if op in self.skipped:
+            return
+        pos = st.next_position(rs.name, self.provide_txn)
+        sink = rs.sink or rs.open_sink(self.writer)
+        sink.append(op, before, after, pos, (st.ts_ms, st.ts_us, st.ts_us * 1000,
+                                              f'["{st.prev_commit}","{change_lsn}"]', st.xid, change_lsn),
+                    st.txn_block(rs.name) if self.provide_txn else None)
+        res.events += 1
+        counts = res.per_table.setdefault(rs.name, {})
+        counts[op] = counts.get(op, 0) + 1
+        if rs.name in self.tracked:
+            for image in (before, after):
+                if image is not None:
+                    key = tuple(_text(image[i]) for i in rs.key_index)
+                    if None not in key:
+                        self.tracker.observe(rs.name, key, st.xid)  # type: ignore[union-attr]
+
+    def _truncate(self, msg: proto.Truncate, change_lsn: int, st: _TxnState, res: WindowResult) -> None:
+        if "t" in self.skipped:
+            return
+        for relid in msg.relids:
+            rs = self.rels.get(relid)
+            if rs is None or not rs.included:
+                continue
+            pos = st.next_position(rs.name, self.provide_txn)
+            sink = rs.sink or rs.open_sink(self.writer)
+            sink.append("t", None, None, pos, (st.ts_ms, st.ts_us, st.ts_us * 1000,
+                                                f'["{st.prev_commit}","{change_lsn}"]', st.xid, change_lsn),
+                        st.txn_block(rs.name) if self.provide_txn else None)
+            res.events += 1
+            counts = res.per_table.setdefault(rs.name, {})
+            counts["t"] = counts.get("t", 0) + 1
+
+    def _message(self, msg: proto.Message, change_lsn: int, st: _TxnState, from_lsn: int,
+                 res: WindowResult) -> None:
+        if not self.message_filter(msg.prefix):
+            return
+        if msg.transactional:
+            if not st.active:
+                return
+            pos = st.next_position("\0message", self.provide_txn)
+            ts_us, xid = st.ts_us, st.xid
+        else:
+            if msg.lsn < from_lsn:
+                return
+            pos, ts_us, xid = PgPosition(msg.lsn, 0).sort_key(), now_us(), None
+        src = dict(self.consts, ts_ms=ts_us // 1000, ts_us=ts_us, ts_ns=ts_us * 1000, snapshot="false",
+                   sequence=f'["{st.prev_commit}","{msg.lsn}"]', schema="", table="", txId=xid, lsn=msg.lsn)
+        self.messages.append({"op": "m", "source": src, "message": {"prefix": msg.prefix, "content": msg.content},
+                              "transaction": st.txn_block("\0message") if (self.provide_txn and msg.transactional)
+                              else None, "__position": pos, "_nontx": not msg.transactional, "_lsn": msg.lsn})
+        res.messages += 1
+
+    def _flush_messages(self) -> None:
+        if not self.messages:
+            return
+        ts = now_us()
+        rows = [{k: v for k, v in m.items() if not k.startswith("_") or k == "__position"} for m in self.messages]
+        for r in rows:
+            r.update(ts_ms=ts // 1000, ts_us=ts, ts_ns=ts * 1000)
+            if r["transaction"] is not None:
+                r["transaction"] = dict(zip(("id", "total_order", "data_collection_order"), r["transaction"],
+                                            strict=True))
+        self.writer.write_messages(pa.Table.from_pylist(rows, schema=message_schema(SOURCE_TYPE)))
+        self.messages = []
+
+
+class _TxnState:
+    """Per-transaction facts the events of one transaction share."""
+
+    __slots__ = ("active", "xid", "commit_lsn", "ts_us", "ts_ms", "seq", "prev_commit", "commit_key",
+                 "per_table", "txn_id")
+
+    def __init__(self) -> None:
+        self.active = False
+        self.prev_commit: int | str = ""
+        self.seq = 0
+
+    def begin(self, begin: proto.Begin, from_lsn: int, last_commit: int | None) -> None:
+        # final_lsn is the commit record's start: below the offset means already committed
+        self.active = begin.final_lsn >= from_lsn
+        self.xid, self.commit_lsn = begin.xid, begin.final_lsn
+        self.ts_us, self.ts_ms = begin.commit_ts_us, begin.commit_ts_us // 1000
+        self.seq = 0
+        self.commit_key = begin.final_lsn.to_bytes(8, "big")
+        if last_commit is not None:
+            self.prev_commit = last_commit
+        self.per_table: dict[str, int] = {}
+        self.txn_id = f"{begin.xid}:{begin.final_lsn}"
+
+    def next_position(self, table: str, provide_txn: bool) -> bytes:
+        self.seq += 1
+        if provide_txn:
+            self.per_table[table] = self.per_table.get(table, 0) + 1
+        return self.commit_key + self.seq.to_bytes(8, "big")
+
+    def txn_block(self, table: str) -> tuple[str, int, int]:
+        return (self.txn_id, self.seq, self.per_table.get(table, 0))
+
+
+def _text(value: Any) -> str | None:
+    if isinstance(value, bytes):
+        return value.decode()
+    return value if isinstance(value, str) else None
+
+
+def _lsn(value: int) -> str:
+    return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
+
+
+def prefix_filter(include: tuple[str, ...], exclude: tuple[str, ...]) -> Callable[[str], bool]:
+    inc = [re.compile(p) for p in include]
+    exc = [re.compile(p) for p in exclude]
+    if inc:
+        return lambda prefix: any(p.fullmatch(prefix) for p in inc)
+    return lambda prefix: not any(p.fullmatch(prefix) for p in exc)
+
+

@@ -1,0 +1,95 @@
+"""Per-table capture state: captured columns, key, codecs, and the ``source`` block layout."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_cdc import __version__
+from airflow_cdc.core.batch import BatchWriter
+from airflow_cdc.core.errors import SchemaError, UnsupportedType
+from airflow_cdc.core.filters import TableFilter, TableId
+from airflow_cdc.core.table_sink import SourceLayout, TableSink
+from airflow_cdc.sources.postgres.types import ColumnCodec, HandlingModes, PgTypeInfo, column_codec
+
+#: PostgreSQL ``source`` block, exactly Debezium's fields.
+SOURCE_TYPE = pa.struct([
+    pa.field("version", pa.string()), pa.field("connector", pa.string()), pa.field("name", pa.string()),
+    pa.field("ts_ms", pa.int64()), pa.field("ts_us", pa.int64()), pa.field("ts_ns", pa.int64()),
+    pa.field("snapshot", pa.string()), pa.field("db", pa.string()), pa.field("sequence", pa.string()),
+    pa.field("schema", pa.string()), pa.field("table", pa.string()), pa.field("txId", pa.int64()),
+    pa.field("lsn", pa.int64()), pa.field("xmin", pa.int64()),
+])
+VARYING = ("ts_ms", "ts_us", "ts_ns", "sequence", "txId", "lsn")
+
+
+def source_constants(connector_name: str, dbname: str) -> dict[str, Any]:
+    return {"version": __version__, "connector": "postgresql", "name": connector_name, "db": dbname}
+
+
+@dataclass
+class RelationState:
+    """How events of one relation (one schema version of a table) are captured."""
+
+    name: str
+    tid: TableId
+    included: bool
+    select: list[int] = field(default_factory=list)
+    key_index: list[int] = field(default_factory=list)
+    key_columns: list[str] = field(default_factory=list)
+    codecs: list[ColumnCodec] = field(default_factory=list)
+    signature: str = ""
+    constants: dict[str, Any] = field(default_factory=dict)
+    sink: TableSink | None = None
+    columns: list[dict[str, Any]] = field(default_factory=list)
+
+    def layout(self, snapshot: str) -> SourceLayout:
+        return SourceLayout(SOURCE_TYPE, dict(self.constants, snapshot=snapshot, schema=self.tid.schema,
+                                              table=self.tid.table), VARYING)
+
+    def table_info(self) -> dict[str, Any]:
+        return {"schema": self.tid.schema, "table": self.tid.table, "key_columns": self.key_columns,
+                "columns": self.columns}
+
+    def open_sink(self, writer: BatchWriter, kind: str = "stream") -> TableSink:
+        sink = writer.sink(self.name, self.table_info(), self.codecs, self.select,
+                           self.layout("false" if kind == "stream" else "incremental"), kind, self.signature)
+        if kind == "stream":
+            self.sink = sink
+        return sink
+
+
+def build_state(tid: TableId, included: bool, columns: Sequence[tuple[str, int, int]], key: Sequence[str],
+                filters: TableFilter, modes: HandlingModes, type_info: Callable[[int], PgTypeInfo],
+                constants: dict[str, Any]) -> RelationState:
+    """Build the capture state for a table given its columns as (name, type oid, typmod).
+
+    :raises SchemaError: a key column is missing from the relation.
+    :raises UnsupportedType: naming table and column.
+    """
+    name = str(tid)
+    if not included:
+        return RelationState(name, tid, False)
+    names = [c[0] for c in columns]
+    missing = [k for k in key if k not in names]
+    if missing:
+        raise SchemaError(f"table {name}: key column(s) {missing} not present in the table")
+    select, codecs, infos = [], [], []
+    for i, (col, oid, typmod) in enumerate(columns):
+        if not filters.includes_column(tid, col, is_key=col in key):
+            continue
+        try:
+            codec = column_codec(col, type_info(oid), typmod, modes)
+        except UnsupportedType as e:
+            raise UnsupportedType(f"table {name}, column {col!r}: {e}", hint=e.hint) from e
+        select.append(i)
+        codecs.append(codec)
+        infos.append({"name": col, "type_oid": oid, "typmod": typmod,
+                      "type": (codec.field.metadata or {}).get(b"pg.type", b"").decode()})
+    sig = hashlib.sha1(repr([(c["name"], c["type_oid"], c["typmod"]) for c in infos]).encode()).hexdigest()[:12]
+    return RelationState(name, tid, True, select, [names.index(k) for k in key], list(key), codecs, sig,
+                         constants, None, infos)
