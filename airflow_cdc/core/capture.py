@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from airflow_cdc.core.batch import Batch, BatchWriter, clean_incomplete, expire_batches
 from airflow_cdc.core.config import ConnectorConfig
+from airflow_cdc.core.failpoints import failpoint
 from airflow_cdc.core.signals import SnapshotSignal, apply_signals, parse_signal
 from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, SnapshotContext, match_tables
 from airflow_cdc.core.state import StateStore
@@ -110,6 +111,7 @@ class Capture:
             except BaseException:
                 writer.abort()
                 raise
+            failpoint("after_batch_write")
             if commit:
                 self.commit(Batch(result.batch_path))
                 result.committed = True
@@ -197,6 +199,7 @@ class Capture:
             version = stored.version
         else:
             version = self.store.compare_and_set(self.name, m["state_version"], m["state_after"])
+        failpoint("after_state_commit")
         self.source.open()
         try:
             self.source.acknowledge(m["to_offset"])

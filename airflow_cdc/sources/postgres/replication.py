@@ -8,6 +8,7 @@ historic catalog, so a slot older than its publication cannot decode the WAL in 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 import psycopg
@@ -67,6 +68,30 @@ def create_slot(conn: psycopg.Connection, name: str) -> int:
     assert row is not None
     log.info("created replication slot %r at %s", name, row[0])
     return parse_pg_lsn(row[0])
+
+
+def wait_slot_free(conn: psycopg.Connection, name: str, application_name: str, timeout: float = 60.0) -> None:
+    """Wait until no backend holds the slot.  A backend left by a killed run of this same connector
+    (same ``application_name``) is terminated: only one run per connector may read the slot, and
+    state commits are compare-and-set, so the orphan can never commit anything.
+
+    :raises ServerMisconfigured: another consumer keeps the slot busy past ``timeout``.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        row = conn.execute(
+            "SELECT s.active_pid, a.application_name FROM pg_replication_slots s "
+            "LEFT JOIN pg_stat_activity a ON a.pid = s.active_pid WHERE s.slot_name = %s", (name,)).fetchone()
+        if row is None or row[0] is None:
+            return
+        pid, app = row
+        if app == application_name:
+            log.warning("terminating orphaned backend %s of an earlier run still holding slot %r", pid, name)
+            conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        if time.monotonic() > deadline:
+            raise ServerMisconfigured(f"replication slot {name!r} is in use by backend {pid} ({app!r})",
+                                      hint="make sure only one consumer uses the slot (slot.name)")
+        time.sleep(0.1)
 
 
 def drop_slot(conn: psycopg.Connection, name: str) -> None:

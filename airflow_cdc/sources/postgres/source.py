@@ -110,6 +110,10 @@ class PostgresSource:
         return sorted(self._tables)
 
     @property
+    def application_name(self) -> str:
+        return f"airflow-cdc:{self.name}"
+
+    @property
     def dbname(self) -> str:
         return self.server["dbname"]
 
@@ -166,6 +170,7 @@ class PostgresSource:
     def acknowledge(self, offset: dict[str, Any]) -> None:
         """Advance the slot to the committed offset so the server can free WAL (never backward)."""
         assert self.conn is not None
+        replication.wait_slot_free(self.conn, self.slot, self.application_name)
         replication.advance_slot(self.conn, self.slot, parse_pg_lsn(offset["lsn"]))
 
     # -- tables -----------------------------------------------------------------------------
@@ -241,6 +246,7 @@ class PostgresSource:
     def read_window(self, from_lsn: int, upto_lsn: int, writer: BatchWriter, tracker: ChunkTracker | None,
                     max_events: int) -> WindowResult:
         assert self.conn is not None
+        replication.wait_slot_free(self.conn, self.slot, self.application_name)
         reader = WindowReader(self.relation_state, writer, tracker, skipped_ops(self.config),
                               self.config["provide.transaction.metadata"],
                               prefix_filter(self.config["message.prefix.include.list"],

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from airflow_cdc.core.batch import BatchWriter
 from airflow_cdc.core.errors import ProtocolError
+from airflow_cdc.core.failpoints import failpoint
 from airflow_cdc.core.events import message_schema, now_us
 from airflow_cdc.core.position import PgPosition
 from airflow_cdc.core.progress import Progress
@@ -105,6 +106,7 @@ class WindowReader:
                     elif kind not in (_Y, _O):
                         raise ProtocolError(f"unexpected pgoutput message type {chr(kind)!r} at {_lsn(change_lsn)}")
                 progress.update(rows=res.events, done=max(0, batch[-1][0] - from_lsn))
+                failpoint("mid_window")
         if rows >= max_events:
             res.bounded = True
             ends = [x for x in (last_commit_end, None if last_nontx is None else last_nontx + 1) if x]
