@@ -118,7 +118,9 @@ def max_key(schema: str, table: str, key: Sequence[str], condition: str | None) 
     """The greatest key at snapshot start: chunks stop there; later rows come from the log."""
     keys = sql.SQL(", ").join(sql.Identifier(k) for k in key)
     desc = sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(k)) for k in key)
-    casts = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(k)) for k in key)
+    # aliases matter: ORDER BY a bare name would pick the text output column, not the typed one
+    casts = sql.SQL(", ").join(sql.SQL("{}::text AS {}").format(sql.Identifier(k), sql.Identifier(f"__k{i}"))
+                               for i, k in enumerate(key))
     where = (sql.SQL(" WHERE (") + sql.SQL(condition) + sql.SQL(")")) if condition else sql.SQL("")  # type: ignore[arg-type]
     return sql.SQL("SELECT {casts} FROM {tbl}{where} ORDER BY {desc} LIMIT 1").format(
         casts=casts, tbl=qualified(schema, table), where=where, desc=desc, keys=keys)

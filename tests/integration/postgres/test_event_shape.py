@@ -57,8 +57,9 @@ def test_ops_envelope_and_replica_identity(pg_db, shape):
     _exec(pg_db, "BEGIN; INSERT INTO d VALUES (2, 'two', '" + big + "'); INSERT INTO f VALUES (2, 'two'); COMMIT",
           "UPDATE d SET v = 'TWO' WHERE id = 2", "UPDATE f SET v = 'TWO' WHERE id = 2",
           "UPDATE d SET id = 3 WHERE id = 2", "DELETE FROM d WHERE id = 3", "DELETE FROM f WHERE id = 2",
-          "TRUNCATE f", "SELECT pg_logical_emit_message(true, 'audit', 'hello')",
-          "SELECT pg_logical_emit_message(false, 'nontx', 'x')")
+          # a non-transactional message is not flushed by itself: the commits after it flush it
+          "SELECT pg_logical_emit_message(false, 'nontx', 'x')",
+          "TRUNCATE f", "SELECT pg_logical_emit_message(true, 'audit', 'hello')")
     result = run_capture(config)
     d, f = _events(result, "public.d"), _events(result, "public.f")
     assert [e["op"] for e in d] == ["c", "u", "u", "d"]
