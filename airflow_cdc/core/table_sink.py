@@ -58,6 +58,19 @@ class PartInfo:
     ops: dict[str, int] = field(default_factory=dict)
 
 
+def relax(field: pa.Field) -> pa.Field:
+    """The field with every nested field nullable: a null row image has null children, and
+    Parquet rejects nulls in non-nullable columns even under a null parent."""
+    t = field.type
+    if pa.types.is_struct(t):
+        t = pa.struct([relax(t.field(i)) for i in range(t.num_fields)])
+    elif pa.types.is_list(t) or pa.types.is_large_list(t):
+        t = pa.list_(relax(t.value_field))
+    elif pa.types.is_map(t):
+        t = pa.map_(t.key_field, relax(t.item_field))
+    return pa.field(field.name, t, True, field.metadata)
+
+
 def text_array(values: list[Any]) -> tuple[pa.Array, list[bool] | None]:
     """Build a string array from text values; returns also the "not sent" mask if any."""
     try:
@@ -79,7 +92,8 @@ class TableSink:
         self.rel_path, self.kind, self.schema_version = rel_path, kind, schema_version
         self._codecs, self._select, self._source = list(codecs), list(select), source
         self._piece_rows = piece_rows
-        self.schema = envelope_schema([c.field for c in codecs], source.type, schema_metadata)
+        self._fields = [relax(c.field) for c in codecs]
+        self.schema = envelope_schema(self._fields, source.type, schema_metadata)
         self._writer = pq.ParquetWriter(path, self.schema, compression="snappy")
         self._reset()
         self.rows = 0
@@ -128,7 +142,8 @@ class TableSink:
                         if m:
                             unavailable[i].append(name)
             children.append(arr)
-        struct = pa.StructArray.from_arrays(children, fields=[c.field for c in self._codecs],
+        children = [a if a.type == f.type else a.cast(f.type) for a, f in zip(children, self._fields, strict=True)]
+        struct = pa.StructArray.from_arrays(children, fields=self._fields,
                                             mask=pa.array([not v for v in valid]))
         return struct, unavailable
 
@@ -176,8 +191,9 @@ class TableSink:
         if n == 0:
             return
         children = [codec.convert(columns[idx]) for codec, idx in zip(self._codecs, self._select, strict=True)]
-        after = pa.StructArray.from_arrays(children, fields=[c.field for c in self._codecs])
-        row_type = pa.struct([c.field for c in self._codecs])
+        children = [a if a.type == f.type else a.cast(f.type) for a, f in zip(children, self._fields, strict=True)]
+        after = pa.StructArray.from_arrays(children, fields=self._fields)
+        row_type = pa.struct(self._fields)
         self._write([op] * n, pa.nulls(n, row_type), after, [position] * n, [source_values] * n, None, None)
 
     def close(self) -> PartInfo:
