@@ -210,7 +210,7 @@ class ConnectorConfig:
 #: Properties every connector understands, whatever the source.
 COMMON_PROPERTIES: tuple[Property, ...] = (
     Property("name", "str", required=True, doc="Unique connector name; keys the stored state."),
-    Property("connector", "str", doc="Source kind: postgresql, mysql, sqlserver, vitess."),
+    Property("connector", "str", doc="Source kind (also accepts `connector.class`); supported now: postgresql."),
     Property("topic.prefix", "str", doc="Logical server name used in `source.name`; defaults to `name`."),
     Property("database.hostname", "str", "127.0.0.1", "Database server host."),
     Property("database.port", "int", None, "Database server port.", minimum=1),
@@ -239,7 +239,6 @@ COMMON_PROPERTIES: tuple[Property, ...] = (
     Property("binary.handling.mode", "enum", "bytes", choices=("bytes", "base64", "base64-url-safe", "hex")),
     Property("include.unknown.datatypes", "bool", False, "Emit unknown types as bytes instead of failing."),
     Property("provide.transaction.metadata", "bool", False, "Fill the `transaction` block of each event."),
-    Property("signal.data.collection", "str", None, "Fully-qualified signal table (execute-snapshot etc.)."),
     Property("staging.path", "str", required=True, doc="Directory (or URL) where staged batches are written."),
     Property("state.store", "str", None,
              "State backend URL: a directory/file://, sqlite:///, postgresql://, mysql://; "
