@@ -151,6 +151,12 @@ class ChunkTracker:
             if not self._reflects(chunk.watermark, txn):
                 chunk.dropped.add(hit[1])
 
+    def observe_truncate(self, table: str, txn: Any) -> None:
+        """A truncate by ``txn``: every row of chunks that do not reflect it is stale."""
+        for chunk in self.chunks:
+            if chunk.snapshot.table == table and not self._reflects(chunk.watermark, txn):
+                chunk.dropped.update(range(chunk.data.num_rows))
+
     def survivors(self, chunk: ChunkRead) -> pa.Table:
         """The chunk's rows that no unreflected transaction touched."""
         if not chunk.dropped:

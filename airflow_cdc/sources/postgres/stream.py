@@ -153,11 +153,13 @@ class WindowReader:
                         self.tracker.observe(rs.name, key, st.xid)  # type: ignore[union-attr]
 
     def _truncate(self, msg: proto.Truncate, change_lsn: int, st: _TxnState, res: WindowResult) -> None:
-        if "t" in self.skipped:
-            return
         for relid in msg.relids:
             rs = self.rels.get(relid)
             if rs is None or not rs.included:
+                continue
+            if rs.name in self.tracked:
+                self.tracker.observe_truncate(rs.name, st.xid)  # type: ignore[union-attr]
+            if "t" in self.skipped:
                 continue
             pos = st.next_position(rs.name, self.provide_txn)
             sink = rs.sink or rs.open_sink(self.writer)

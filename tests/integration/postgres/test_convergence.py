@@ -164,3 +164,20 @@ def test_converges_with_sigkill_at_random_points(pg_db, tmp_path):
     assert kills >= 5, f"only {kills} kills happened"
     run_capture(config)
     assert_converged(config, TABLES)
+
+
+def test_truncate_during_chunked_snapshot(pg_db, tmp_path):
+    with psycopg.connect(pg_db.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE tt (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO tt SELECT g, 'a' || g FROM generate_series(1, 5000) g")
+    config = pipeline(pg_db, tmp_path / "staging", **{"incremental.snapshot.chunk.size": 400,
+                                                       "snapshot.max.rows.per.run": 1200,
+                                                       "skipped.operations": "none"})
+    run_capture(config)
+    with psycopg.connect(pg_db.dsn, autocommit=True) as conn:
+        conn.execute("BEGIN; TRUNCATE tt; INSERT INTO tt SELECT g, 'b' || g FROM generate_series(1, 4000, 3) g; "
+                     "COMMIT")
+    while _snapshot_pending(config):
+        run_capture(config)
+    run_capture(config)
+    assert_converged(config, ["public.tt"])
