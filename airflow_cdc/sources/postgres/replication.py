@@ -114,6 +114,9 @@ def ensure_publication(conn: psycopg.Connection, name: str, mode: str, tables: l
     Does nothing when the publication already matches.  Raises :class:`ServerMisconfigured` if
     it is missing with mode ``disabled``, :class:`MissingPrivilege` if the user may not create it.
     """
+    if mode == "filtered" and not tables:
+        raise ConfigError("publication.autocreate.mode=filtered but no table matches the "
+                          "table/schema include and exclude lists")
     row = conn.execute(q.PUBLICATION_INFO, (name,)).fetchone()
     ident = sql.Identifier(name)
     option = sql.SQL(" WITH (publish_via_partition_root = {})").format(sql.SQL("true" if via_root else "false"))
@@ -125,9 +128,6 @@ def ensure_publication(conn: psycopg.Connection, name: str, mode: str, tables: l
                     f"publication {name!r} does not exist and publication.autocreate.mode is 'disabled'",
                     hint=f"create it (CREATE PUBLICATION {ident.as_string(conn)} FOR TABLE ...) or set "
                          "publication.autocreate.mode to all_tables or filtered")
-            if mode == "filtered" and not tables:
-                raise ConfigError("publication.autocreate.mode=filtered but no table matches the "
-                                  "table/schema include and exclude lists")
             body = {"all_tables": sql.SQL(" FOR ALL TABLES"), "no_tables": sql.SQL(""),
                     "filtered": sql.SQL(" FOR TABLE ") + table_list}[mode]
             conn.execute(sql.SQL("CREATE PUBLICATION {}").format(ident) + body + option)
@@ -136,7 +136,7 @@ def ensure_publication(conn: psycopg.Connection, name: str, mode: str, tables: l
         all_tables, pub_via_root = row
         if mode == "filtered" and not all_tables:
             published = {TableId(s, t) for s, t in conn.execute(q.PUBLICATION_TABLES, (name,))}
-            if published != set(tables) and tables:
+            if published != set(tables):
                 conn.execute(sql.SQL("ALTER PUBLICATION {} SET TABLE ").format(ident) + table_list)
                 log.info("publication %r now publishes %d table(s)", name, len(tables))
         if mode != "disabled" and bool(pub_via_root) != via_root:

@@ -97,8 +97,11 @@ class PostgresSource:
             self.catalog.check_select(self.catalog.table_meta(tid, oid, self.filters))
         replication.ensure_publication(self.conn, self.publication, self.config["publication.autocreate.mode"],
                                        [t for t, _ in self._tables.values()], via_root)
+
+    def heartbeat(self) -> None:
+        """Run ``heartbeat.action.query`` (once per capture run, not on commit)."""
         query = self.config["heartbeat.action.query"]
-        if query:
+        if query and self.conn is not None:
             self.conn.execute(query)  # the operator's own SQL, by definition
 
     def close(self) -> None:

@@ -1,0 +1,86 @@
+# One command for everything: `make test` sets up a fresh Debian bookworm machine (root) and runs
+# the test suite.  Every recipe runs under bash with -eu -o pipefail: any failing step stops make.
+#
+# Targets:
+#   make test      system packages + .venv + `pytest` (override arguments with PYTEST_ARGS="...")
+#   make setup     the same set-up, without running the tests
+#   make lint      ruff + mypy on airflow_cdc
+#   make clean     remove .venv and caches
+#
+# The system-package logic here is mirrored by airflow_cdc.testing.servers.ensure_installed();
+# keep the two consistent (same packages, same binary checks).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := test
+.ONESHELL:
+
+VENV        := .venv
+PY          := $(VENV)/bin/python
+PYTEST_ARGS ?=
+EXTRAS      ?= dev
+comma       := ,
+# Stamp name: .installed-<sha of pyproject.toml>, plus the extras when they are not the default.
+STAMP_SUFFIX := $(if $(filter dev,$(EXTRAS)),,-$(subst $(comma),+,$(EXTRAS)))
+# Prefer an explicit python3.11; fall back to python3 (Debian bookworm's python3 is 3.11).
+PYTHON      ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+
+PG_BIN      := /usr/lib/postgresql/15/bin
+PG_PACKAGES := postgresql-15 postgresql-contrib
+MARIADB_PACKAGES := mariadb-server
+
+.PHONY: test setup system-packages venv lint clean
+
+test: setup
+	@echo ">>> running pytest $(PYTEST_ARGS)"
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+setup: system-packages venv
+
+# Install PostgreSQL 15 and MariaDB from Debian only when their binaries are missing.  Services are
+# never started by the packages (policy-rc.d): the tests start throwaway servers of their own.
+system-packages:
+	@need=()
+	test -x $(PG_BIN)/postgres -a -x $(PG_BIN)/initdb -a -x $(PG_BIN)/pg_ctl || need+=($(PG_PACKAGES))
+	{ test -x /usr/sbin/mariadbd || test -x /usr/sbin/mysqld; } \
+	    && test -x /usr/bin/mariadb-install-db || need+=($(MARIADB_PACKAGES))
+	if [ $${#need[@]} -eq 0 ]; then echo ">>> system packages present"; exit 0; fi
+	echo ">>> installing system packages: $${need[*]}"
+	if [ "$$(id -u)" -ne 0 ]; then echo "need root to apt-get install $${need[*]}" >&2; exit 1; fi
+	policy=/usr/sbin/policy-rc.d; made_policy=
+	if [ ! -e $$policy ]; then printf '#!/bin/sh\nexit 101\n' > $$policy; chmod +x $$policy; made_policy=1; fi
+	trap '[ -z "$$made_policy" ] || rm -f '$$policy EXIT
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q
+	apt-get install -y -q --no-install-recommends "$${need[@]}"
+	test -x $(PG_BIN)/postgres
+	{ test -x /usr/sbin/mariadbd || test -x /usr/sbin/mysqld; }
+
+# Create .venv when missing and (re)install the project with its dev extras whenever pyproject.toml
+# changed since the last successful install (stamp file named after its checksum).
+venv:
+	@if [ ! -x $(PY) ]; then
+	    echo ">>> creating $(VENV) with $(PYTHON) ($$($(PYTHON) --version))"
+	    rm -rf $(VENV)
+	    if ! $(PYTHON) -m venv $(VENV); then
+	        echo ">>> venv failed; installing python3-venv" >&2
+	        rm -rf $(VENV)
+	        DEBIAN_FRONTEND=noninteractive apt-get update -q
+	        DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv python3.11-venv
+	        $(PYTHON) -m venv $(VENV)
+	    fi
+	fi
+	stamp=$(VENV)/.installed-$$(sha256sum pyproject.toml | cut -c1-16)$(STAMP_SUFFIX)
+	if [ -f "$$stamp" ]; then echo ">>> $(VENV) up to date"; exit 0; fi
+	rm -f $(VENV)/.installed-*
+	echo ">>> pip install -e '.[$(EXTRAS)]'"
+	$(PY) -m pip install --disable-pip-version-check -q -e '.[$(EXTRAS)]'
+	touch "$$stamp"
+
+lint: venv
+	@$(PY) -m ruff check airflow_cdc tests
+	$(PY) -m mypy airflow_cdc
+
+clean:
+	@rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

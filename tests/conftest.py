@@ -1,0 +1,120 @@
+"""Shared fixtures: throwaway PostgreSQL / MariaDB servers and a fresh database per test.
+
+Servers are session-scoped and started lazily (only when a collected test asks for them).  Every
+test under ``tests/integration`` or using a server fixture is marked ``integration`` automatically,
+so ``pytest -m "not integration"`` runs the unit tests without starting anything.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_cdc.testing.servers import MariaDbServer, PostgresServer
+
+INTEGRATION_DIR = Path(__file__).parent / "integration"
+SERVER_FIXTURES = frozenset({"pg_server", "pg_db", "mariadb_server", "mariadb_db"})
+_PG_BASELINE: dict[int, dict[str, str]] = {}  # settings each session server started with
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        in_dir = INTEGRATION_DIR in Path(str(item.path)).parents
+        if in_dir or SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
+
+def _unique_name(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:12]}"
+
+
+@dataclass
+class PgDatabase:
+    """A fresh database on the session's PostgreSQL server (the ``pg_db`` fixture)."""
+
+    name: str
+    dsn: str  # superuser conninfo for this database
+    server: PostgresServer
+
+    def connect(self, **kwargs: Any) -> Any:
+        """Open a psycopg connection to this database as superuser.
+
+        :param kwargs: passed to ``psycopg.connect`` (e.g. ``autocommit=True``).
+        """
+        import psycopg
+
+        return psycopg.connect(self.dsn, **kwargs)
+
+
+@dataclass
+class MariaDbDatabase:
+    """A fresh database on the session's MariaDB server (the ``mariadb_db`` fixture)."""
+
+    name: str
+    server: MariaDbServer
+
+    def connect(self, **kwargs: Any) -> Any:
+        """Open a pymysql connection to this database as root.
+
+        :param kwargs: passed to ``pymysql.connect``.
+        """
+        return self.server.connect(database=self.name, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL 15 server for the whole session (or the one ``AIRFLOW_CDC_TEST_PG_DSN`` names)."""
+    server = PostgresServer.from_env().start()
+    _PG_BASELINE[id(server)] = dict(server.settings)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def mariadb_server() -> Iterator[MariaDbServer]:
+    """A MariaDB server for the whole session, started on first use."""
+    server = MariaDbServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _ensure_running(server: PostgresServer) -> None:
+    """Bring the server back with its session settings if a test left it stopped or reconfigured."""
+    if server.external:
+        return
+    baseline = _PG_BASELINE.setdefault(id(server), dict(server.settings))
+    if server.settings != baseline or not server.is_running():
+        server.settings = dict(baseline)
+        server.restart()
+
+
+@pytest.fixture
+def pg_db(pg_server: PostgresServer) -> Iterator[PgDatabase]:
+    """A new, uniquely named database; dropped afterwards with its replication slots, pass or fail."""
+    _ensure_running(pg_server)
+    name = _unique_name("t")
+    dsn = pg_server.create_database(name)
+    try:
+        yield PgDatabase(name=name, dsn=dsn, server=pg_server)
+    finally:
+        _ensure_running(pg_server)
+        pg_server.drop_database(name)
+
+
+@pytest.fixture
+def mariadb_db(mariadb_server: MariaDbServer) -> Iterator[MariaDbDatabase]:
+    """A new, uniquely named MariaDB database, dropped afterwards."""
+    name = mariadb_server.create_database(_unique_name("t"))
+    try:
+        yield MariaDbDatabase(name=name, server=mariadb_server)
+    finally:
+        mariadb_server.drop_database(name)
