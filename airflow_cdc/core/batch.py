@@ -70,8 +70,13 @@ def batches_root(staging: str | os.PathLike[str], connector: str) -> Path:
 class BatchWriter:
     """Builds one batch; call :meth:`finish` to publish it or :meth:`abort` to drop it."""
 
-    def __init__(self, staging: str | os.PathLike[str], connector: str, batch_id: str | None = None,
-                 piece_rows: int = 65_536) -> None:
+    def __init__(
+        self,
+        staging: str | os.PathLike[str],
+        connector: str,
+        batch_id: str | None = None,
+        piece_rows: int = 65_536,
+    ) -> None:
         self.batch_id = batch_id or new_batch_id()
         self.root = batches_root(staging, connector)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -83,8 +88,17 @@ class BatchWriter:
         self._tables: dict[str, dict[str, Any]] = {}
         self._counters: dict[str, int] = {}
 
-    def sink(self, table: str, table_info: dict[str, Any], codecs: list, select: list[int], source: Any,
-             kind: str, schema_version: str, metadata: dict[bytes, bytes] | None = None) -> TableSink:
+    def sink(
+        self,
+        table: str,
+        table_info: dict[str, Any],
+        codecs: list,
+        select: list[int],
+        source: Any,
+        kind: str,
+        schema_version: str,
+        metadata: dict[bytes, bytes] | None = None,
+    ) -> TableSink:
         """Open a new part for ``table`` (closing its previous open part, if any).
 
         :param table_info: JSON-able facts for the manifest: schema, table, key columns, columns.
@@ -94,8 +108,9 @@ class BatchWriter:
         self._counters[table] = n + 1
         rel = f"tables/{safe_name(table)}/part-{n:05d}.parquet"
         (self.tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-        sink = TableSink(str(self.tmp / rel), rel, codecs, select, source, kind, schema_version,
-                         self.piece_rows, metadata)
+        sink = TableSink(
+            str(self.tmp / rel), rel, codecs, select, source, kind, schema_version, self.piece_rows, metadata
+        )
         self._open[table] = sink
         self._tables.setdefault(table, {}).update(table_info)
         return sink
@@ -130,11 +145,20 @@ class BatchWriter:
         for name, info in self._tables.items():
             parts = self._parts.get(name, [])
             if parts:
-                tables[name] = {**info, "parts": [asdict(p) for p in parts],
-                                "rows": sum(p.rows for p in parts)}
+                tables[name] = {
+                    **info,
+                    "parts": [asdict(p) for p in parts],
+                    "rows": sum(p.rows for p in parts),
+                }
         messages = [asdict(p) for p in self._parts.get("\0messages", [])]
-        doc = {"format": FORMAT_VERSION, "batch_id": self.batch_id, "connector": self.connector,
-               "tables": tables, "messages": messages, **manifest}
+        doc = {
+            "format": FORMAT_VERSION,
+            "batch_id": self.batch_id,
+            "connector": self.connector,
+            "tables": tables,
+            "messages": messages,
+            **manifest,
+        }
         for path in self.tmp.rglob("*.parquet"):
             _fsync_file(path)
         (self.tmp / MANIFEST).write_text(json.dumps(doc, indent=1, sort_keys=True, default=str))
@@ -204,8 +228,9 @@ class Batch:
                     raise BatchError(f"batch {self.batch_id}: file {part['file']} is missing")
                 rows = pq.ParquetFile(path).metadata.num_rows
                 if rows != part["rows"]:
-                    raise BatchError(f"batch {self.batch_id}: {part['file']} has {rows} rows, "
-                                     f"manifest says {part['rows']}")
+                    raise BatchError(
+                        f"batch {self.batch_id}: {part['file']} has {rows} rows, manifest says {part['rows']}"
+                    )
 
 
 def list_batches(staging: str | os.PathLike[str], connector: str) -> list[Batch]:
@@ -230,7 +255,7 @@ def clean_incomplete(staging: str | os.PathLike[str], connector: str) -> int:
 def expire_batches(staging: str | os.PathLike[str], connector: str, keep_after: str, retain: int) -> int:
     """Delete committed batches older than ``keep_after`` beyond the newest ``retain`` ones."""
     old = [b for b in list_batches(staging, connector) if b.batch_id < keep_after]
-    doomed = old[:max(0, len(old) - retain)]
+    doomed = old[: max(0, len(old) - retain)]
     for b in doomed:
         shutil.rmtree(b.path, ignore_errors=True)
     return len(doomed)

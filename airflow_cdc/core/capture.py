@@ -41,8 +41,9 @@ class ChangeSource(Protocol):
     def head(self) -> tuple[int, int]: ...
     def wait_flushed(self, lsn: int, timeout: float = 10.0) -> int: ...
     def read_chunks(self, pending: list, max_rows: int, chunk_size: int) -> list[ChunkRead]: ...
-    def read_window(self, from_lsn: int, upto_lsn: int, writer: BatchWriter, tracker: ChunkTracker | None,
-                    max_events: int) -> Any: ...
+    def read_window(
+        self, from_lsn: int, upto_lsn: int, writer: BatchWriter, tracker: ChunkTracker | None, max_events: int
+    ) -> Any: ...
     def reflects(self, watermark: Any, txn: Any) -> bool: ...
     def write_snapshot_rows(self, writer: BatchWriter, chunk: ChunkRead, rows: Any, end_lsn: int) -> None: ...
     def acknowledge(self, offset: dict[str, Any]) -> None: ...
@@ -68,8 +69,9 @@ def _lsn(value: int) -> str:
     return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
 
 
-def _plan_snapshots(ctx: SnapshotContext, mode: str, reason: str | None, tables: list[str],
-                    include: tuple[str, ...]) -> list[str]:
+def _plan_snapshots(
+    ctx: SnapshotContext, mode: str, reason: str | None, tables: list[str], include: tuple[str, ...]
+) -> list[str]:
     notes = []
     wanted = match_tables(include, tables) if include else tables
     if reason is not None and mode != "no_data":
@@ -90,8 +92,9 @@ class Capture:
         self.source, self.config, self.store = source, config, store
         self.name = config["name"]
 
-    def run(self, signals: list[dict[str, Any] | SnapshotSignal] | None = None,
-            commit: bool = False) -> CaptureResult:
+    def run(
+        self, signals: list[dict[str, Any] | SnapshotSignal] | None = None, commit: bool = False
+    ) -> CaptureResult:
         """Capture one window (plus snapshot chunks) into a new staged batch; optionally commit it."""
         parsed = [s if isinstance(s, SnapshotSignal) else parse_signal(s) for s in signals or []]
         staging = self.config["staging.path"]
@@ -105,7 +108,9 @@ class Capture:
             self.source.heartbeat()
             from_lsn, reason = self.source.start_offset(data.get("offset"), mode == "when_needed")
             tables = self.source.tables()
-            notes = _plan_snapshots(ctx, mode, reason, tables, self.config["snapshot.include.collection.list"])
+            notes = _plan_snapshots(
+                ctx, mode, reason, tables, self.config["snapshot.include.collection.list"]
+            )
             notes += apply_signals(ctx, parsed, tables)
             writer = BatchWriter(staging, self.name, piece_rows=self.config["staging.piece.rows"])
             try:
@@ -121,12 +126,28 @@ class Capture:
         finally:
             self.source.close()
 
-    def _capture(self, writer: BatchWriter, ctx: SnapshotContext, from_lsn: int, data: dict[str, Any],
-                 version: int | None, notes: list[str]) -> CaptureResult:
+    def _capture(
+        self,
+        writer: BatchWriter,
+        ctx: SnapshotContext,
+        from_lsn: int,
+        data: dict[str, Any],
+        version: int | None,
+        notes: list[str],
+    ) -> CaptureResult:
         started = time.time()
-        streaming_off = self.config["snapshot.mode"] == "initial_only" and ctx.initial_done and not ctx.pending
-        chunks = self.source.read_chunks(ctx.pending, self.config["snapshot.max.rows.per.run"],
-                                         self.config["incremental.snapshot.chunk.size"]) if ctx.pending else []
+        streaming_off = (
+            self.config["snapshot.mode"] == "initial_only" and ctx.initial_done and not ctx.pending
+        )
+        chunks = (
+            self.source.read_chunks(
+                ctx.pending,
+                self.config["snapshot.max.rows.per.run"],
+                self.config["incremental.snapshot.chunk.size"],
+            )
+            if ctx.pending
+            else []
+        )
         flush, _ = self.source.head()
         need = max((c.watermark.lsn_after for c in chunks), default=0)
         upto = max(flush, self.source.wait_flushed(need)) if need > flush else flush
@@ -143,36 +164,68 @@ class Capture:
             ctx.initial_done = True
         to_offset = {"lsn": _lsn(end_lsn)}
         if window is not None and window.last_commit_lsn is not None:
-            to_offset.update(txId=window.last_xid, last_commit_lsn=_lsn(window.last_commit_lsn),
-                             ts_usec=window.last_commit_ts_us)
+            to_offset.update(
+                txId=window.last_xid,
+                last_commit_lsn=_lsn(window.last_commit_lsn),
+                ts_usec=window.last_commit_ts_us,
+            )
         elif data.get("offset"):
             to_offset.update({k: v for k, v in data["offset"].items() if k != "lsn"})
-        state_after = {"source": self.source.kind, "offset": to_offset, "snapshot": ctx.to_json(),
-                       "last_batch": writer.batch_id}
+        state_after = {
+            "source": self.source.kind,
+            "offset": to_offset,
+            "snapshot": ctx.to_json(),
+            "last_batch": writer.batch_id,
+        }
         events = window.events if window else 0
         tables = dict(window.per_table) if window else {}
-        manifest = {"source": self.source.kind, "from_offset": data.get("offset") or {"lsn": _lsn(from_lsn)},
-                    "to_offset": to_offset, "state_version": version, "state_after": state_after,
-                    "counts": {"events": events, "snapshot_rows": snap_rows,
-                               "messages": window.messages if window else 0},
-                    "created_at": started, "capture_seconds": round(time.time() - started, 3), "notes": notes}
+        manifest: dict[str, Any] = {
+            "source": self.source.kind,
+            "from_offset": data.get("offset") or {"lsn": _lsn(from_lsn)},
+            "to_offset": to_offset,
+            "state_version": version,
+            "state_after": state_after,
+            "counts": {
+                "events": events,
+                "snapshot_rows": snap_rows,
+                "messages": window.messages if window else 0,
+            },
+            "created_at": started,
+            "capture_seconds": round(time.time() - started, 3),
+            "notes": notes,
+        }
         path = writer.finish(manifest)
         for table, n in self._snapshot_counts.items():
             tables.setdefault(table, {})["r"] = n
-        log.info("captured batch %s: %d events, %d snapshot rows, %s -> %s", writer.batch_id, events, snap_rows,
-                 manifest["from_offset"].get("lsn"), to_offset["lsn"])
-        return CaptureResult(writer.batch_id, str(path), data.get("offset"), to_offset, events, snap_rows,
-                             tables, notes)
+        log.info(
+            "captured batch %s: %d events, %d snapshot rows, %s -> %s",
+            writer.batch_id,
+            events,
+            snap_rows,
+            manifest["from_offset"].get("lsn"),
+            to_offset["lsn"],
+        )
+        return CaptureResult(
+            writer.batch_id, str(path), data.get("offset"), to_offset, events, snap_rows, tables, notes
+        )
 
-    def _reconcile(self, writer: BatchWriter, ctx: SnapshotContext, chunks: list[ChunkRead],
-                   tracker: ChunkTracker | None, end_lsn: int, notes: list[str]) -> int:
+    def _reconcile(
+        self,
+        writer: BatchWriter,
+        ctx: SnapshotContext,
+        chunks: list[ChunkRead],
+        tracker: ChunkTracker | None,
+        end_lsn: int,
+        notes: list[str],
+    ) -> int:
         """Emit surviving chunk rows at the window end; chunks the window does not cover wait."""
         total = 0
         self._snapshot_counts: dict[str, int] = {}
         for i, chunk in enumerate(chunks):
             if chunk.watermark.lsn_after > end_lsn:
-                notes.append(f"{len(chunks) - i} snapshot chunk(s) deferred: the window ended before their "
-                             "watermark")
+                notes.append(
+                    f"{len(chunks) - i} snapshot chunk(s) deferred: the window ended before their watermark"
+                )
                 break
             assert tracker is not None
             rows = tracker.survivors(chunk)
@@ -207,9 +260,13 @@ class Capture:
             self.source.acknowledge(m["to_offset"])
         finally:
             self.source.close()
-        expire_batches(self.config["staging.path"], self.name, batch.batch_id,
-                       self.config["staging.retention.batches"])
-        log.info("committed batch %s at offset %s (state version %d)", batch.batch_id, m["to_offset"]["lsn"],
-                 version)
+        expire_batches(
+            self.config["staging.path"], self.name, batch.batch_id, self.config["staging.retention.batches"]
+        )
+        log.info(
+            "committed batch %s at offset %s (state version %d)",
+            batch.batch_id,
+            m["to_offset"]["lsn"],
+            version,
+        )
         return version
-

@@ -29,12 +29,32 @@ _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
 
 #: Kafka-only Debezium properties: accepted so configs can be pasted, then ignored.
 KAFKA_ONLY_PREFIXES = (
-    "key.converter", "value.converter", "header.converter", "transforms", "predicates", "topic.",
-    "tombstones.on.delete", "errors.", "offset.", "schema.history.internal.kafka", "tasks.max",
-    "connector.class", "max.queue.size", "max.batch.size", "poll.interval.ms", "producer.",
-    "consumer.", "notification.", "custom.metric.tags", "status.update.interval.ms",
-    "heartbeat.interval.ms", "heartbeat.topics.prefix", "sanitize.field.names",
-    "field.name.adjustment.mode", "schema.name.adjustment.mode", "event.processing.failure.handling.mode",
+    "key.converter",
+    "value.converter",
+    "header.converter",
+    "transforms",
+    "predicates",
+    "topic.",
+    "tombstones.on.delete",
+    "errors.",
+    "offset.",
+    "schema.history.internal.kafka",
+    "tasks.max",
+    "connector.class",
+    "max.queue.size",
+    "max.batch.size",
+    "poll.interval.ms",
+    "producer.",
+    "consumer.",
+    "notification.",
+    "custom.metric.tags",
+    "status.update.interval.ms",
+    "heartbeat.interval.ms",
+    "heartbeat.topics.prefix",
+    "sanitize.field.names",
+    "field.name.adjustment.mode",
+    "schema.name.adjustment.mode",
+    "event.processing.failure.handling.mode",
 )
 
 
@@ -86,8 +106,9 @@ class Property:
         except ConfigError:
             raise
         except (TypeError, ValueError) as e:
-            raise ConfigError(f"property {self.name!r}: invalid value {_shown(self, raw)!r} "
-                              f"(expected {self.kind})") from e
+            raise ConfigError(
+                f"property {self.name!r}: invalid value {_shown(self, raw)!r} (expected {self.kind})"
+            ) from e
 
 
 def _shown(prop: Property, raw: Any) -> Any:
@@ -120,8 +141,9 @@ def _parse_enum(prop: Property, raw: Any) -> str:
         log.warning("property %r: value %r is deprecated, using %r", prop.name, text, prop.aliases[text])
         text = prop.aliases[text]
     if text not in prop.choices:
-        raise ConfigError(f"property {prop.name!r}: invalid value {raw!r}; "
-                          f"allowed values: {', '.join(prop.choices)}")
+        raise ConfigError(
+            f"property {prop.name!r}: invalid value {raw!r}; allowed values: {', '.join(prop.choices)}"
+        )
     return text
 
 
@@ -167,8 +189,9 @@ class ConnectorConfig:
             self._set(str(key), value)
         missing = [p.name for p in self._props.values() if p.required and self._values.get(p.name) is None]
         if missing:
-            raise ConfigError(f"missing required propert{'y' if len(missing) == 1 else 'ies'}: "
-                              f"{', '.join(sorted(missing))}")
+            raise ConfigError(
+                f"missing required propert{'y' if len(missing) == 1 else 'ies'}: {', '.join(sorted(missing))}"
+            )
 
     def _set(self, key: str, value: Any) -> None:
         prop = self._props.get(key)
@@ -210,7 +233,9 @@ class ConnectorConfig:
 #: Properties every connector understands, whatever the source.
 COMMON_PROPERTIES: tuple[Property, ...] = (
     Property("name", "str", required=True, doc="Unique connector name; keys the stored state."),
-    Property("connector", "str", doc="Source kind (also accepts `connector.class`); supported now: postgresql."),
+    Property(
+        "connector", "str", doc="Source kind (also accepts `connector.class`); supported now: postgresql."
+    ),
     Property("topic.prefix", "str", doc="Logical server name used in `source.name`; defaults to `name`."),
     Property("database.hostname", "str", "127.0.0.1", "Database server host."),
     Property("database.port", "int", None, "Database server port.", minimum=1),
@@ -223,30 +248,63 @@ COMMON_PROPERTIES: tuple[Property, ...] = (
     Property("table.exclude.list", "list", (), "Regexes of fully-qualified table names not to capture."),
     Property("column.include.list", "list", (), "Regexes of fully-qualified column names to keep."),
     Property("column.exclude.list", "list", (), "Regexes of fully-qualified column names to drop."),
-    Property("message.key.columns", "str", None,
-             "`<table regex>:<col>,<col>;...` key columns for tables without (or overriding) a primary key."),
+    Property(
+        "message.key.columns",
+        "str",
+        None,
+        "`<table regex>:<col>,<col>;...` key columns for tables without (or overriding) a primary key.",
+    ),
     Property("skipped.operations", "list", ("t",), "Operations not emitted: c, u, d, t, or none."),
-    Property("snapshot.mode", "enum", "initial", "When to snapshot (all as chunked incremental snapshots).",
-             choices=("initial", "initial_only", "no_data", "when_needed", "always"),
-             aliases={"never": "no_data", "schema_only": "no_data"}),
-    Property("snapshot.include.collection.list", "list", (), "Regexes of tables the initial snapshot covers."),
+    Property(
+        "snapshot.mode",
+        "enum",
+        "initial",
+        "When to snapshot (all as chunked incremental snapshots).",
+        choices=("initial", "initial_only", "no_data", "when_needed", "always"),
+        aliases={"never": "no_data", "schema_only": "no_data"},
+    ),
+    Property(
+        "snapshot.include.collection.list", "list", (), "Regexes of tables the initial snapshot covers."
+    ),
     Property("incremental.snapshot.chunk.size", "int", 1024, "Rows per snapshot chunk.", minimum=1),
     Property("snapshot.max.rows.per.run", "int", 1_000_000, "Snapshot rows read per capture run.", minimum=1),
     Property("decimal.handling.mode", "enum", "precise", choices=("precise", "double", "string")),
-    Property("time.precision.mode", "enum", "adaptive",
-             choices=("adaptive", "adaptive_time_microseconds", "connect", "isostring", "microseconds",
-                      "nanoseconds")),
+    Property(
+        "time.precision.mode",
+        "enum",
+        "adaptive",
+        choices=(
+            "adaptive",
+            "adaptive_time_microseconds",
+            "connect",
+            "isostring",
+            "microseconds",
+            "nanoseconds",
+        ),
+    ),
     Property("binary.handling.mode", "enum", "bytes", choices=("bytes", "base64", "base64-url-safe", "hex")),
     Property("include.unknown.datatypes", "bool", False, "Emit unknown types as bytes instead of failing."),
     Property("provide.transaction.metadata", "bool", False, "Fill the `transaction` block of each event."),
-    Property("staging.path", "str", required=True, doc="Directory (or URL) where staged batches are written."),
-    Property("state.store", "str", None,
-             "State backend URL: a directory/file://, sqlite:///, postgresql://, mysql://; "
-             "default `<staging.path>/_state`."),
-    Property("run.max.events", "int", 1_000_000, "Change events read per capture run (whole transactions).",
-             minimum=1),
-    Property("staging.piece.rows", "int", 65_536, "Rows buffered per table before a Parquet row group.",
-             minimum=16),
+    Property(
+        "staging.path", "str", required=True, doc="Directory (or URL) where staged batches are written."
+    ),
+    Property(
+        "state.store",
+        "str",
+        None,
+        "State backend URL: a directory/file://, sqlite:///, postgresql://, mysql://; "
+        "default `<staging.path>/_state`.",
+    ),
+    Property(
+        "run.max.events",
+        "int",
+        1_000_000,
+        "Change events read per capture run (whole transactions).",
+        minimum=1,
+    ),
+    Property(
+        "staging.piece.rows", "int", 65_536, "Rows buffered per table before a Parquet row group.", minimum=16
+    ),
     Property("staging.retention.batches", "int", 50, "Committed batches kept on disk.", minimum=0),
 )
 
@@ -258,6 +316,7 @@ def skipped_ops(config: ConnectorConfig) -> frozenset[str]:
         return frozenset()
     bad = ops - {"c", "u", "d", "t"}
     if bad:
-        raise ConfigError(f"property 'skipped.operations': invalid operation(s) {sorted(bad)}; "
-                          "allowed: c, u, d, t, none")
+        raise ConfigError(
+            f"property 'skipped.operations': invalid operation(s) {sorted(bad)}; allowed: c, u, d, t, none"
+        )
     return ops

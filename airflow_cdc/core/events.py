@@ -25,11 +25,13 @@ import pyarrow as pa
 
 OP_CREATE, OP_UPDATE, OP_DELETE, OP_READ, OP_TRUNCATE, OP_MESSAGE = "c", "u", "d", "r", "t", "m"
 
-TRANSACTION_TYPE = pa.struct([
-    pa.field("id", pa.string()),
-    pa.field("total_order", pa.int64()),
-    pa.field("data_collection_order", pa.int64()),
-])
+TRANSACTION_TYPE = pa.struct(
+    [
+        pa.field("id", pa.string()),
+        pa.field("total_order", pa.int64()),
+        pa.field("data_collection_order", pa.int64()),
+    ]
+)
 
 MESSAGE_TYPE = pa.struct([pa.field("prefix", pa.string()), pa.field("content", pa.binary())])
 
@@ -42,36 +44,42 @@ def row_struct(fields: list[pa.Field]) -> pa.StructType:
     return pa.struct(fields)
 
 
-def envelope_schema(columns: list[pa.Field], source_type: pa.StructType,
-                    metadata: dict[bytes, bytes] | None = None) -> pa.Schema:
+def envelope_schema(
+    columns: list[pa.Field], source_type: pa.StructType, metadata: dict[bytes, bytes] | None = None
+) -> pa.Schema:
     """Arrow schema of one staged table file."""
     row = row_struct(columns)
-    return pa.schema([
-        pa.field("op", pa.string(), nullable=False),
-        pa.field("ts_ms", pa.int64(), nullable=False),
-        pa.field("ts_us", pa.int64(), nullable=False),
-        pa.field("ts_ns", pa.int64(), nullable=False),
-        pa.field("before", row),
-        pa.field("after", row),
-        pa.field("source", source_type, nullable=False),
-        pa.field("transaction", TRANSACTION_TYPE),
-        pa.field(POSITION_COLUMN, pa.binary(), nullable=False),
-        pa.field(UNAVAILABLE_COLUMN, pa.list_(pa.string())),
-    ], metadata=metadata)
+    return pa.schema(
+        [
+            pa.field("op", pa.string(), nullable=False),
+            pa.field("ts_ms", pa.int64(), nullable=False),
+            pa.field("ts_us", pa.int64(), nullable=False),
+            pa.field("ts_ns", pa.int64(), nullable=False),
+            pa.field("before", row),
+            pa.field("after", row),
+            pa.field("source", source_type, nullable=False),
+            pa.field("transaction", TRANSACTION_TYPE),
+            pa.field(POSITION_COLUMN, pa.binary(), nullable=False),
+            pa.field(UNAVAILABLE_COLUMN, pa.list_(pa.string())),
+        ],
+        metadata=metadata,
+    )
 
 
 def message_schema(source_type: pa.StructType) -> pa.Schema:
     """Arrow schema of the batch's logical-message files (``op = m``)."""
-    return pa.schema([
-        pa.field("op", pa.string(), nullable=False),
-        pa.field("ts_ms", pa.int64(), nullable=False),
-        pa.field("ts_us", pa.int64(), nullable=False),
-        pa.field("ts_ns", pa.int64(), nullable=False),
-        pa.field("source", source_type, nullable=False),
-        pa.field("message", MESSAGE_TYPE, nullable=False),
-        pa.field("transaction", TRANSACTION_TYPE),
-        pa.field(POSITION_COLUMN, pa.binary(), nullable=False),
-    ])
+    return pa.schema(
+        [
+            pa.field("op", pa.string(), nullable=False),
+            pa.field("ts_ms", pa.int64(), nullable=False),
+            pa.field("ts_us", pa.int64(), nullable=False),
+            pa.field("ts_ns", pa.int64(), nullable=False),
+            pa.field("source", source_type, nullable=False),
+            pa.field("message", MESSAGE_TYPE, nullable=False),
+            pa.field("transaction", TRANSACTION_TYPE),
+            pa.field(POSITION_COLUMN, pa.binary(), nullable=False),
+        ]
+    )
 
 
 def now_us() -> int:

@@ -48,8 +48,10 @@ class TableId:
             return cls(default_schema, parts[0])
         if len(parts) == 2:
             return cls(parts[0], parts[1])
-        raise ConfigError(f"cannot parse table name {text!r}: expected schema.table "
-                          '(quote parts containing dots with double quotes)')
+        raise ConfigError(
+            f"cannot parse table name {text!r}: expected schema.table "
+            "(quote parts containing dots with double quotes)"
+        )
 
 
 def _split_quoted(text: str) -> list[str]:
@@ -122,7 +124,9 @@ def parse_message_key_columns(raw: str | None) -> tuple[tuple[re.Pattern[str], t
         table, sep, cols = entry.rpartition(":")
         columns = tuple(c.strip() for c in cols.split(",") if c.strip())
         if not sep or not table.strip() or not columns:
-            raise ConfigError(f"property 'message.key.columns': cannot parse entry {entry!r}; "
-                              "expected <schema.table>:<column>[,<column>...]")
+            raise ConfigError(
+                f"property 'message.key.columns': cannot parse entry {entry!r}; "
+                "expected <schema.table>:<column>[,<column>...]"
+            )
         out.append((_compile("message.key.columns", [table.strip()])[0], columns))
     return tuple(out)

@@ -27,7 +27,10 @@ from airflow_cdc.core.errors import ConfigError
 from airflow_cdc.core.state import StateStore, open_state_store
 
 SOURCES = ("postgresql",)
-_CLASS_ALIASES = {"io.debezium.connector.postgresql.PostgresConnector": "postgresql", "postgres": "postgresql"}
+_CLASS_ALIASES = {
+    "io.debezium.connector.postgresql.PostgresConnector": "postgresql",
+    "postgres": "postgresql",
+}
 
 
 def read_pipeline_file(path: str | Path) -> dict[str, Any]:
@@ -52,8 +55,10 @@ def source_kind(raw: Mapping[str, Any]) -> str:
     kind = str(raw.get("connector") or raw.get("connector.class") or "")
     kind = _CLASS_ALIASES.get(kind, kind).lower()
     if kind not in SOURCES:
-        raise ConfigError(f"property 'connector': {kind or '(missing)'!r} is not a supported source; "
-                          f"supported: {', '.join(SOURCES)}")
+        raise ConfigError(
+            f"property 'connector': {kind or '(missing)'!r} is not a supported source; "
+            f"supported: {', '.join(SOURCES)}"
+        )
     return kind
 
 
@@ -63,6 +68,7 @@ def build_config(raw: Mapping[str, Any]) -> ConnectorConfig:
     values["connector"] = kind
     if kind == "postgresql":
         from airflow_cdc.sources.postgres.config import pg_config
+
         return pg_config(values)
     raise AssertionError(kind)
 
@@ -70,6 +76,7 @@ def build_config(raw: Mapping[str, Any]) -> ConnectorConfig:
 def build_source(config: ConnectorConfig) -> ChangeSource:
     if config["connector"] == "postgresql":
         from airflow_cdc.sources.postgres.source import PostgresSource
+
         return PostgresSource(config)
     raise ConfigError(f"no source for connector {config['connector']!r}")
 

@@ -34,6 +34,11 @@ class Progress:
     def finish(self, rows: int) -> float:
         elapsed = time.monotonic() - self.start
         if elapsed >= self.every_s:
-            log.info("%s: done, %s rows in %.1fs (%s rows/s)", self.what, f"{rows:,}", elapsed,
-                     f"{rows / max(elapsed, 1e-9):,.0f}")
+            log.info(
+                "%s: done, %s rows in %.1fs (%s rows/s)",
+                self.what,
+                f"{rows:,}",
+                elapsed,
+                f"{rows / max(elapsed, 1e-9):,.0f}",
+            )
         return elapsed

@@ -41,7 +41,9 @@ def parse_signal(raw: dict[str, Any] | str) -> SnapshotSignal:
     elif len(doc) == 1 and next(iter(doc)) in ("execute-snapshot", "stop-snapshot"):
         action, data = next(iter(doc.items()))
     else:
-        raise ConfigError(f"signal {doc!r}: expected {{'type': 'execute-snapshot'|'stop-snapshot', 'data': {{...}}}}")
+        raise ConfigError(
+            f"signal {doc!r}: expected {{'type': 'execute-snapshot'|'stop-snapshot', 'data': {{...}}}}"
+        )
     if isinstance(data, str):
         data = json.loads(data or "{}")
     if action not in ("execute-snapshot", "stop-snapshot"):
@@ -59,8 +61,10 @@ def parse_signal(raw: dict[str, Any] | str) -> SnapshotSignal:
     conditions = {}
     for cond in data.get("additional-conditions") or []:
         if not isinstance(cond, dict) or "data-collection" not in cond or "filter" not in cond:
-            raise ConfigError(f"signal {action}: each additional-conditions entry needs 'data-collection' "
-                              f"and 'filter', got {cond!r}")
+            raise ConfigError(
+                f"signal {action}: each additional-conditions entry needs 'data-collection' "
+                f"and 'filter', got {cond!r}"
+            )
         conditions[str(cond["data-collection"])] = str(cond["filter"])
     return SnapshotSignal(action, tuple(collections), conditions, data.get("surrogate-key") or None)
 
@@ -75,8 +79,10 @@ def apply_signals(ctx: SnapshotContext, signals: list[SnapshotSignal], tables: l
             continue
         matched = match_tables(sig.data_collections, tables)
         if not matched:
-            raise ConfigError(f"execute-snapshot: data-collections {list(sig.data_collections)} match no "
-                              f"captured table (captured: {tables})")
+            raise ConfigError(
+                f"execute-snapshot: data-collections {list(sig.data_collections)} match no "
+                f"captured table (captured: {tables})"
+            )
         conds = {t: f for pattern, f in sig.conditions.items() for t in match_tables([pattern], matched)}
         ctx.add(matched, "adhoc", conds, sig.surrogate_key)
         notes.append(f"execute-snapshot: queued {matched}")

@@ -59,18 +59,29 @@ class SnapshotContext:
     initial_done: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"pending": [p.to_json() for p in self.pending], "completed": self.completed[-COMPLETED_KEPT:],
-                "initial_done": self.initial_done}
+        return {
+            "pending": [p.to_json() for p in self.pending],
+            "completed": self.completed[-COMPLETED_KEPT:],
+            "initial_done": self.initial_done,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> SnapshotContext:
         if not data:
             return cls()
-        return cls([TableSnapshot.from_json(p) for p in data.get("pending", [])],
-                   list(data.get("completed", [])), bool(data.get("initial_done", False)))
+        return cls(
+            [TableSnapshot.from_json(p) for p in data.get("pending", [])],
+            list(data.get("completed", [])),
+            bool(data.get("initial_done", False)),
+        )
 
-    def add(self, tables: Iterable[str], origin: str, conditions: dict[str, str] | None = None,
-            surrogate_key: str | None = None) -> list[TableSnapshot]:
+    def add(
+        self,
+        tables: Iterable[str],
+        origin: str,
+        conditions: dict[str, str] | None = None,
+        surrogate_key: str | None = None,
+    ) -> list[TableSnapshot]:
         """Queue snapshots; a table already pending is restarted from its first chunk."""
         added = []
         for table in tables:
@@ -89,8 +100,15 @@ class SnapshotContext:
 
     def finish(self, snap: TableSnapshot) -> None:
         self.pending = [p for p in self.pending if p.id != snap.id]
-        self.completed.append({"table": snap.table, "origin": snap.origin, "rows": snap.rows,
-                               "chunks": snap.chunks, "finished_at": time.time()})
+        self.completed.append(
+            {
+                "table": snap.table,
+                "origin": snap.origin,
+                "rows": snap.rows,
+                "chunks": snap.chunks,
+                "finished_at": time.time(),
+            }
+        )
 
 
 def match_tables(patterns: Iterable[str], tables: Iterable[str]) -> list[str]:

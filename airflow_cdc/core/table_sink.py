@@ -86,9 +86,18 @@ def text_array(values: list[Any]) -> tuple[pa.Array, list[bool] | None]:
 class TableSink:
     """Writes one Parquet part (one table, one schema version) of a staged batch."""
 
-    def __init__(self, path: str, rel_path: str, codecs: Sequence[Codec], select: Sequence[int],
-                 source: SourceLayout, kind: str, schema_version: str, piece_rows: int,
-                 schema_metadata: dict[bytes, bytes] | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        rel_path: str,
+        codecs: Sequence[Codec],
+        select: Sequence[int],
+        source: SourceLayout,
+        kind: str,
+        schema_version: str,
+        piece_rows: int,
+        schema_metadata: dict[bytes, bytes] | None = None,
+    ) -> None:
         self.rel_path, self.kind, self.schema_version = rel_path, kind, schema_version
         self._codecs, self._select, self._source = list(codecs), list(select), source
         self._piece_rows = piece_rows
@@ -113,8 +122,15 @@ class TableSink:
     def buffered(self) -> int:
         return len(self._ops)
 
-    def append(self, op: str, before: tuple | None, after: tuple | None, position: bytes,
-               source_values: tuple, txn: tuple | None = None) -> None:
+    def append(
+        self,
+        op: str,
+        before: tuple | None,
+        after: tuple | None,
+        position: bytes,
+        source_values: tuple,
+        txn: tuple | None = None,
+    ) -> None:
         """Buffer one event; flushes a row group when the piece is full."""
         self._ops.append(op)
         self._before.append(before)
@@ -128,7 +144,8 @@ class TableSink:
     def _image(self, rows: list[tuple | None], want_unavailable: bool) -> tuple[pa.Array, list | None]:
         n = len(rows)
         valid = [r is not None for r in rows]
-        children, unavailable = [], None
+        children: list[pa.Array] = []
+        unavailable: list[list[str]] | None = None
         for codec, idx in zip(self._codecs, self._select, strict=True):
             text, mask = text_array([r[idx] if r is not None else None for r in rows])
             arr = codec.convert(text)
@@ -142,9 +159,12 @@ class TableSink:
                         if m:
                             unavailable[i].append(name)
             children.append(arr)
-        children = [a if a.type == f.type else a.cast(f.type) for a, f in zip(children, self._fields, strict=True)]
-        struct = pa.StructArray.from_arrays(children, fields=self._fields,
-                                            mask=pa.array([not v for v in valid]))
+        children = [
+            a if a.type == f.type else a.cast(f.type) for a, f in zip(children, self._fields, strict=True)
+        ]
+        struct = pa.StructArray.from_arrays(
+            children, fields=self._fields, mask=pa.array([not v for v in valid])
+        )
         return struct, unavailable
 
     def flush(self) -> None:
@@ -157,24 +177,51 @@ class TableSink:
         self._write(self._ops, before, after, self._positions, self._src, self._txn, unavailable)
         self._reset()
 
-    def _write(self, ops: list[str], before: pa.Array, after: pa.Array, positions: list[bytes],
-               src_rows: list[tuple], txn: list[tuple | None] | None, unavailable: list | None) -> None:
+    def _write(
+        self,
+        ops: list[str],
+        before: pa.Array,
+        after: pa.Array,
+        positions: list[bytes],
+        src_rows: list[tuple],
+        txn: list[tuple | None] | None,
+        unavailable: list | None,
+    ) -> None:
         n = len(ops)
         ts_us = now_us()
-        txn_arr = (pa.array([None if t is None else dict(zip(("id", "total_order", "data_collection_order"),
-                                                                t, strict=True)) for t in txn],
-                            type=TRANSACTION_TYPE)
-                   if txn and any(t is not None for t in txn) else pa.nulls(n, TRANSACTION_TYPE))
-        unavail_arr = (pa.array([u or None for u in unavailable], type=pa.list_(pa.string()))
-                       if unavailable else pa.nulls(n, pa.list_(pa.string())))
-        table = pa.Table.from_arrays([
-            pa.array(ops, type=pa.string()),
-            pa.repeat(pa.scalar(ts_us // 1000, pa.int64()), n),
-            pa.repeat(pa.scalar(ts_us, pa.int64()), n),
-            pa.repeat(pa.scalar(ts_us * 1000, pa.int64()), n),
-            before, after, self._source.build(n, src_rows), txn_arr,
-            pa.array(positions, type=pa.binary()), unavail_arr,
-        ], schema=self.schema)
+        txn_arr = (
+            pa.array(
+                [
+                    None
+                    if t is None
+                    else dict(zip(("id", "total_order", "data_collection_order"), t, strict=True))
+                    for t in txn
+                ],
+                type=TRANSACTION_TYPE,
+            )
+            if txn and any(t is not None for t in txn)
+            else pa.nulls(n, TRANSACTION_TYPE)
+        )
+        unavail_arr = (
+            pa.array([u or None for u in unavailable], type=pa.list_(pa.string()))
+            if unavailable
+            else pa.nulls(n, pa.list_(pa.string()))
+        )
+        table = pa.Table.from_arrays(
+            [
+                pa.array(ops, type=pa.string()),
+                pa.repeat(pa.scalar(ts_us // 1000, pa.int64()), n),
+                pa.repeat(pa.scalar(ts_us, pa.int64()), n),
+                pa.repeat(pa.scalar(ts_us * 1000, pa.int64()), n),
+                before,
+                after,
+                self._source.build(n, src_rows),
+                txn_arr,
+                pa.array(positions, type=pa.binary()),
+                unavail_arr,
+            ],
+            schema=self.schema,
+        )
         self._writer.write_table(table, row_group_size=max(n, 1))
         self.rows += n
         for op in set(ops):
@@ -183,15 +230,20 @@ class TableSink:
             self.first_position = positions[0]
         self.last_position = positions[-1]
 
-    def write_columnar(self, op: str, columns: Sequence[pa.Array], position: bytes,
-                       source_values: tuple) -> None:
+    def write_columnar(
+        self, op: str, columns: Sequence[pa.Array], position: bytes, source_values: tuple
+    ) -> None:
         """Write rows given column-wise as text arrays (snapshot chunks): all share op and position."""
         self.flush()
         n = len(columns[0]) if columns else 0
         if n == 0:
             return
-        children = [codec.convert(columns[idx]) for codec, idx in zip(self._codecs, self._select, strict=True)]
-        children = [a if a.type == f.type else a.cast(f.type) for a, f in zip(children, self._fields, strict=True)]
+        children = [
+            codec.convert(columns[idx]) for codec, idx in zip(self._codecs, self._select, strict=True)
+        ]
+        children = [
+            a if a.type == f.type else a.cast(f.type) for a, f in zip(children, self._fields, strict=True)
+        ]
         after = pa.StructArray.from_arrays(children, fields=self._fields)
         row_type = pa.struct(self._fields)
         self._write([op] * n, pa.nulls(n, row_type), after, [position] * n, [source_values] * n, None, None)
@@ -200,6 +252,12 @@ class TableSink:
         """Flush and close the file; returns what the manifest records about this part."""
         self.flush()
         self._writer.close()
-        return PartInfo(self.rel_path, self.rows, self.kind, self.schema_version,
-                        self.first_position.hex() if self.first_position else None,
-                        self.last_position.hex() if self.last_position else None, dict(self.ops))
+        return PartInfo(
+            self.rel_path,
+            self.rows,
+            self.kind,
+            self.schema_version,
+            self.first_position.hex() if self.first_position else None,
+            self.last_position.hex() if self.last_position else None,
+            dict(self.ops),
+        )

@@ -38,20 +38,36 @@ def connect(config: ConnectorConfig, *, autocommit: bool = True) -> psycopg.Conn
     host, port, user = config["database.hostname"], config["database.port"] or 5432, config["database.user"]
     where = f"{user}@{host}:{port}/{config['database.dbname']}"
     try:
-        return psycopg.connect(host=host, port=port, user=user, password=config.secret("database.password"),
-                               dbname=config["database.dbname"], sslmode=config["database.sslmode"],
-                               options=q.SESSION_OPTIONS, autocommit=autocommit, connect_timeout=15,
-                               application_name=f"airflow-cdc:{config['name']}")
+        return psycopg.connect(
+            host=host,
+            port=port,
+            user=user,
+            password=config.secret("database.password"),
+            dbname=config["database.dbname"],
+            sslmode=config["database.sslmode"],
+            options=q.SESSION_OPTIONS,
+            autocommit=autocommit,
+            connect_timeout=15,
+            application_name=f"airflow-cdc:{config['name']}",
+        )
     except psycopg.OperationalError as e:
         text = str(e)
-        if "password authentication failed" in text or "no password supplied" in text \
-                or "role" in text and "does not exist" in text:
+        if (
+            "password authentication failed" in text
+            or "no password supplied" in text
+            or "role" in text
+            and "does not exist" in text
+        ):
             raise AuthenticationFailed(f"PostgreSQL rejected the credentials for {where}") from None
         if "database" in text and "does not exist" in text:
-            raise ConfigError(f"property 'database.dbname': database {config['database.dbname']!r} "
-                              f"does not exist on {host}:{port}") from None
-        raise ConnectionFailed(f"cannot connect to PostgreSQL at {host}:{port}: "
-                               f"{text.splitlines()[0] if text else type(e).__name__}") from e
+            raise ConfigError(
+                f"property 'database.dbname': database {config['database.dbname']!r} "
+                f"does not exist on {host}:{port}"
+            ) from None
+        raise ConnectionFailed(
+            f"cannot connect to PostgreSQL at {host}:{port}: "
+            f"{text.splitlines()[0] if text else type(e).__name__}"
+        ) from e
 
 
 def check_server(conn: psycopg.Connection) -> dict[str, Any]:
@@ -67,12 +83,15 @@ def check_server(conn: psycopg.Connection) -> dict[str, Any]:
         raise ServerMisconfigured(
             f"server setting 'wal_level' is {wal_level!r}; logical decoding needs 'logical'",
             hint="set wal_level = logical in postgresql.conf (ALTER SYSTEM SET wal_level = logical) "
-                 "and restart PostgreSQL")
+            "and restart PostgreSQL",
+        )
     if version < 100000:
         raise ServerMisconfigured(f"PostgreSQL {version} is too old: pgoutput needs 10 or later")
     if not (can_replicate or is_super):
-        raise MissingPrivilege(f"database user {user!r} lacks the REPLICATION attribute",
-                               hint=f"ALTER ROLE {sql.Identifier(user).as_string(conn)} REPLICATION")
+        raise MissingPrivilege(
+            f"database user {user!r} lacks the REPLICATION attribute",
+            hint=f"ALTER ROLE {sql.Identifier(user).as_string(conn)} REPLICATION",
+        )
     return {"version": version, "user": user, "dbname": dbname, "superuser": is_super}
 
 
@@ -108,10 +127,14 @@ class Catalog:
                 raise SchemaError(f"type with OID {oid} not found in pg_type")
             _, name, kind, elem, base, base_typmod, labels = row
             self._types[oid] = PgTypeInfo(
-                oid=oid, name=name, kind=kind,
+                oid=oid,
+                name=name,
+                kind=kind,
                 element=self.type_info(elem) if elem and name.startswith("_") else None,
                 base=self.type_info(base) if kind == "d" and base else None,
-                base_typmod=base_typmod, enum_labels=tuple(labels or ()))
+                base_typmod=base_typmod,
+                enum_labels=tuple(labels or ()),
+            )
         return self._types[oid]
 
     def tables(self, filters: TableFilter, via_root: bool) -> list[tuple[TableId, int, str]]:
@@ -139,13 +162,17 @@ class Catalog:
         if missing:
             raise ConfigError(f"property 'message.key.columns': table {tid} has no column(s) {missing}")
         if not key:
-            raise SchemaError(f"table {tid} has no primary key and no entry in 'message.key.columns'",
-                              hint=f"add a primary key, or set message.key.columns={tid}:<col>[,<col>]")
+            raise SchemaError(
+                f"table {tid} has no primary key and no entry in 'message.key.columns'",
+                hint=f"add a primary key, or set message.key.columns={tid}:<col>[,<col>]",
+            )
         return TableMeta(tid, oid, cols, list(key), ident[0] if ident else "d")
 
     def check_select(self, meta: TableMeta) -> None:
         row = self.conn.execute(q.TABLE_PRIVILEGE, (meta.oid,)).fetchone()
         if not row or not row[0]:
-            raise MissingPrivilege(f"database user lacks SELECT on table {meta.id}",
-                                   hint=f"GRANT SELECT ON {q.qualified(meta.id.schema, meta.id.table).as_string(self.conn)} "
-                                        "TO <connector user>")
+            raise MissingPrivilege(
+                f"database user lacks SELECT on table {meta.id}",
+                hint=f"GRANT SELECT ON {q.qualified(meta.id.schema, meta.id.table).as_string(self.conn)} "
+                "TO <connector user>",
+            )

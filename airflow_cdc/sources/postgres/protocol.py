@@ -426,7 +426,7 @@ def decode(data: bytes | bytearray | memoryview) -> ReplicationMessage:
     except KeyError:
         raise _bad(f"unknown logical replication message type {_show(buf[0])}", 0) from None
     try:
-        return decoder(buf)
+        return decoder(buf)  # type: ignore[return-value]
     except ProtocolError as exc:
         raise ProtocolError(f"{_NAMES[buf[0]]} message: {exc.args[0]}") from None
     except (IndexError, struct.error, ValueError) as exc:  # defensive: every path checks bounds

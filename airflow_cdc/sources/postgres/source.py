@@ -62,8 +62,12 @@ def _precedes(a: int, b: int) -> bool:
 
 def parse_snapshot(text: str, lsn_after: int) -> Watermark:
     xmin, xmax, xip = text.split(":")
-    return Watermark(int(xmin) & 0xFFFFFFFF, int(xmax) & 0xFFFFFFFF,
-                     frozenset(int(x) & 0xFFFFFFFF for x in xip.split(",") if x), lsn_after)
+    return Watermark(
+        int(xmin) & 0xFFFFFFFF,
+        int(xmax) & 0xFFFFFFFF,
+        frozenset(int(x) & 0xFFFFFFFF for x in xip.split(",") if x),
+        lsn_after,
+    )
 
 
 class PostgresSource:
@@ -76,11 +80,15 @@ class PostgresSource:
         self.name = config["name"]
         self.filters = TableFilter(config)
         self.modes = HandlingModes(
-            decimal=config["decimal.handling.mode"], time_precision=config["time.precision.mode"],
-            binary=config["binary.handling.mode"], interval=config["interval.handling.mode"],
-            hstore=config["hstore.handling.mode"], money_fraction_digits=config["money.fraction.digits"],
+            decimal=config["decimal.handling.mode"],
+            time_precision=config["time.precision.mode"],
+            binary=config["binary.handling.mode"],
+            interval=config["interval.handling.mode"],
+            hstore=config["hstore.handling.mode"],
+            money_fraction_digits=config["money.fraction.digits"],
             include_unknown_datatypes=config["include.unknown.datatypes"],
-            unavailable_value_placeholder=config["unavailable.value.placeholder"])
+            unavailable_value_placeholder=config["unavailable.value.placeholder"],
+        )
         self.slot, self.publication = config["slot.name"], config["publication.name"]
         self.conn: psycopg.Connection | None = None
         self._tables: dict[str, tuple[TableId, int]] = {}
@@ -93,10 +101,15 @@ class PostgresSource:
         self.catalog = client.Catalog(self.conn)
         via_root = self.config["publish.via.partition.root"]
         self._tables = {str(t): (t, oid) for t, oid, _ in self.catalog.tables(self.filters, via_root)}
-        for name, (tid, oid) in self._tables.items():
+        for tid, oid in self._tables.values():
             self.catalog.check_select(self.catalog.table_meta(tid, oid, self.filters))
-        replication.ensure_publication(self.conn, self.publication, self.config["publication.autocreate.mode"],
-                                       [t for t, _ in self._tables.values()], via_root)
+        replication.ensure_publication(
+            self.conn,
+            self.publication,
+            self.config["publication.autocreate.mode"],
+            [t for t, _ in self._tables.values()],
+            via_root,
+        )
 
     def heartbeat(self) -> None:
         """Run ``heartbeat.action.query`` (once per capture run, not on commit)."""
@@ -143,8 +156,10 @@ class PostgresSource:
         elif info.wal_status == "lost":
             problem = f"replication slot {self.slot!r} has lost required WAL (wal_status=lost)"
         elif info.confirmed_flush is not None and info.confirmed_flush > stored:
-            problem = (f"replication slot {self.slot!r} is at {lsn_text(info.confirmed_flush)}, past the "
-                       f"stored offset {offset['lsn']}")
+            problem = (
+                f"replication slot {self.slot!r} is at {lsn_text(info.confirmed_flush)}, past the "
+                f"stored offset {offset['lsn']}"
+            )
         if problem is None:
             return stored, None
         if not when_needed:
@@ -184,8 +199,16 @@ class PostgresSource:
         if included:
             meta = self.catalog.table_meta(tid, self._tables[name][1], self.filters)
             key = meta.key
-        return build_state(tid, included, columns, key, self.filters, self.modes, self.catalog.type_info,
-                           source_constants(self.config["topic.prefix"] or self.name, self.dbname))
+        return build_state(
+            tid,
+            included,
+            columns,
+            key,
+            self.filters,
+            self.modes,
+            self.catalog.type_info,
+            source_constants(self.config["topic.prefix"] or self.name, self.dbname),
+        )
 
     def relation_state(self, rel: Any) -> RelationState:
         tid = TableId(rel.namespace, rel.name)
@@ -218,11 +241,14 @@ class PostgresSource:
                 break
         return chunks
 
-    def _read_chunk(self, snap: TableSnapshot, state: RelationState, after: list | None,
-                    limit: int) -> ChunkRead:
+    def _read_chunk(
+        self, snap: TableSnapshot, state: RelationState, after: list | None, limit: int
+    ) -> ChunkRead:
         assert self.conn is not None
         tid = state.tid
-        all_cols = [c.name for c in self.catalog.table_meta(tid, self._tables[snap.table][1], self.filters).columns]
+        all_cols = [
+            c.name for c in self.catalog.table_meta(tid, self._tables[snap.table][1], self.filters).columns
+        ]
         order = [snap.surrogate_key] if snap.surrogate_key else state.key_columns
         with self.conn.transaction():
             self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -232,35 +258,55 @@ class PostgresSource:
                 snap.max_key = list(row) if row else []
             buf = io.BytesIO()
             if snap.max_key:
-                with self.conn.cursor().copy(q.chunk_copy(tid.schema, tid.table, all_cols, order, after,
-                                                          snap.max_key, snap.condition, limit)) as copy:
+                with self.conn.cursor().copy(
+                    q.chunk_copy(
+                        tid.schema, tid.table, all_cols, order, after, snap.max_key, snap.condition, limit
+                    )
+                ) as copy:
                     for block in copy:
                         buf.write(block)
             lsn_after = parse_pg_lsn(self.conn.execute(q.INSERT_LSN).fetchone()[0])  # type: ignore[index]
         data = _parse_csv(buf.getvalue(), len(all_cols))
         key_index = [all_cols.index(k) for k in state.key_columns]
         cursor_index = [all_cols.index(k) for k in order]
-        last = data.num_rows < limit or (data.num_rows > 0 and
-                                          [data.column(i)[-1].as_py() for i in cursor_index] == snap.max_key)
-        return ChunkRead(snap, all_cols, data, key_index, parse_snapshot(snap_text, lsn_after),
-                         last or not snap.max_key, cursor_index=cursor_index)
+        last = data.num_rows < limit or (
+            data.num_rows > 0 and [data.column(i)[-1].as_py() for i in cursor_index] == snap.max_key
+        )
+        return ChunkRead(
+            snap,
+            all_cols,
+            data,
+            key_index,
+            parse_snapshot(snap_text, lsn_after),
+            last or not snap.max_key,
+            cursor_index=cursor_index,
+        )
 
     # -- the change window ------------------------------------------------------------------
-    def read_window(self, from_lsn: int, upto_lsn: int, writer: BatchWriter, tracker: ChunkTracker | None,
-                    max_events: int) -> WindowResult:
+    def read_window(
+        self, from_lsn: int, upto_lsn: int, writer: BatchWriter, tracker: ChunkTracker | None, max_events: int
+    ) -> WindowResult:
         assert self.conn is not None
         replication.wait_slot_free(self.conn, self.slot, self.application_name)
-        reader = WindowReader(self.relation_state, writer, tracker, skipped_ops(self.config),
-                              self.config["provide.transaction.metadata"],
-                              prefix_filter(self.config["message.prefix.include.list"],
-                                            self.config["message.prefix.exclude.list"]),
-                              self.config["topic.prefix"] or self.name, self.dbname)
+        reader = WindowReader(
+            self.relation_state,
+            writer,
+            tracker,
+            skipped_ops(self.config),
+            self.config["provide.transaction.metadata"],
+            prefix_filter(
+                self.config["message.prefix.include.list"], self.config["message.prefix.exclude.list"]
+            ),
+            self.config["topic.prefix"] or self.name,
+            self.dbname,
+        )
         try:
             return reader.read(self.conn, self.slot, self.publication, from_lsn, upto_lsn, max_events)
         except psycopg.errors.ObjectInUse as e:
-            raise ServerMisconfigured(f"replication slot {self.slot!r} is in use by another process: "
-                                      f"{e.diag.message_primary}",
-                                      hint="make sure only one consumer uses the slot (slot.name)") from e
+            raise ServerMisconfigured(
+                f"replication slot {self.slot!r} is in use by another process: {e.diag.message_primary}",
+                hint="make sure only one consumer uses the slot (slot.name)",
+            ) from e
 
     @staticmethod
     def reflects(watermark: Watermark, xid: int) -> bool:
@@ -270,12 +316,18 @@ class PostgresSource:
     def snapshot_position(end_lsn: int) -> bytes:
         return PgPosition(end_lsn, 0).sort_key()
 
-    def write_snapshot_rows(self, writer: BatchWriter, chunk: ChunkRead, rows: pa.Table, end_lsn: int) -> None:
+    def write_snapshot_rows(
+        self, writer: BatchWriter, chunk: ChunkRead, rows: pa.Table, end_lsn: int
+    ) -> None:
         state = self.table_state(chunk.snapshot.table)
         sink = state.open_sink(writer, kind="snapshot")
         ts = time.time_ns() // 1000
-        sink.write_columnar("r", [rows.column(i) for i in range(rows.num_columns)],
-                            self.snapshot_position(end_lsn), (ts // 1000, ts, ts * 1000, None, None, end_lsn))
+        sink.write_columnar(
+            "r",
+            [rows.column(i) for i in range(rows.num_columns)],
+            self.snapshot_position(end_lsn),
+            (ts // 1000, ts, ts * 1000, None, None, end_lsn),
+        )
         writer.close_table(state.name)
 
 
@@ -287,5 +339,10 @@ def _parse_csv(data: bytes, ncols: int) -> pa.Table:
         io.BytesIO(data),
         read_options=pacsv.ReadOptions(column_names=names, block_size=1 << 24),
         parse_options=pacsv.ParseOptions(newlines_in_values=True),
-        convert_options=pacsv.ConvertOptions(column_types={n: pa.string() for n in names}, null_values=[""],
-                                             strings_can_be_null=True, quoted_strings_can_be_null=False))
+        convert_options=pacsv.ConvertOptions(
+            column_types={n: pa.string() for n in names},
+            null_values=[""],
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=False,
+        ),
+    )

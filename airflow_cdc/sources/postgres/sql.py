@@ -9,8 +9,10 @@ from psycopg import sql
 
 #: Session settings that fix the text output of every type, so snapshot (COPY) and streaming
 #: (pgoutput text tuples, produced by output functions in this same session) agree byte for byte.
-SESSION_OPTIONS = ("-c DateStyle=ISO,MDY -c IntervalStyle=postgres -c TimeZone=UTC "
-                   "-c extra_float_digits=1 -c bytea_output=hex -c client_encoding=UTF8")
+SESSION_OPTIONS = (
+    "-c DateStyle=ISO,MDY -c IntervalStyle=postgres -c TimeZone=UTC "
+    "-c extra_float_digits=1 -c bytea_output=hex -c client_encoding=UTF8"
+)
 
 SERVER_CHECKS = """
 SELECT current_setting('wal_level'), current_setting('server_version_num')::int,
@@ -79,8 +81,12 @@ def peek_changes(slot: str, upto_lsn: str, upto_nchanges: int, publication: str)
         "SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM pg_logical_slot_peek_binary_changes("
         "{slot}, {upto}::pg_lsn, {n}, 'proto_version', '1', 'publication_names', {pub}, "
         "'messages', 'true')"
-    ).format(slot=sql.Literal(slot), upto=sql.Literal(upto_lsn), n=sql.Literal(upto_nchanges),
-             pub=sql.Literal(quote_publication_name(publication)))
+    ).format(
+        slot=sql.Literal(slot),
+        upto=sql.Literal(upto_lsn),
+        n=sql.Literal(upto_nchanges),
+        pub=sql.Literal(quote_publication_name(publication)),
+    )
 
 
 def quote_publication_name(name: str) -> str:
@@ -88,9 +94,16 @@ def quote_publication_name(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def chunk_copy(schema: str, table: str, columns: Sequence[str], key: Sequence[str],
-               after: Sequence[str | None] | None, upto: Sequence[str | None] | None,
-               condition: str | None, limit: int) -> sql.Composed:
+def chunk_copy(
+    schema: str,
+    table: str,
+    columns: Sequence[str],
+    key: Sequence[str],
+    after: Sequence[str | None] | None,
+    upto: Sequence[str | None] | None,
+    condition: str | None,
+    limit: int,
+) -> sql.Composed:
     """``COPY (SELECT ... ORDER BY key LIMIT n) TO STDOUT (FORMAT csv)`` for one snapshot chunk.
 
     Key bounds are literals of unknown type, which PostgreSQL resolves to the key columns' types
@@ -110,7 +123,9 @@ def chunk_copy(schema: str, table: str, columns: Sequence[str], key: Sequence[st
         cols=sql.SQL(", ").join(sql.Identifier(c) for c in columns),
         tbl=qualified(schema, table),
         where=(sql.SQL(" WHERE ") + sql.SQL(" AND ").join(where)) if where else sql.SQL(""),
-        keys=keys, n=sql.Literal(limit))
+        keys=keys,
+        n=sql.Literal(limit),
+    )
     return sql.SQL("COPY ({}) TO STDOUT (FORMAT csv)").format(query)
 
 
@@ -119,8 +134,11 @@ def max_key(schema: str, table: str, key: Sequence[str], condition: str | None) 
     keys = sql.SQL(", ").join(sql.Identifier(k) for k in key)
     desc = sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(k)) for k in key)
     # aliases matter: ORDER BY a bare name would pick the text output column, not the typed one
-    casts = sql.SQL(", ").join(sql.SQL("{}::text AS {}").format(sql.Identifier(k), sql.Identifier(f"__k{i}"))
-                               for i, k in enumerate(key))
+    casts = sql.SQL(", ").join(
+        sql.SQL("{}::text AS {}").format(sql.Identifier(k), sql.Identifier(f"__k{i}"))
+        for i, k in enumerate(key)
+    )
     where = (sql.SQL(" WHERE (") + sql.SQL(condition) + sql.SQL(")")) if condition else sql.SQL("")  # type: ignore[arg-type]
     return sql.SQL("SELECT {casts} FROM {tbl}{where} ORDER BY {desc} LIMIT 1").format(
-        casts=casts, tbl=qualified(schema, table), where=where, desc=desc, keys=keys)
+        casts=casts, tbl=qualified(schema, table), where=where, desc=desc, keys=keys
+    )

@@ -20,16 +20,17 @@ import pyarrow as pa
 
 from airflow_cdc.core.batch import BatchWriter
 from airflow_cdc.core.errors import ProtocolError
-from airflow_cdc.core.failpoints import failpoint
 from airflow_cdc.core.events import message_schema, now_us
+from airflow_cdc.core.failpoints import failpoint
 from airflow_cdc.core.position import PgPosition
 from airflow_cdc.core.progress import Progress
 from airflow_cdc.core.snapshot import ChunkTracker
 from airflow_cdc.sources.postgres import protocol as proto
 from airflow_cdc.sources.postgres import sql as q
-from airflow_cdc.sources.postgres.tables import RelationState, SOURCE_TYPE, source_constants
+from airflow_cdc.sources.postgres.tables import SOURCE_TYPE, RelationState, source_constants
 
 log = logging.getLogger(__name__)
+_decode: Any = proto.decode  # the hot loop dispatches on the first byte, so the union type adds nothing
 FETCH_ROWS = 4096
 _B, _C, _R, _I, _U, _D, _T, _M, _Y, _O = b"BCRIUDTMYO"
 
@@ -50,9 +51,17 @@ class WindowResult:
 class WindowReader:
     """Decodes pgoutput messages and appends events to the batch's table sinks."""
 
-    def __init__(self, relation_state: Callable[[proto.Relation], RelationState], writer: BatchWriter,
-                 tracker: ChunkTracker | None, skipped: frozenset[str], provide_txn: bool,
-                 message_filter: Callable[[str], bool], connector_name: str, dbname: str) -> None:
+    def __init__(
+        self,
+        relation_state: Callable[[proto.Relation], RelationState],
+        writer: BatchWriter,
+        tracker: ChunkTracker | None,
+        skipped: frozenset[str],
+        provide_txn: bool,
+        message_filter: Callable[[str], bool],
+        connector_name: str,
+        dbname: str,
+    ) -> None:
         self._relation_state = relation_state
         self.writer, self.tracker = writer, tracker
         self.skipped, self.provide_txn, self.message_filter = skipped, provide_txn, message_filter
@@ -61,8 +70,15 @@ class WindowReader:
         self.messages: list[dict[str, Any]] = []
         self.tracked = tracker.tables() if tracker else frozenset()
 
-    def read(self, conn: psycopg.Connection, slot: str, publication: str, from_lsn: int, upto_lsn: int,
-             max_events: int) -> WindowResult:
+    def read(
+        self,
+        conn: psycopg.Connection,
+        slot: str,
+        publication: str,
+        from_lsn: int,
+        upto_lsn: int,
+        max_events: int,
+    ) -> WindowResult:
         """Stream the window ``[from_lsn, upto_lsn)`` (at most ``max_events`` rows, whole transactions)."""
         res = WindowResult(end_lsn=upto_lsn)
         progress = Progress("change window", total=max(upto_lsn - from_lsn, 1), unit="WAL bytes")
@@ -79,7 +95,7 @@ class WindowReader:
                 for change_lsn, data in batch:
                     kind = data[0]
                     if kind == _C:
-                        commit = proto.decode(data)
+                        commit = _decode(data)
                         if st.active:
                             res.transactions += 1
                             res.last_commit_lsn, res.last_xid = st.commit_lsn, st.xid
@@ -87,24 +103,26 @@ class WindowReader:
                         last_commit_end = commit.end_lsn
                         st.active = False
                     elif kind == _B:
-                        begin = proto.decode(data)
+                        begin = _decode(data)
                         st.begin(begin, from_lsn, res.last_commit_lsn)
                     elif kind in (_I, _U, _D):
                         if st.active:
-                            self._change(proto.decode(data), change_lsn, st, res)
+                            self._change(_decode(data), change_lsn, st, res)
                     elif kind == _R:
-                        rel = proto.decode(data)
+                        rel = _decode(data)
                         self._relation(rel)
                     elif kind == _T:
                         if st.active:
-                            self._truncate(proto.decode(data), change_lsn, st, res)
+                            self._truncate(_decode(data), change_lsn, st, res)
                     elif kind == _M:
-                        msg = proto.decode(data)
+                        msg = _decode(data)
                         if not msg.transactional:
                             last_nontx = msg.lsn
                         self._message(msg, change_lsn, st, from_lsn, res)
                     elif kind not in (_Y, _O):
-                        raise ProtocolError(f"unexpected pgoutput message type {chr(kind)!r} at {_lsn(change_lsn)}")
+                        raise ProtocolError(
+                            f"unexpected pgoutput message type {chr(kind)!r} at {_lsn(change_lsn)}"
+                        )
                 progress.update(rows=res.events, done=max(0, batch[-1][0] - from_lsn))
                 failpoint("mid_window")
         if rows >= max_events:
@@ -139,9 +157,14 @@ class WindowReader:
             return
         pos = st.next_position(rs.name, self.provide_txn)
         sink = rs.sink or rs.open_sink(self.writer)
-        sink.append(op, before, after, pos, (st.ts_ms, st.ts_us, st.ts_us * 1000,
-                                              f'["{st.prev_commit}","{change_lsn}"]', st.xid, change_lsn),
-                    st.txn_block(rs.name) if self.provide_txn else None)
+        sink.append(
+            op,
+            before,
+            after,
+            pos,
+            (st.ts_ms, st.ts_us, st.ts_us * 1000, f'["{st.prev_commit}","{change_lsn}"]', st.xid, change_lsn),
+            st.txn_block(rs.name) if self.provide_txn else None,
+        )
         res.events += 1
         counts = res.per_table.setdefault(rs.name, {})
         counts[op] = counts.get(op, 0) + 1
@@ -163,15 +186,28 @@ class WindowReader:
                 continue
             pos = st.next_position(rs.name, self.provide_txn)
             sink = rs.sink or rs.open_sink(self.writer)
-            sink.append("t", None, None, pos, (st.ts_ms, st.ts_us, st.ts_us * 1000,
-                                                f'["{st.prev_commit}","{change_lsn}"]', st.xid, change_lsn),
-                        st.txn_block(rs.name) if self.provide_txn else None)
+            sink.append(
+                "t",
+                None,
+                None,
+                pos,
+                (
+                    st.ts_ms,
+                    st.ts_us,
+                    st.ts_us * 1000,
+                    f'["{st.prev_commit}","{change_lsn}"]',
+                    st.xid,
+                    change_lsn,
+                ),
+                st.txn_block(rs.name) if self.provide_txn else None,
+            )
             res.events += 1
             counts = res.per_table.setdefault(rs.name, {})
             counts["t"] = counts.get("t", 0) + 1
 
-    def _message(self, msg: proto.Message, change_lsn: int, st: _TxnState, from_lsn: int,
-                 res: WindowResult) -> None:
+    def _message(
+        self, msg: proto.Message, change_lsn: int, st: _TxnState, from_lsn: int, res: WindowResult
+    ) -> None:
         if not self.message_filter(msg.prefix):
             return
         if msg.transactional:
@@ -183,23 +219,46 @@ class WindowReader:
             if msg.lsn < from_lsn:
                 return
             pos, ts_us, xid = PgPosition(msg.lsn, 0).sort_key(), now_us(), None
-        src = dict(self.consts, ts_ms=ts_us // 1000, ts_us=ts_us, ts_ns=ts_us * 1000, snapshot="false",
-                   sequence=f'["{st.prev_commit}","{msg.lsn}"]', schema="", table="", txId=xid, lsn=msg.lsn)
-        self.messages.append({"op": "m", "source": src, "message": {"prefix": msg.prefix, "content": msg.content},
-                              "transaction": st.txn_block("\0message") if (self.provide_txn and msg.transactional)
-                              else None, "__position": pos, "_nontx": not msg.transactional, "_lsn": msg.lsn})
+        src = dict(
+            self.consts,
+            ts_ms=ts_us // 1000,
+            ts_us=ts_us,
+            ts_ns=ts_us * 1000,
+            snapshot="false",
+            sequence=f'["{st.prev_commit}","{msg.lsn}"]',
+            schema="",
+            table="",
+            txId=xid,
+            lsn=msg.lsn,
+        )
+        self.messages.append(
+            {
+                "op": "m",
+                "source": src,
+                "message": {"prefix": msg.prefix, "content": msg.content},
+                "transaction": st.txn_block("\0message")
+                if (self.provide_txn and msg.transactional)
+                else None,
+                "__position": pos,
+                "_nontx": not msg.transactional,
+                "_lsn": msg.lsn,
+            }
+        )
         res.messages += 1
 
     def _flush_messages(self) -> None:
         if not self.messages:
             return
         ts = now_us()
-        rows = [{k: v for k, v in m.items() if not k.startswith("_") or k == "__position"} for m in self.messages]
+        rows = [
+            {k: v for k, v in m.items() if not k.startswith("_") or k == "__position"} for m in self.messages
+        ]
         for r in rows:
             r.update(ts_ms=ts // 1000, ts_us=ts, ts_ns=ts * 1000)
             if r["transaction"] is not None:
-                r["transaction"] = dict(zip(("id", "total_order", "data_collection_order"), r["transaction"],
-                                            strict=True))
+                r["transaction"] = dict(
+                    zip(("id", "total_order", "data_collection_order"), r["transaction"], strict=True)
+                )
         self.writer.write_messages(pa.Table.from_pylist(rows, schema=message_schema(SOURCE_TYPE)))
         self.messages = []
 
@@ -207,8 +266,18 @@ class WindowReader:
 class _TxnState:
     """Per-transaction facts the events of one transaction share."""
 
-    __slots__ = ("active", "xid", "commit_lsn", "ts_us", "ts_ms", "seq", "prev_commit", "commit_key",
-                 "per_table", "txn_id")
+    __slots__ = (
+        "active",
+        "xid",
+        "commit_lsn",
+        "ts_us",
+        "ts_ms",
+        "seq",
+        "prev_commit",
+        "commit_key",
+        "per_table",
+        "txn_id",
+    )
 
     def __init__(self) -> None:
         self.active = False
@@ -253,5 +322,3 @@ def prefix_filter(include: tuple[str, ...], exclude: tuple[str, ...]) -> Callabl
     if inc:
         return lambda prefix: any(p.fullmatch(prefix) for p in inc)
     return lambda prefix: not any(p.fullmatch(prefix) for p in exc)
-
-

@@ -17,13 +17,24 @@ from airflow_cdc.core.table_sink import SourceLayout, TableSink
 from airflow_cdc.sources.postgres.types import ColumnCodec, HandlingModes, PgTypeInfo, column_codec
 
 #: PostgreSQL ``source`` block, exactly Debezium's fields.
-SOURCE_TYPE = pa.struct([
-    pa.field("version", pa.string()), pa.field("connector", pa.string()), pa.field("name", pa.string()),
-    pa.field("ts_ms", pa.int64()), pa.field("ts_us", pa.int64()), pa.field("ts_ns", pa.int64()),
-    pa.field("snapshot", pa.string()), pa.field("db", pa.string()), pa.field("sequence", pa.string()),
-    pa.field("schema", pa.string()), pa.field("table", pa.string()), pa.field("txId", pa.int64()),
-    pa.field("lsn", pa.int64()), pa.field("xmin", pa.int64()),
-])
+SOURCE_TYPE = pa.struct(
+    [
+        pa.field("version", pa.string()),
+        pa.field("connector", pa.string()),
+        pa.field("name", pa.string()),
+        pa.field("ts_ms", pa.int64()),
+        pa.field("ts_us", pa.int64()),
+        pa.field("ts_ns", pa.int64()),
+        pa.field("snapshot", pa.string()),
+        pa.field("db", pa.string()),
+        pa.field("sequence", pa.string()),
+        pa.field("schema", pa.string()),
+        pa.field("table", pa.string()),
+        pa.field("txId", pa.int64()),
+        pa.field("lsn", pa.int64()),
+        pa.field("xmin", pa.int64()),
+    ]
+)
 VARYING = ("ts_ms", "ts_us", "ts_ns", "sequence", "txId", "lsn")
 
 
@@ -48,24 +59,45 @@ class RelationState:
     columns: list[dict[str, Any]] = field(default_factory=list)
 
     def layout(self, snapshot: str) -> SourceLayout:
-        return SourceLayout(SOURCE_TYPE, dict(self.constants, snapshot=snapshot, schema=self.tid.schema,
-                                              table=self.tid.table), VARYING)
+        return SourceLayout(
+            SOURCE_TYPE,
+            dict(self.constants, snapshot=snapshot, schema=self.tid.schema, table=self.tid.table),
+            VARYING,
+        )
 
     def table_info(self) -> dict[str, Any]:
-        return {"schema": self.tid.schema, "table": self.tid.table, "key_columns": self.key_columns,
-                "columns": self.columns}
+        return {
+            "schema": self.tid.schema,
+            "table": self.tid.table,
+            "key_columns": self.key_columns,
+            "columns": self.columns,
+        }
 
     def open_sink(self, writer: BatchWriter, kind: str = "stream") -> TableSink:
-        sink = writer.sink(self.name, self.table_info(), self.codecs, self.select,
-                           self.layout("false" if kind == "stream" else "incremental"), kind, self.signature)
+        sink = writer.sink(
+            self.name,
+            self.table_info(),
+            self.codecs,
+            self.select,
+            self.layout("false" if kind == "stream" else "incremental"),
+            kind,
+            self.signature,
+        )
         if kind == "stream":
             self.sink = sink
         return sink
 
 
-def build_state(tid: TableId, included: bool, columns: Sequence[tuple[str, int, int]], key: Sequence[str],
-                filters: TableFilter, modes: HandlingModes, type_info: Callable[[int], PgTypeInfo],
-                constants: dict[str, Any]) -> RelationState:
+def build_state(
+    tid: TableId,
+    included: bool,
+    columns: Sequence[tuple[str, int, int]],
+    key: Sequence[str],
+    filters: TableFilter,
+    modes: HandlingModes,
+    type_info: Callable[[int], PgTypeInfo],
+    constants: dict[str, Any],
+) -> RelationState:
     """Build the capture state for a table given its columns as (name, type oid, typmod).
 
     :raises SchemaError: a key column is missing from the relation.
@@ -88,8 +120,17 @@ def build_state(tid: TableId, included: bool, columns: Sequence[tuple[str, int, 
             raise UnsupportedType(f"table {name}, column {col!r}: {e}", hint=e.hint) from e
         select.append(i)
         codecs.append(codec)
-        infos.append({"name": col, "type_oid": oid, "typmod": typmod,
-                      "type": (codec.field.metadata or {}).get(b"pg.type", b"").decode()})
-    sig = hashlib.sha1(repr([(c["name"], c["type_oid"], c["typmod"]) for c in infos]).encode()).hexdigest()[:12]
-    return RelationState(name, tid, True, select, [names.index(k) for k in key], list(key), codecs, sig,
-                         constants, None, infos)
+        infos.append(
+            {
+                "name": col,
+                "type_oid": oid,
+                "typmod": typmod,
+                "type": (codec.field.metadata or {}).get(b"pg.type", b"").decode(),
+            }
+        )
+    sig = hashlib.sha1(repr([(c["name"], c["type_oid"], c["typmod"]) for c in infos]).encode()).hexdigest()[
+        :12
+    ]
+    return RelationState(
+        name, tid, True, select, [names.index(k) for k in key], list(key), codecs, sig, constants, None, infos
+    )
