@@ -98,6 +98,7 @@ class BatchWriter:
         kind: str,
         schema_version: str,
         metadata: dict[bytes, bytes] | None = None,
+        expand: Any = None,
     ) -> TableSink:
         """Open a new part for ``table`` (closing its previous open part, if any).
 
@@ -110,7 +111,7 @@ class BatchWriter:
         (self.tmp / rel).parent.mkdir(parents=True, exist_ok=True)
         sink = TableSink(
             str(self.tmp / rel), rel, codecs, select, source, kind, schema_version, self.piece_rows, metadata
-        )
+        , expand=expand)
         self._open[table] = sink
         self._tables.setdefault(table, {}).update(table_info)
         return sink
@@ -123,6 +124,20 @@ class BatchWriter:
                 self._parts.setdefault(table, []).append(part)
             else:
                 (self.tmp / part.file).unlink()
+
+    def op_counts(self, kind: str) -> dict[str, dict[str, int]]:
+        """Events per table and op in parts of ``kind`` so far (flushes open parts of that kind)."""
+        out: dict[str, dict[str, int]] = {}
+        for sink in self._open.values():
+            if sink.kind == kind:
+                sink.flush()
+        sinks = [(t, s.ops) for t, s in self._open.items() if s.kind == kind]
+        parts = [(t, p.ops) for t, ps in self._parts.items() for p in ps if p.kind == kind]
+        for table, ops in sinks + parts:
+            counts = out.setdefault(table, {})
+            for op, n in ops.items():
+                counts[op] = counts.get(op, 0) + n
+        return out
 
     def write_messages(self, table: pa.Table) -> None:
         """Write logical messages (op = m) as one part."""

@@ -8,7 +8,7 @@ so the per-event cost in Python is a few list appends.  Memory is bounded by the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -35,13 +35,18 @@ class SourceLayout:
     constants: dict[str, Any]
     varying: tuple[str, ...]
 
-    def build(self, n: int, varying_rows: list[tuple]) -> pa.StructArray:
+    def build(self, n: int, varying_rows: list[tuple] | tuple) -> pa.StructArray:
+        """The ``source`` column: ``varying_rows`` per event, or one tuple shared by all ``n``."""
         arrays = []
         index = {name: i for i, name in enumerate(self.varying)}
+        shared = isinstance(varying_rows, tuple)
         for f in self.type:
             if f.name in index:
                 i = index[f.name]
-                arrays.append(pa.array([r[i] for r in varying_rows], type=f.type))
+                if shared:
+                    arrays.append(pa.repeat(pa.scalar(varying_rows[i], type=f.type), n))
+                else:
+                    arrays.append(pa.array([r[i] for r in varying_rows], type=f.type))
             else:
                 arrays.append(pa.repeat(pa.scalar(self.constants.get(f.name), type=f.type), n))
         return pa.StructArray.from_arrays(arrays, fields=list(self.type))
@@ -56,6 +61,11 @@ class PartInfo:
     first_position: str | None = None
     last_position: str | None = None
     ops: dict[str, int] = field(default_factory=dict)
+
+
+def _expand_plain(rows: list[tuple]) -> tuple[list[bytes], list[tuple], list | None]:
+    """Rows appended by :meth:`TableSink.append`: (op, before, after, position, source, txn)."""
+    return [r[3] for r in rows], [r[4] for r in rows], [r[5] for r in rows]
 
 
 def relax(field: pa.Field) -> pa.Field:
@@ -97,7 +107,9 @@ class TableSink:
         schema_version: str,
         piece_rows: int,
         schema_metadata: dict[bytes, bytes] | None = None,
+        expand: Callable[[list[tuple]], tuple[list[bytes], list[tuple], list | None]] | None = None,
     ) -> None:
+        self._expand = expand or _expand_plain
         self.rel_path, self.kind, self.schema_version = rel_path, kind, schema_version
         self._codecs, self._select, self._source = list(codecs), list(select), source
         self._piece_rows = piece_rows
@@ -111,16 +123,11 @@ class TableSink:
         self.last_position: bytes | None = None
 
     def _reset(self) -> None:
-        self._ops: list[str] = []
-        self._before: list[tuple | None] = []
-        self._after: list[tuple | None] = []
-        self._positions: list[bytes] = []
-        self._src: list[tuple] = []
-        self._txn: list[tuple | None] = []
+        self._rows: list[tuple] = []
 
     @property
     def buffered(self) -> int:
-        return len(self._ops)
+        return len(self._rows)
 
     def append(
         self,
@@ -132,13 +139,16 @@ class TableSink:
         txn: tuple | None = None,
     ) -> None:
         """Buffer one event; flushes a row group when the piece is full."""
-        self._ops.append(op)
-        self._before.append(before)
-        self._after.append(after)
-        self._positions.append(position)
-        self._src.append(source_values)
-        self._txn.append(txn)
-        if len(self._ops) >= self._piece_rows:
+        self._rows.append((op, before, after, position, source_values, txn))
+        if len(self._rows) >= self._piece_rows:
+            self.flush()
+
+    def add(self, row: tuple) -> None:
+        """Buffer one event as ``(op, before, after, *source_specific)``; the sink's ``expand``
+        turns the source-specific tail into positions, source values and transaction blocks
+        for a whole piece at once (cheaper than per event on the hot path)."""
+        self._rows.append(row)
+        if len(self._rows) >= self._piece_rows:
             self.flush()
 
     def _image(self, rows: list[tuple | None], want_unavailable: bool) -> tuple[pa.Array, list | None]:
@@ -169,12 +179,14 @@ class TableSink:
 
     def flush(self) -> None:
         """Convert the buffered events and write them as one row group."""
-        n = len(self._ops)
-        if n == 0:
+        rows = self._rows
+        if not rows:
             return
-        before, _ = self._image(self._before, False)
-        after, unavailable = self._image(self._after, True)
-        self._write(self._ops, before, after, self._positions, self._src, self._txn, unavailable)
+        ops = [r[0] for r in rows]
+        before, _ = self._image([r[1] for r in rows], False)
+        after, unavailable = self._image([r[2] for r in rows], True)
+        positions, src, txn = self._expand(rows)
+        self._write(ops, before, after, positions, src, txn, unavailable)
         self._reset()
 
     def _write(
@@ -183,7 +195,7 @@ class TableSink:
         before: pa.Array,
         after: pa.Array,
         positions: list[bytes],
-        src_rows: list[tuple],
+        src_rows: list[tuple] | tuple,
         txn: list[tuple | None] | None,
         unavailable: list | None,
     ) -> None:
@@ -246,7 +258,7 @@ class TableSink:
         ]
         after = pa.StructArray.from_arrays(children, fields=self._fields)
         row_type = pa.struct(self._fields)
-        self._write([op] * n, pa.nulls(n, row_type), after, [position] * n, [source_values] * n, None, None)
+        self._write([op] * n, pa.nulls(n, row_type), after, [position] * n, source_values, None, None)
 
     def close(self) -> PartInfo:
         """Flush and close the file; returns what the manifest records about this part."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,9 @@ log = logging.getLogger(__name__)
 _decode: Any = proto.decode  # the hot loop dispatches on the first byte, so the union type adds nothing
 FETCH_ROWS = 4096
 _B, _C, _R, _I, _U, _D, _T, _M, _Y, _O = b"BCRIUDTMYO"
+_N, _K = b"NK"
+_U32 = struct.Struct(">I").unpack_from
+parse_tuple = proto.parse_tuple
 
 
 @dataclass
@@ -82,7 +86,7 @@ class WindowReader:
         """Stream the window ``[from_lsn, upto_lsn)`` (at most ``max_events`` rows, whole transactions)."""
         res = WindowResult(end_lsn=upto_lsn)
         progress = Progress("change window", total=max(upto_lsn - from_lsn, 1), unit="WAL bytes")
-        rows = 0
+        rows = events = 0
         last_commit_end = last_nontx = None
         st = _TxnState()
         with conn.transaction(), conn.cursor(name="airflow_cdc_window", binary=True) as cur:
@@ -105,9 +109,9 @@ class WindowReader:
                     elif kind == _B:
                         begin = _decode(data)
                         st.begin(begin, from_lsn, res.last_commit_lsn)
-                    elif kind in (_I, _U, _D):
+                    elif kind == _I or kind == _U or kind == _D:
                         if st.active:
-                            self._change(_decode(data), change_lsn, st, res)
+                            events += self._change(data, kind, change_lsn, st)
                     elif kind == _R:
                         rel = _decode(data)
                         self._relation(rel)
@@ -123,7 +127,7 @@ class WindowReader:
                         raise ProtocolError(
                             f"unexpected pgoutput message type {chr(kind)!r} at {_lsn(change_lsn)}"
                         )
-                progress.update(rows=res.events, done=max(0, batch[-1][0] - from_lsn))
+                progress.update(rows=events, done=max(0, batch[-1][0] - from_lsn))
                 failpoint("mid_window")
         if rows >= max_events:
             res.bounded = True
@@ -131,6 +135,9 @@ class WindowReader:
             res.end_lsn = max(ends) if ends else upto_lsn
             self.messages = [m for m in self.messages if not (m["_nontx"] and m["_lsn"] >= res.end_lsn)]
         self._flush_messages()
+        res.events += events
+        for table, counts in self.writer.op_counts("stream").items():
+            res.per_table[table] = counts
         progress.finish(rows=res.events)
         return res
 
@@ -143,37 +150,42 @@ class WindowReader:
             state = old
         self.rels[rel.relid] = state
 
-    def _change(self, msg: Any, change_lsn: int, st: _TxnState, res: WindowResult) -> None:
-        rs = self.rels.get(msg.relid)
+    def _change(self, data: bytes, kind: int, change_lsn: int, st: _TxnState) -> int:
+        """Decode an Insert/Update/Delete without building message objects (hot path)."""
+        rs = self.rels.get(_U32(data, 1)[0])
         if rs is None or not rs.included:
-            return
-        if isinstance(msg, proto.Insert):
-            op, before, after = "c", None, msg.new
-        elif isinstance(msg, proto.Update):
-            op, before, after = "u", msg.old, msg.new
+            return 0
+        marker = data[5]
+        if kind == _I:
+            op, before = "c", None
+            after = parse_tuple(data, 6)[0] if marker == _N else _bad(data, change_lsn)
+        elif kind == _U:
+            op = "u"
+            if marker == _N:
+                before, after = None, parse_tuple(data, 6)[0]
+            else:
+                before, off = parse_tuple(data, 6) if marker in (_K, _O) else _bad(data, change_lsn)
+                after = parse_tuple(data, off + 1)[0] if data[off] == _N else _bad(data, change_lsn)
         else:
-            op, before, after = "d", msg.old, None
+            op, after = "d", None
+            before = parse_tuple(data, 6)[0] if marker in (_K, _O) else _bad(data, change_lsn)
         if op in self.skipped:
-            return
-        pos = st.next_position(rs.name, self.provide_txn)
-        sink = rs.sink or rs.open_sink(self.writer)
-        sink.append(
-            op,
-            before,
-            after,
-            pos,
-            (st.ts_ms, st.ts_us, st.ts_us * 1000, f'["{st.prev_commit}","{change_lsn}"]', st.xid, change_lsn),
-            st.txn_block(rs.name) if self.provide_txn else None,
-        )
-        res.events += 1
-        counts = res.per_table.setdefault(rs.name, {})
-        counts[op] = counts.get(op, 0) + 1
+            return 0
+        self._emit(rs, op, before, after, change_lsn, st)
         if rs.name in self.tracked:
             for image in (before, after):
                 if image is not None:
                     key = tuple(_text(image[i]) for i in rs.key_index)
                     if None not in key:
                         self.tracker.observe(rs.name, key, st.xid)  # type: ignore[union-attr]
+        return 1
+
+    def _emit(self, rs: RelationState, op: str, before: tuple | None, after: tuple | None, change_lsn: int,
+              st: _TxnState) -> None:
+        st.seq += 1
+        block = st.txn_block(rs.name) if self.provide_txn else None
+        sink = rs.sink or rs.open_sink(self.writer, expand=expand_events)
+        sink.add((op, before, after, st.info, st.seq, change_lsn, block))
 
     def _truncate(self, msg: proto.Truncate, change_lsn: int, st: _TxnState, res: WindowResult) -> None:
         for relid in msg.relids:
@@ -184,26 +196,8 @@ class WindowReader:
                 self.tracker.observe_truncate(rs.name, st.xid)  # type: ignore[union-attr]
             if "t" in self.skipped:
                 continue
-            pos = st.next_position(rs.name, self.provide_txn)
-            sink = rs.sink or rs.open_sink(self.writer)
-            sink.append(
-                "t",
-                None,
-                None,
-                pos,
-                (
-                    st.ts_ms,
-                    st.ts_us,
-                    st.ts_us * 1000,
-                    f'["{st.prev_commit}","{change_lsn}"]',
-                    st.xid,
-                    change_lsn,
-                ),
-                st.txn_block(rs.name) if self.provide_txn else None,
-            )
+            self._emit(rs, "t", None, None, change_lsn, st)
             res.events += 1
-            counts = res.per_table.setdefault(rs.name, {})
-            counts["t"] = counts.get("t", 0) + 1
 
     def _message(
         self, msg: proto.Message, change_lsn: int, st: _TxnState, from_lsn: int, res: WindowResult
@@ -213,7 +207,8 @@ class WindowReader:
         if msg.transactional:
             if not st.active:
                 return
-            pos = st.next_position("\0message", self.provide_txn)
+            st.seq += 1
+            pos = st.commit_key + st.seq.to_bytes(8, "big")
             ts_us, xid = st.ts_us, st.xid
         else:
             if msg.lsn < from_lsn:
@@ -264,20 +259,10 @@ class WindowReader:
 
 
 class _TxnState:
-    """Per-transaction facts the events of one transaction share."""
+    """Per-transaction facts the events of one transaction share (``info`` is one tuple)."""
 
-    __slots__ = (
-        "active",
-        "xid",
-        "commit_lsn",
-        "ts_us",
-        "ts_ms",
-        "seq",
-        "prev_commit",
-        "commit_key",
-        "per_table",
-        "txn_id",
-    )
+    __slots__ = ("active", "xid", "commit_lsn", "ts_us", "seq", "prev_commit", "commit_key", "per_table",
+                 "txn_id", "info")
 
     def __init__(self) -> None:
         self.active = False
@@ -288,22 +273,35 @@ class _TxnState:
         # final_lsn is the commit record's start: below the offset means already committed
         self.active = begin.final_lsn >= from_lsn
         self.xid, self.commit_lsn = begin.xid, begin.final_lsn
-        self.ts_us, self.ts_ms = begin.commit_ts_us, begin.commit_ts_us // 1000
+        self.ts_us = begin.commit_ts_us
         self.seq = 0
         self.commit_key = begin.final_lsn.to_bytes(8, "big")
         if last_commit is not None:
             self.prev_commit = last_commit
         self.per_table: dict[str, int] = {}
         self.txn_id = f"{begin.xid}:{begin.final_lsn}"
-
-    def next_position(self, table: str, provide_txn: bool) -> bytes:
-        self.seq += 1
-        if provide_txn:
-            self.per_table[table] = self.per_table.get(table, 0) + 1
-        return self.commit_key + self.seq.to_bytes(8, "big")
+        self.info = (self.commit_key, self.ts_us, self.xid, self.prev_commit)
 
     def txn_block(self, table: str) -> tuple[str, int, int]:
-        return (self.txn_id, self.seq, self.per_table.get(table, 0))
+        self.per_table[table] = n = self.per_table.get(table, 0) + 1
+        return (self.txn_id, self.seq, n)
+
+
+def expand_events(rows: list[tuple]) -> tuple[list[bytes], list[tuple], list | None]:
+    """Positions, ``source`` values and transaction blocks for a piece of buffered events.
+
+    A row is ``(op, before, after, txn_info, seq, change_lsn, txn_block)``; ``txn_info`` is
+    ``(commit_key, commit_ts_us, xid, previous_commit_lsn)``, shared by the transaction's events.
+    """
+    positions = [r[3][0] + r[4].to_bytes(8, "big") for r in rows]
+    source = [(t[1] // 1000, t[1], t[1] * 1000, f'["{t[3]}","{r[5]}"]', t[2], r[5])
+              for r in rows for t in (r[3],)]
+    return positions, source, [r[6] for r in rows]
+
+
+def _bad(data: bytes, change_lsn: int) -> Any:
+    raise ProtocolError(f"malformed pgoutput {chr(data[0])!r} message at {_lsn(change_lsn)}: "
+                        f"unexpected tuple marker {data[5:6]!r}")
 
 
 def _text(value: Any) -> str | None:
