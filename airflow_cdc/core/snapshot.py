@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_cdc.core.errors import ConfigError
 
@@ -143,7 +144,13 @@ class ChunkRead:
 
 
 class ChunkTracker:
-    """Maps chunk keys to rows and marks rows touched by transactions their chunk does not reflect.
+    """Marks chunk rows touched by transactions their chunk does not reflect.
+
+    Chunks are read one after another, so their snapshots only move forward: a transaction
+    reflected by chunk *i* is reflected by every later chunk.  Each transaction therefore has a
+    first reflecting chunk (found by binary search, cached), and each touched key keeps the
+    greatest such index over the transactions that touched it: chunks before that index must
+    drop the key.  Memory grows with the keys the window touches, not with the chunk rows.
 
     :param reflects: ``reflects(watermark, txn) -> bool``: whether a chunk read with
         ``watermark`` already contains the effects of transaction ``txn`` (source-specific).
@@ -151,33 +158,58 @@ class ChunkTracker:
 
     def __init__(self, chunks: list[ChunkRead], reflects: Callable[[Any, Any], bool]) -> None:
         self.chunks, self._reflects = chunks, reflects
-        self._keys: dict[str, dict[tuple, tuple[int, int]]] = {}
-        for ci, chunk in enumerate(chunks):
-            keymap = self._keys.setdefault(chunk.snapshot.table, {})
-            cols = [chunk.data.column(i).to_pylist() for i in chunk.key_index]
-            for ri, key in enumerate(zip(*cols, strict=True)):
-                keymap[key] = (ci, ri)
+        self._tables = frozenset(c.snapshot.table for c in chunks)
+        self._touched: dict[str, dict[tuple, int]] = {}
+        self._truncated: dict[str, int] = {}
+        self._first: dict[Any, int] = {}
 
     def tables(self) -> frozenset[str]:
-        return frozenset(self._keys)
+        return self._tables
+
+    def _first_reflecting(self, txn: Any) -> int:
+        first = self._first.get(txn)
+        if first is None:
+            lo, hi = 0, len(self.chunks)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if self._reflects(self.chunks[mid].watermark, txn):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            self._first[txn] = first = lo
+        return first
 
     def observe(self, table: str, key: tuple, txn: Any) -> None:
         """Record that ``txn`` changed the row with ``key`` (text values) in ``table``."""
-        hit = self._keys.get(table, {}).get(key)
-        if hit is not None:
-            chunk = self.chunks[hit[0]]
-            if not self._reflects(chunk.watermark, txn):
-                chunk.dropped.add(hit[1])
+        first = self._first_reflecting(txn)
+        if first:
+            keys = self._touched.setdefault(table, {})
+            if keys.get(key, 0) < first:
+                keys[key] = first
 
     def observe_truncate(self, table: str, txn: Any) -> None:
         """A truncate by ``txn``: every row of chunks that do not reflect it is stale."""
-        for chunk in self.chunks:
-            if chunk.snapshot.table == table and not self._reflects(chunk.watermark, txn):
-                chunk.dropped.update(range(chunk.data.num_rows))
+        first = self._first_reflecting(txn)
+        if first > self._truncated.get(table, 0):
+            self._truncated[table] = first
 
     def survivors(self, chunk: ChunkRead) -> pa.Table:
         """The chunk's rows that no unreflected transaction touched."""
-        if not chunk.dropped:
+        index = next(i for i, c in enumerate(self.chunks) if c is chunk)
+        table = chunk.snapshot.table
+        if self._truncated.get(table, 0) > index:
+            chunk.dropped.update(range(chunk.data.num_rows))
+            return chunk.data.slice(0, 0)
+        stale = [k for k, first in self._touched.get(table, {}).items() if first > index]
+        if not stale:
             return chunk.data
-        mask = [i not in chunk.dropped for i in range(chunk.data.num_rows)]
-        return chunk.data.filter(pa.array(mask))
+        if len(chunk.key_index) == 1:
+            column = chunk.data.column(chunk.key_index[0])
+            hit = pc.is_in(column, value_set=pa.array([k[0] for k in stale], pa.string()))
+            mask = pc.invert(pc.fill_null(hit, False))
+        else:
+            wanted = set(stale)
+            cols = [chunk.data.column(i).to_pylist() for i in chunk.key_index]
+            mask = pa.array([key not in wanted for key in zip(*cols, strict=True)])
+        chunk.dropped.update(i for i, keep in enumerate(mask.to_pylist()) if not keep)
+        return chunk.data.filter(mask)

@@ -117,6 +117,7 @@ class TableSink:
         self.schema = envelope_schema(self._fields, source.type, schema_metadata)
         self._writer = pq.ParquetWriter(path, self.schema, compression="snappy")
         self._reset()
+        self.closed = False
         self.rows = 0
         self.ops: dict[str, int] = {}
         self.first_position: bytes | None = None
@@ -264,6 +265,7 @@ class TableSink:
         """Flush and close the file; returns what the manifest records about this part."""
         self.flush()
         self._writer.close()
+        self.closed = True
         return PartInfo(
             self.rel_path,
             self.rows,

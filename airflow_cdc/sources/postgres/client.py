@@ -119,6 +119,7 @@ class Catalog:
     def __init__(self, conn: psycopg.Connection) -> None:
         self.conn = conn
         self._types: dict[int, PgTypeInfo] = {}
+        self._meta: dict[tuple[int, TableId], TableMeta] = {}
 
     def type_info(self, oid: int) -> PgTypeInfo:
         if oid not in self._types:
@@ -150,10 +151,13 @@ class Catalog:
         return out
 
     def table_meta(self, tid: TableId, oid: int, filters: TableFilter) -> TableMeta:
-        """Columns and key of a table.
+        """Columns and key of a table (cached for this catalog's life: one capture run).
 
         :raises SchemaError: the table has no primary key and no ``message.key.columns`` entry.
         """
+        cached = self._meta.get((oid, tid))
+        if cached is not None:
+            return cached
         cols = [Column(*row) for row in self.conn.execute(q.TABLE_COLUMNS, (oid,))]
         ident = self.conn.execute("SELECT relreplident FROM pg_class WHERE oid = %s", (oid,)).fetchone()
         key = filters.message_key_columns(tid) or [r[0] for r in self.conn.execute(q.PRIMARY_KEY, (oid,))]
@@ -166,7 +170,9 @@ class Catalog:
                 f"table {tid} has no primary key and no entry in 'message.key.columns'",
                 hint=f"add a primary key, or set message.key.columns={tid}:<col>[,<col>]",
             )
-        return TableMeta(tid, oid, cols, list(key), ident[0] if ident else "d")
+        meta = TableMeta(tid, oid, cols, list(key), ident[0] if ident else "d")
+        self._meta[(oid, tid)] = meta
+        return meta
 
     def check_select(self, meta: TableMeta) -> None:
         row = self.conn.execute(q.TABLE_PRIVILEGE, (meta.oid,)).fetchone()

@@ -91,12 +91,15 @@ class PostgresSource:
         )
         self.slot, self.publication = config["slot.name"], config["publication.name"]
         self.conn: psycopg.Connection | None = None
+        self._snapshot_sinks: dict[tuple, Any] = {}
+        self._table_states: dict[str, RelationState] = {}
         self._tables: dict[str, tuple[TableId, int]] = {}
 
     # -- lifecycle --------------------------------------------------------------------------
     def open(self) -> None:
         """Connect, check the server, list tables and ensure the publication exists."""
         self.conn = client.connect(self.config)
+        self._snapshot_sinks, self._table_states = {}, {}
         self.server = client.check_server(self.conn)
         self.catalog = client.Catalog(self.conn)
         via_root = self.config["publish.via.partition.root"]
@@ -215,9 +218,14 @@ class PostgresSource:
         return self._state_for(tid, rel.relid, [(c.name, c.type_oid, c.typmod) for c in rel.columns])
 
     def table_state(self, table: str) -> RelationState:
+        """Capture state of a table as the catalog has it now (cached for the run)."""
+        if table in self._table_states:
+            return self._table_states[table]
         tid, oid = self._tables[table]
         meta = self.catalog.table_meta(tid, oid, self.filters)
-        return self._state_for(tid, oid, [(c.name, c.type_oid, c.typmod) for c in meta.columns])
+        state = self._state_for(tid, oid, [(c.name, c.type_oid, c.typmod) for c in meta.columns])
+        self._table_states[table] = state
+        return state
 
     # -- snapshot chunks --------------------------------------------------------------------
     def read_chunks(self, pending: list[TableSnapshot], max_rows: int, chunk_size: int) -> list[ChunkRead]:
@@ -263,8 +271,7 @@ class PostgresSource:
                         tid.schema, tid.table, all_cols, order, after, snap.max_key, snap.condition, limit
                     )
                 ) as copy:
-                    for block in copy:
-                        buf.write(block)
+                    buf.write(b"".join(copy))
             lsn_after = parse_pg_lsn(self.conn.execute(q.INSERT_LSN).fetchone()[0])  # type: ignore[index]
         data = _parse_csv(buf.getvalue(), len(all_cols))
         key_index = [all_cols.index(k) for k in state.key_columns]
@@ -319,8 +326,12 @@ class PostgresSource:
     def write_snapshot_rows(
         self, writer: BatchWriter, chunk: ChunkRead, rows: pa.Table, end_lsn: int
     ) -> None:
+        """Append a chunk's surviving rows as ``op=r``; chunks of a table share one part per batch."""
         state = self.table_state(chunk.snapshot.table)
-        sink = state.open_sink(writer, kind="snapshot")
+        key = (id(writer), state.name, state.signature)
+        sink = self._snapshot_sinks.get(key)
+        if sink is None or sink.closed:
+            sink = self._snapshot_sinks[key] = state.open_sink(writer, kind="snapshot")
         ts = time.time_ns() // 1000
         sink.write_columnar(
             "r",
@@ -328,7 +339,6 @@ class PostgresSource:
             self.snapshot_position(end_lsn),
             (ts // 1000, ts, ts * 1000, None, None, end_lsn),
         )
-        writer.close_table(state.name)
 
 
 def _parse_csv(data: bytes, ncols: int) -> pa.Table:
