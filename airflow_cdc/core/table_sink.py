@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from airflow_cdc.core.events import TRANSACTION_TYPE, envelope_schema, now_us
+from airflow_cdc.core.events import POSITION_COLUMN, TRANSACTION_TYPE, envelope_schema, now_us
 
 
 class Codec(Protocol):
@@ -115,7 +115,11 @@ class TableSink:
         self._piece_rows = piece_rows
         self._fields = [relax(c.field) for c in codecs]
         self.schema = envelope_schema(self._fields, source.type, schema_metadata)
-        self._writer = pq.ParquetWriter(path, self.schema, compression="snappy")
+        # dictionary-encode only the low-cardinality envelope columns and keep statistics only for
+        # the position: both cost ~35% of write time on high-cardinality row data for no gain
+        dictionary = ["op"] + [f"source.{f.name}" for f in source.type if pa.types.is_string(f.type)]
+        self._writer = pq.ParquetWriter(path, self.schema, compression="snappy", use_dictionary=dictionary,
+                                        write_statistics=[POSITION_COLUMN])
         self._reset()
         self.closed = False
         self.rows = 0

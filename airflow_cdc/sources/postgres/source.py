@@ -260,6 +260,10 @@ class PostgresSource:
         order = [snap.surrogate_key] if snap.surrogate_key else state.key_columns
         with self.conn.transaction():
             self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            # a chunk is a key-ordered range read with LIMIT: without statistics (fresh tables) the
+            # planner sorts the whole remaining range per chunk, which makes a snapshot quadratic
+            self.conn.execute("SET LOCAL enable_sort = off")
+            self.conn.execute("SET LOCAL enable_bitmapscan = off")
             snap_text = self.conn.execute(q.SNAPSHOT_WATERMARK).fetchone()[0]  # type: ignore[index]
             if snap.max_key is None:
                 row = self.conn.execute(q.max_key(tid.schema, tid.table, order, snap.condition)).fetchone()
