@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from airflow_cdc.core.batch import Batch, BatchWriter, clean_incomplete, expire_batches
 from airflow_cdc.core.config import ConnectorConfig
 from airflow_cdc.core.failpoints import failpoint
+from airflow_cdc.core.position import format_pg_lsn
 from airflow_cdc.core.signals import SnapshotSignal, apply_signals, parse_signal
 from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, SnapshotContext, match_tables
 from airflow_cdc.core.state import StateStore
@@ -29,7 +30,8 @@ log = logging.getLogger(__name__)
 class ChangeSource(Protocol):
     """What a source supplies.  Contract: windows are read without consuming (the source keeps
     everything after the acknowledged position); ``acknowledge`` never moves backward; chunk
-    watermarks tell exactly which windowed transactions a chunk already reflects."""
+    watermarks tell exactly which windowed transactions a chunk already reflects; ``acknowledge``
+    works whether or not the source is open."""
 
     kind: str
 
@@ -61,12 +63,8 @@ class CaptureResult:
     notes: list[str] = field(default_factory=list)
     committed: bool = False
 
-    def summary(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items()}
 
 
-def _lsn(value: int) -> str:
-    return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
 
 
 def _plan_snapshots(
@@ -162,11 +160,11 @@ class Capture:
         snap_rows = self._reconcile(writer, ctx, chunks, tracker, end_lsn, notes)
         if not any(p.origin == "initial" for p in ctx.pending):
             ctx.initial_done = True
-        to_offset = {"lsn": _lsn(end_lsn)}
+        to_offset = {"lsn": format_pg_lsn(end_lsn)}
         if window is not None and window.last_commit_lsn is not None:
             to_offset.update(
                 txId=window.last_xid,
-                last_commit_lsn=_lsn(window.last_commit_lsn),
+                last_commit_lsn=format_pg_lsn(window.last_commit_lsn),
                 ts_usec=window.last_commit_ts_us,
             )
         elif data.get("offset"):
@@ -181,7 +179,7 @@ class Capture:
         tables = dict(window.per_table) if window else {}
         manifest: dict[str, Any] = {
             "source": self.source.kind,
-            "from_offset": data.get("offset") or {"lsn": _lsn(from_lsn)},
+            "from_offset": data.get("offset") or {"lsn": format_pg_lsn(from_lsn)},
             "to_offset": to_offset,
             "state_version": version,
             "state_after": state_after,
@@ -255,11 +253,7 @@ class Capture:
         else:
             version = self.store.compare_and_set(self.name, m["state_version"], m["state_after"])
         failpoint("after_state_commit")
-        self.source.open()
-        try:
-            self.source.acknowledge(m["to_offset"])
-        finally:
-            self.source.close()
+        self.source.acknowledge(m["to_offset"])
         expire_batches(
             self.config["staging.path"], self.name, batch.batch_id, self.config["staging.retention.batches"]
         )

@@ -16,18 +16,40 @@ from airflow_cdc.core.config import ConnectorConfig
 from airflow_cdc.core.errors import ConfigError
 
 
-def _compile(prop: str, patterns: Sequence[str]) -> tuple[re.Pattern[str], ...]:
+def compile_patterns(where: str, patterns: Sequence[str], what: str = "regular expression"
+                     ) -> tuple[re.Pattern[str], ...]:
+    """Compile regexes; a bad one is a :class:`ConfigError` naming ``where`` (e.g. the property)."""
     out = []
     for pattern in patterns:
         try:
             out.append(re.compile(pattern))
         except re.error as e:
-            raise ConfigError(f"property {prop!r}: invalid regular expression {pattern!r}: {e}") from e
+            raise ConfigError(f"{where}: invalid {what} {pattern!r}: {e}") from e
     return tuple(out)
 
 
-def _any_full(patterns: Sequence[re.Pattern[str]], text: str) -> bool:
+def any_full_match(patterns: Sequence[re.Pattern[str]], text: str) -> bool:
     return any(p.fullmatch(text) for p in patterns)
+
+
+class IncludeExclude:
+    """One Debezium include/exclude list pair: when the include list is set only full matches
+    pass, otherwise everything not fully matched by the exclude list passes.
+
+    :raises ConfigError: both lists are set, or a regex is invalid.
+    """
+
+    def __init__(self, include_prop: str, include: Sequence[str], exclude_prop: str,
+                 exclude: Sequence[str]) -> None:
+        if include and exclude:
+            raise ConfigError(f"properties {include_prop!r} and {exclude_prop!r} cannot both be set")
+        self._include = compile_patterns(f"property {include_prop!r}", include)
+        self._exclude = compile_patterns(f"property {exclude_prop!r}", exclude)
+
+    def __call__(self, text: str) -> bool:
+        if self._include:
+            return any_full_match(self._include, text)
+        return not any_full_match(self._exclude, text)
 
 
 @dataclass(frozen=True)
@@ -82,19 +104,13 @@ class TableFilter:
     """Decides which tables and columns are captured."""
 
     def __init__(self, config: ConnectorConfig) -> None:
-        self._pairs = {}
-        for kind in ("schema", "table", "column"):
-            inc, exc = f"{kind}.include.list", f"{kind}.exclude.list"
-            if config[inc] and config[exc]:
-                raise ConfigError(f"properties {inc!r} and {exc!r} cannot both be set")
-            self._pairs[kind] = (_compile(inc, config[inc]), _compile(exc, config[exc]))
+        self._lists = {kind: IncludeExclude(f"{kind}.include.list", config[f"{kind}.include.list"],
+                                            f"{kind}.exclude.list", config[f"{kind}.exclude.list"])
+                       for kind in ("schema", "table", "column")}
         self._key_columns = parse_message_key_columns(config["message.key.columns"])
 
     def _allowed(self, kind: str, text: str) -> bool:
-        inc, exc = self._pairs[kind]
-        if inc:
-            return _any_full(inc, text)
-        return not _any_full(exc, text)
+        return self._lists[kind](text)
 
     def includes_table(self, table: TableId) -> bool:
         return self._allowed("schema", table.schema) and self._allowed("table", str(table))
@@ -128,5 +144,5 @@ def parse_message_key_columns(raw: str | None) -> tuple[tuple[re.Pattern[str], t
                 f"property 'message.key.columns': cannot parse entry {entry!r}; "
                 "expected <schema.table>:<column>[,<column>...]"
             )
-        out.append((_compile("message.key.columns", [table.strip()])[0], columns))
+        out.append((compile_patterns("property 'message.key.columns'", [table.strip()])[0], columns))
     return tuple(out)

@@ -10,25 +10,35 @@ source.  Positions round-trip through JSON; nothing is pickled.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 _U64 = (1 << 64) - 1
 
 
-def _lsn_text(value: int) -> str:
+_LSN_RE = re.compile(r"([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})")
+
+
+def format_pg_lsn(value: int) -> str:
+    """Format an LSN the way PostgreSQL does, e.g. ``16/B374D848``.
+
+    :raises ValueError: if ``value`` is not an integer in ``[0, 2**64)``.
+    """
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _U64:
+        raise ValueError(f"not a valid LSN: {value!r}")
     return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
 
 
 def parse_pg_lsn(text: str) -> int:
-    """Parse PostgreSQL's ``XXXXXXXX/XXXXXXXX`` notation.
+    """Parse PostgreSQL's ``XXXXXXXX/XXXXXXXX`` notation (1 to 8 hex digits per half, any case).
 
     :raises ValueError: when ``text`` is not an LSN.
     """
-    high, sep, low = str(text).partition("/")
-    if not sep or not high or not low or len(high) > 8 or len(low) > 8:
-        raise ValueError(f"not a PostgreSQL LSN: {text!r}")
-    return (int(high, 16) << 32) | int(low, 16)
+    match = _LSN_RE.fullmatch(text) if isinstance(text, str) else None
+    if match is None:
+        raise ValueError(f"not a valid LSN: {text!r}")
+    return (int(match[1], 16) << 32) | int(match[2], 16)
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -46,7 +56,7 @@ class PgLsn:
         return cls(parse_pg_lsn(text))
 
     def __str__(self) -> str:
-        return _lsn_text(self.value)
+        return format_pg_lsn(self.value)
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -72,11 +82,11 @@ class PgPosition:
         return cls(int.from_bytes(key[:8], "big"), int.from_bytes(key[8:16], "big"))
 
     def to_json(self) -> dict[str, Any]:
-        return {"commit_lsn": _lsn_text(self.commit_lsn), "seq": self.seq}
+        return {"commit_lsn": format_pg_lsn(self.commit_lsn), "seq": self.seq}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PgPosition:
         return cls(parse_pg_lsn(data["commit_lsn"]), int(data["seq"]))
 
     def __str__(self) -> str:
-        return f"{_lsn_text(self.commit_lsn)}#{self.seq}"
+        return f"{format_pg_lsn(self.commit_lsn)}#{self.seq}"

@@ -13,7 +13,6 @@ event of the window and before any later one.
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -23,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_cdc.core.errors import ConfigError
+from airflow_cdc.core.filters import any_full_match, compile_patterns
 
 COMPLETED_KEPT = 50
 
@@ -114,13 +113,8 @@ class SnapshotContext:
 
 def match_tables(patterns: Iterable[str], tables: Iterable[str]) -> list[str]:
     """Tables whose full name matches any of Debezium's ``data-collections`` regexes."""
-    compiled = []
-    for p in patterns:
-        try:
-            compiled.append(re.compile(p))
-        except re.error as e:
-            raise ConfigError(f"execute-snapshot: invalid data-collections regex {p!r}: {e}") from e
-    return [t for t in tables if any(c.fullmatch(t) for c in compiled)]
+    compiled = compile_patterns("execute-snapshot", list(patterns), what="data-collections regex")
+    return [t for t in tables if any_full_match(compiled, t)]
 
 
 @dataclass
@@ -133,7 +127,6 @@ class ChunkRead:
     key_index: list[int]
     watermark: Any
     last: bool  # the table has no rows after this chunk
-    dropped: set[int] = field(default_factory=set)
     cursor_index: list[int] | None = None  # chunking columns (surrogate key), default the key
 
     def next_cursor(self) -> list[str | None] | None:
@@ -198,7 +191,6 @@ class ChunkTracker:
         index = next(i for i, c in enumerate(self.chunks) if c is chunk)
         table = chunk.snapshot.table
         if self._truncated.get(table, 0) > index:
-            chunk.dropped.update(range(chunk.data.num_rows))
             return chunk.data.slice(0, 0)
         stale = [k for k, first in self._touched.get(table, {}).items() if first > index]
         if not stale:
@@ -211,5 +203,4 @@ class ChunkTracker:
             wanted = set(stale)
             cols = [chunk.data.column(i).to_pylist() for i in chunk.key_index]
             mask = pa.array([key not in wanted for key in zip(*cols, strict=True)])
-        chunk.dropped.update(i for i, keep in enumerate(mask.to_pylist()) if not keep)
         return chunk.data.filter(mask)

@@ -31,11 +31,11 @@ for binary format, ``None`` for null and :data:`UNCHANGED_TOAST` for an unchange
 
 from __future__ import annotations
 
-import re
 import struct
 from dataclasses import dataclass, fields
 
 from airflow_cdc.core.errors import ProtocolError
+from airflow_cdc.core.position import format_pg_lsn, parse_pg_lsn
 
 __all__ = [
     "UNCHANGED_TOAST", "BinaryValue", "Begin", "Commit", "Origin", "RelationColumn", "Relation",
@@ -57,7 +57,6 @@ _MESSAGE_HEAD = struct.Struct(">BQ")
 _COLUMN_TAIL = struct.Struct(">Ii")  # type OID, typmod
 _TRUNCATE_HEAD = struct.Struct(">IB")
 
-_LSN_RE = re.compile(r"([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})")
 
 
 class _UnchangedToast:
@@ -433,24 +432,6 @@ def decode(data: bytes | bytearray | memoryview) -> ReplicationMessage:
         raise ProtocolError(f"{_NAMES[buf[0]]} message of {len(buf)} bytes: malformed ({exc})") from None
 
 
-def lsn_to_str(lsn: int) -> str:
-    """Format an LSN the way PostgreSQL does, e.g. ``16/B374D848``.
-
-    :param lsn: an unsigned 64-bit log sequence number.
-    :raises ValueError: if *lsn* is not an integer in ``[0, 2**64)``.
-    """
-    if not isinstance(lsn, int) or isinstance(lsn, bool) or not 0 <= lsn < 1 << 64:
-        raise ValueError(f"not a valid LSN: {lsn!r}")
-    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
-
-
-def str_to_lsn(text: str) -> int:
-    """Parse an LSN in PostgreSQL's ``XXXXXXXX/XXXXXXXX`` hexadecimal form.
-
-    :param text: e.g. ``"16/B374D848"``; each half has 1 to 8 hex digits, either case.
-    :raises ValueError: if *text* is not in that form.
-    """
-    match = _LSN_RE.fullmatch(text) if isinstance(text, str) else None
-    if match is None:
-        raise ValueError(f"not a valid LSN: {text!r}")
-    return (int(match[1], 16) << 32) | int(match[2], 16)
+#: LSN text conversions live with the position types; re-exported for protocol users.
+lsn_to_str = format_pg_lsn
+str_to_lsn = parse_pg_lsn

@@ -17,7 +17,7 @@ from psycopg import sql
 
 from airflow_cdc.core.errors import ConfigError, MissingPrivilege, ServerMisconfigured
 from airflow_cdc.core.filters import TableId
-from airflow_cdc.core.position import parse_pg_lsn
+from airflow_cdc.core.position import format_pg_lsn, parse_pg_lsn
 from airflow_cdc.sources.postgres import sql as q
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ def advance_slot(conn: psycopg.Connection, name: str, lsn: int) -> None:
     info = slot_info(conn, name)
     if info is None or info.confirmed_flush is None or info.confirmed_flush >= lsn:
         return
-    conn.execute(q.ADVANCE_SLOT, (name, f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"))
+    conn.execute(q.ADVANCE_SLOT, (name, format_pg_lsn(lsn)))
 
 
 def ensure_publication(

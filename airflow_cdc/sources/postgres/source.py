@@ -24,7 +24,7 @@ from airflow_cdc.core.batch import BatchWriter
 from airflow_cdc.core.config import ConnectorConfig, skipped_ops
 from airflow_cdc.core.errors import OffsetUnavailable, ServerMisconfigured
 from airflow_cdc.core.filters import TableFilter, TableId
-from airflow_cdc.core.position import PgPosition, parse_pg_lsn
+from airflow_cdc.core.position import PgPosition, format_pg_lsn, parse_pg_lsn
 from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot
 from airflow_cdc.sources.postgres import client, replication
 from airflow_cdc.sources.postgres import sql as q
@@ -35,8 +35,6 @@ from airflow_cdc.sources.postgres.types import HandlingModes
 log = logging.getLogger(__name__)
 
 
-def lsn_text(value: int) -> str:
-    return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
 
 
 @dataclass(frozen=True)
@@ -160,7 +158,7 @@ class PostgresSource:
             problem = f"replication slot {self.slot!r} has lost required WAL (wal_status=lost)"
         elif info.confirmed_flush is not None and info.confirmed_flush > stored:
             problem = (
-                f"replication slot {self.slot!r} is at {lsn_text(info.confirmed_flush)}, past the "
+                f"replication slot {self.slot!r} is at {format_pg_lsn(info.confirmed_flush)}, past the "
                 f"stored offset {offset['lsn']}"
             )
         if problem is None:
@@ -185,17 +183,25 @@ class PostgresSource:
             if flush >= lsn:
                 return flush
             if time.monotonic() > deadline:
-                raise ServerMisconfigured(f"WAL flush did not reach {lsn_text(lsn)} within {timeout}s")
+                raise ServerMisconfigured(f"WAL flush did not reach {format_pg_lsn(lsn)} within {timeout}s")
             time.sleep(0.01)
 
     def acknowledge(self, offset: dict[str, Any]) -> None:
-        """Advance the slot to the committed offset so the server can free WAL (never backward)."""
-        assert self.conn is not None
-        replication.wait_slot_free(self.conn, self.slot, self.application_name)
-        replication.advance_slot(self.conn, self.slot, parse_pg_lsn(offset["lsn"]))
+        """Advance the slot to the committed offset so the server can free WAL (never backward).
+
+        Works on a closed source too: it then uses a connection of its own for just this, without
+        the table discovery and publication checks of :meth:`open`.
+        """
+        conn = self.conn or client.connect(self.config)
+        try:
+            replication.wait_slot_free(conn, self.slot, self.application_name)
+            replication.advance_slot(conn, self.slot, parse_pg_lsn(offset["lsn"]))
+        finally:
+            if conn is not self.conn:
+                conn.close()
 
     # -- tables -----------------------------------------------------------------------------
-    def _state_for(self, tid: TableId, oid: int | None, columns: list[tuple[str, int, int]]) -> RelationState:
+    def _state_for(self, tid: TableId, columns: list[tuple[str, int, int]]) -> RelationState:
         name = str(tid)
         included = name in self._tables
         key: list[str] = []
@@ -215,7 +221,7 @@ class PostgresSource:
 
     def relation_state(self, rel: Any) -> RelationState:
         tid = TableId(rel.namespace, rel.name)
-        return self._state_for(tid, rel.relid, [(c.name, c.type_oid, c.typmod) for c in rel.columns])
+        return self._state_for(tid, [(c.name, c.type_oid, c.typmod) for c in rel.columns])
 
     def table_state(self, table: str) -> RelationState:
         """Capture state of a table as the catalog has it now (cached for the run)."""
@@ -223,7 +229,7 @@ class PostgresSource:
             return self._table_states[table]
         tid, oid = self._tables[table]
         meta = self.catalog.table_meta(tid, oid, self.filters)
-        state = self._state_for(tid, oid, [(c.name, c.type_oid, c.typmod) for c in meta.columns])
+        state = self._state_for(tid, [(c.name, c.type_oid, c.typmod) for c in meta.columns])
         self._table_states[table] = state
         return state
 

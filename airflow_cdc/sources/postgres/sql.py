@@ -94,6 +94,11 @@ def quote_publication_name(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def user_condition(condition: str) -> sql.Composed:
+    """An ``additional-conditions`` filter, parenthesised: SQL by definition (Debezium semantics)."""
+    return sql.SQL("(") + sql.SQL(condition) + sql.SQL(")")  # type: ignore[arg-type]
+
+
 def chunk_copy(
     schema: str,
     table: str,
@@ -118,7 +123,7 @@ def chunk_copy(
     if upto is not None:
         where.append(sql.SQL("({}) <= ({})").format(keys, sql.SQL(", ").join(map(sql.Literal, upto))))
     if condition:
-        where.append(sql.SQL("(") + sql.SQL(condition) + sql.SQL(")"))  # type: ignore[arg-type]
+        where.append(user_condition(condition))
     query = sql.SQL("SELECT {cols} FROM {tbl}{where} ORDER BY {keys} LIMIT {n}").format(
         cols=sql.SQL(", ").join(sql.Identifier(c) for c in columns),
         tbl=qualified(schema, table),
@@ -131,14 +136,13 @@ def chunk_copy(
 
 def max_key(schema: str, table: str, key: Sequence[str], condition: str | None) -> sql.Composed:
     """The greatest key at snapshot start: chunks stop there; later rows come from the log."""
-    keys = sql.SQL(", ").join(sql.Identifier(k) for k in key)
     desc = sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(k)) for k in key)
     # aliases matter: ORDER BY a bare name would pick the text output column, not the typed one
     casts = sql.SQL(", ").join(
         sql.SQL("{}::text AS {}").format(sql.Identifier(k), sql.Identifier(f"__k{i}"))
         for i, k in enumerate(key)
     )
-    where = (sql.SQL(" WHERE (") + sql.SQL(condition) + sql.SQL(")")) if condition else sql.SQL("")  # type: ignore[arg-type]
+    where = sql.SQL(" WHERE ") + user_condition(condition) if condition else sql.SQL("")
     return sql.SQL("SELECT {casts} FROM {tbl}{where} ORDER BY {desc} LIMIT 1").format(
-        casts=casts, tbl=qualified(schema, table), where=where, desc=desc, keys=keys
+        casts=casts, tbl=qualified(schema, table), where=where, desc=desc
     )

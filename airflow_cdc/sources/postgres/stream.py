@@ -10,7 +10,6 @@ Transactions below the stored offset (the slot was not advanced after a commit) 
 from __future__ import annotations
 
 import logging
-import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +22,8 @@ from airflow_cdc.core.batch import BatchWriter
 from airflow_cdc.core.errors import ProtocolError
 from airflow_cdc.core.events import message_schema, now_us
 from airflow_cdc.core.failpoints import failpoint
-from airflow_cdc.core.position import PgPosition
+from airflow_cdc.core.filters import IncludeExclude
+from airflow_cdc.core.position import PgPosition, format_pg_lsn
 from airflow_cdc.core.progress import Progress
 from airflow_cdc.core.snapshot import ChunkTracker
 from airflow_cdc.sources.postgres import protocol as proto
@@ -90,7 +90,7 @@ class WindowReader:
         last_commit_end = last_nontx = None
         st = _TxnState()
         with conn.transaction(), conn.cursor(name="airflow_cdc_window", binary=True) as cur:
-            cur.execute(q.peek_changes(slot, _lsn(upto_lsn), max_events, publication))
+            cur.execute(q.peek_changes(slot, format_pg_lsn(upto_lsn), max_events, publication))
             while True:
                 batch = cur.fetchmany(FETCH_ROWS)
                 if not batch:
@@ -125,7 +125,7 @@ class WindowReader:
                         self._message(msg, change_lsn, st, from_lsn, res)
                     elif kind not in (_Y, _O):
                         raise ProtocolError(
-                            f"unexpected pgoutput message type {chr(kind)!r} at {_lsn(change_lsn)}"
+                            f"unexpected pgoutput message type {chr(kind)!r} at {format_pg_lsn(change_lsn)}"
                         )
                 progress.update(rows=events, done=max(0, batch[-1][0] - from_lsn))
                 failpoint("mid_window")
@@ -136,8 +136,7 @@ class WindowReader:
             self.messages = [m for m in self.messages if not (m["_nontx"] and m["_lsn"] >= res.end_lsn)]
         self._flush_messages()
         res.events += events
-        for table, counts in self.writer.op_counts("stream").items():
-            res.per_table[table] = counts
+        res.per_table.update(self.writer.op_counts("stream"))
         progress.finish(rows=res.events)
         return res
 
@@ -300,7 +299,7 @@ def expand_events(rows: list[tuple]) -> tuple[list[bytes], list[tuple], list | N
 
 
 def _bad(data: bytes, change_lsn: int) -> Any:
-    raise ProtocolError(f"malformed pgoutput {chr(data[0])!r} message at {_lsn(change_lsn)}: "
+    raise ProtocolError(f"malformed pgoutput {chr(data[0])!r} message at {format_pg_lsn(change_lsn)}: "
                         f"unexpected tuple marker {data[5:6]!r}")
 
 
@@ -310,13 +309,7 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _lsn(value: int) -> str:
-    return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
 
 
 def prefix_filter(include: tuple[str, ...], exclude: tuple[str, ...]) -> Callable[[str], bool]:
-    inc = [re.compile(p) for p in include]
-    exc = [re.compile(p) for p in exclude]
-    if inc:
-        return lambda prefix: any(p.fullmatch(prefix) for p in inc)
-    return lambda prefix: not any(p.fullmatch(prefix) for p in exc)
+    return IncludeExclude("message.prefix.include.list", include, "message.prefix.exclude.list", exclude)

@@ -15,6 +15,7 @@ from airflow_cdc.core.errors import SchemaError, UnsupportedType
 from airflow_cdc.core.filters import TableFilter, TableId
 from airflow_cdc.core.table_sink import SourceLayout, TableSink
 from airflow_cdc.sources.postgres.types import ColumnCodec, HandlingModes, PgTypeInfo, column_codec
+from airflow_cdc.sources.postgres.types_base import META_PG_TYPE
 
 #: PostgreSQL ``source`` block, exactly Debezium's fields.
 SOURCE_TYPE = pa.struct(
@@ -119,7 +120,7 @@ def build_state(
                 "name": col,
                 "type_oid": oid,
                 "typmod": typmod,
-                "type": (codec.field.metadata or {}).get(b"pg.type", b"").decode(),
+                "type": (codec.field.metadata or {}).get(META_PG_TYPE, b"").decode(),
             }
         )
     sig = hashlib.sha1(repr([(c["name"], c["type_oid"], c["typmod"]) for c in infos]).encode()).hexdigest()[
