@@ -1,0 +1,201 @@
+"""Build the ``spark-submit`` call that applies one staged batch, and run it locally.
+
+One spec serves both the Airflow ``SparkSubmitOperator`` (application, application_args, conf,
+packages/jars, py_files) and ``airflow-cdc apply`` (a local ``spark-submit`` subprocess), so the
+two can never drift apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+import subprocess
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+from airflow_cdc.core.errors import BatchError, ConfigError
+
+log = logging.getLogger(__name__)
+
+DELTA_VERSION = "4.4.1"
+SPARK_SCALA = "4.2_2.13"
+DELTA_PACKAGE = f"io.delta:delta-spark_{SPARK_SCALA}:{DELTA_VERSION}"
+#: A directory of Delta jars (``make setup`` fills ``.jars/`` with Maven); used instead of
+#: ``spark.jars.packages`` when set, for machines without Maven Central access.
+JARS_ENV = "AIRFLOW_CDC_DELTA_JARS"
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+LAYERS = ("bronze", "silver", "history", "tombstones")
+
+
+@dataclass(frozen=True)
+class ApplyOptions:
+    """How a batch lands in Delta.
+
+    :param delete_mode: ``delete`` removes silver rows; ``soft`` keeps them with ``__deleted = true``.
+    :param history: also maintain an SCD type 2 history table per source table.
+    :param bronze: append every event to the bronze change log.
+    """
+
+    delete_mode: str = "delete"
+    history: bool = False
+    bronze: bool = True
+
+    def __post_init__(self) -> None:
+        if self.delete_mode not in ("delete", "soft"):
+            raise ConfigError(f"delete mode must be 'delete' or 'soft', not {self.delete_mode!r}")
+
+    def args(self) -> list[str]:
+        out = ["--delete-mode", self.delete_mode]
+        if self.history:
+            out.append("--history")
+        if not self.bronze:
+            out.append("--no-bronze")
+        return out
+
+
+@dataclass(frozen=True)
+class SparkApplyJob:
+    """Everything ``spark-submit`` needs to apply one batch (maps 1:1 onto SparkSubmitOperator)."""
+
+    application: str
+    application_args: list[str]
+    conf: dict[str, str]
+    name: str
+    packages: str | None = None
+    jars: str | None = None
+    py_files: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    def command(self, master: str = "local[2]", spark_submit: str | None = None) -> list[str]:
+        """The full ``spark-submit`` command line."""
+        cmd = [spark_submit or spark_submit_binary(), "--master", master, "--name", self.name]
+        if self.packages:
+            cmd += ["--packages", self.packages]
+        if self.jars:
+            cmd += ["--jars", self.jars]
+        if self.py_files:
+            cmd += ["--py-files", self.py_files]
+        for k, v in sorted(self.conf.items()):
+            cmd += ["--conf", f"{k}={v}"]
+        return [*cmd, self.application, *self.application_args]
+
+
+def spark_jobs_dir() -> Path:
+    """The ``spark_jobs`` directory (installed package or source checkout)."""
+    spec = importlib.util.find_spec("spark_jobs")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError("the spark_jobs package is not installed: reinstall airflow-cdc")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def spark_submit_binary() -> str:
+    """``spark-submit`` from ``$SPARK_HOME``, ``PATH``, or the installed ``pyspark`` package."""
+    home = os.environ.get("SPARK_HOME")
+    if home and (Path(home) / "bin" / "spark-submit").exists():
+        return str(Path(home) / "bin" / "spark-submit")
+    spec = importlib.util.find_spec("pyspark")
+    if spec is not None and spec.submodule_search_locations:
+        candidate = Path(next(iter(spec.submodule_search_locations))) / "bin" / "spark-submit"
+        if candidate.exists():
+            return str(candidate)
+    found = shutil.which("spark-submit")
+    if found:
+        return found
+    raise ConfigError("spark-submit not found: install pyspark or set SPARK_HOME")
+
+
+def delta_jars() -> tuple[str | None, str | None]:
+    """``(packages, jars)``: Maven coordinates, or the local jar directory from :data:`JARS_ENV`."""
+    folder = os.environ.get(JARS_ENV)
+    if folder:
+        jars = sorted(str(p) for p in Path(folder).glob("*.jar"))
+        if not jars:
+            raise ConfigError(f"{JARS_ENV}={folder} holds no .jar files (run `make setup`)")
+        return None, ",".join(jars)
+    return DELTA_PACKAGE, None
+
+
+def job_library_zip(cache: Path | None = None) -> str:
+    """Zip ``spark_jobs/cdc_apply`` for ``--py-files`` (cached by content hash)."""
+    src = spark_jobs_dir() / "cdc_apply"
+    files = sorted(p for p in src.rglob("*.py"))
+    digest = hashlib.sha256()
+    for p in files:
+        digest.update(p.relative_to(src.parent).as_posix().encode())
+        digest.update(p.read_bytes())
+    cache = cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "airflow-cdc"
+    cache.mkdir(parents=True, exist_ok=True)
+    target = cache / f"cdc_apply-{digest.hexdigest()[:16]}.zip"
+    if not target.exists():
+        tmp = target.with_suffix(f".{os.getpid()}.tmp")
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+            for p in files:
+                z.write(p, p.relative_to(src.parent).as_posix())
+        os.replace(tmp, target)
+    return str(target)
+
+
+def build_apply_job(
+    batch: str | os.PathLike[str],
+    target: str,
+    *,
+    options: ApplyOptions | None = None,
+    conf: Mapping[str, str] | None = None,
+    name: str | None = None,
+) -> SparkApplyJob:
+    """Describe the Spark job that applies ``batch`` to the Delta root ``target``.
+
+    Nothing runs here.  Re-running the described job on an already applied batch changes nothing.
+
+    :param batch: a published batch directory (``<staging>/<connector>/batches/<id>``).
+    :param target: the Delta root; tables land under ``<target>/<layer>/<connector>/<table>``.
+    :param conf: extra Spark conf; it overrides the Delta defaults.
+    """
+    path = Path(batch)
+    if not (path / "manifest.json").exists():
+        raise BatchError(f"{path} is not a published batch (no manifest.json)")
+    packages, jars = delta_jars()
+    merged = {**DELTA_CONF, "spark.sql.session.timeZone": "UTC", **(conf or {})}
+    return SparkApplyJob(
+        application=str(spark_jobs_dir() / "apply_changes.py"),
+        application_args=["--batch", str(path), "--target", target, *(options or ApplyOptions()).args()],
+        conf=merged,
+        name=name or f"airflow-cdc-apply-{path.name}",
+        packages=packages,
+        jars=jars,
+        py_files=job_library_zip(),
+    )
+
+
+def run_apply_job(job: SparkApplyJob, *, master: str = "local[2]", timeout: float | None = None) -> None:
+    """Run ``spark-submit`` for ``job`` and wait; its output streams to ours.
+
+    :raises BatchError: when spark-submit exits non-zero (the batch is then not, or only partly,
+        applied; re-running it is safe).
+    """
+    cmd = job.command(master)
+    log.info("spark-submit %s (batch %s)", job.application, job.application_args[1])
+    done = subprocess.run(cmd, env={**os.environ, **job.env}, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise BatchError(f"spark-submit for {job.name} failed with exit code {done.returncode}")
+
+
+def table_path(target: str, layer: str, connector: str, table: str) -> str:
+    """Where a Delta table of ``layer`` lives for source table ``table`` (e.g. ``public.orders``)."""
+    if layer not in LAYERS:
+        raise ConfigError(f"unknown Delta layer {layer!r}; expected one of {', '.join(LAYERS)}")
+    return f"{target.rstrip('/')}/{layer}/{quote(connector, safe='')}/{quote(table, safe='.')}"
+
+
+def silver_table_path(target: str, connector: str, table: str) -> str:
+    return table_path(target, "silver", connector, table)
+
