@@ -24,7 +24,6 @@ from spark_jobs.cdc_apply.layout import DELTA_CONF, DELTA_PACKAGE, JARS_ENV, LAY
 log = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True)
 class ApplyOptions:
     """How a batch lands in Delta.
@@ -183,4 +182,3 @@ __all__ = ["LAYERS", "table_path"]
 
 def silver_table_path(target: str, connector: str, table: str) -> str:
     return table_path(target, "silver", connector, table)
-

@@ -47,9 +47,14 @@ def test_types_ops_and_key_changes(spark, pg_db, tmp_path):
     _exec(pg_db, TYPES_DDL, "INSERT INTO v VALUES " + ROW % 1, "INSERT INTO v VALUES " + ROW % 2)
     config = pipeline(pg_db, tmp_path / "staging")
     run_capture(config)
-    _exec(pg_db, "INSERT INTO v VALUES " + ROW % 3, "UPDATE v SET txt = 'y', n = 99.99 WHERE id = 1",
-          "UPDATE v SET id = 20 WHERE id = 2", "DELETE FROM v WHERE id = 3",
-          "INSERT INTO v (id, nv, tstz) VALUES (4, -12345678901234567890.123456789, '1970-01-01 00:00:00+00')")
+    _exec(
+        pg_db,
+        "INSERT INTO v VALUES " + ROW % 3,
+        "UPDATE v SET txt = 'y', n = 99.99 WHERE id = 1",
+        "UPDATE v SET id = 20 WHERE id = 2",
+        "DELETE FROM v WHERE id = 3",
+        "INSERT INTO v (id, nv, tstz) VALUES (4, -12345678901234567890.123456789, '1970-01-01 00:00:00+00')",
+    )
     run_capture(config)
     target = str(tmp_path / "delta")
     apply_all(spark, config, target)
@@ -60,12 +65,18 @@ def test_types_ops_and_key_changes(spark, pg_db, tmp_path):
     assert types["n"] == "decimal(10,2)" and types["j"] == "string" and types["by"] == "binary"
     assert types["t"] == "string" and types["arr"] == "array<int>" and types["tsa"] == "array<timestamp_ntz>"
     bronze = spark.read.format("delta").load(table_path(target, "bronze", config["name"], "public.v"))
-    assert bronze.count() == sum(b.manifest["tables"].get("public.v", {}).get("rows", 0)
-                                 for b in list_batches(config["staging.path"], config["name"]))
+    assert bronze.count() == sum(
+        b.manifest["tables"].get("public.v", {}).get("rows", 0)
+        for b in list_batches(config["staging.path"], config["name"])
+    )
 
 
 def test_reapply_changes_nothing(spark, pg_db, tmp_path):
-    _exec(pg_db, "CREATE TABLE k (id int PRIMARY KEY, v text)", "INSERT INTO k SELECT g, 'v' || g FROM generate_series(1, 50) g")
+    _exec(
+        pg_db,
+        "CREATE TABLE k (id int PRIMARY KEY, v text)",
+        "INSERT INTO k SELECT g, 'v' || g FROM generate_series(1, 50) g",
+    )
     config = pipeline(pg_db, tmp_path / "staging")
     run_capture(config)
     _exec(pg_db, "UPDATE k SET v = 'new' WHERE id < 10", "DELETE FROM k WHERE id > 45")
