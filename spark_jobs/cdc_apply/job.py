@@ -29,7 +29,6 @@ log = logging.getLogger("airflow_cdc.apply")
 class ApplySettings:
     delete_mode: str = "delete"
     bronze: bool = True
-    history: bool = False
 
 
 def apply_batch(

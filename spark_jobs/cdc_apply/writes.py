@@ -1,4 +1,4 @@
-"""Delta writes shared by bronze, silver, tombstones and history: create, evolve, commit marks.
+"""Delta writes shared by bronze, silver and tombstones: create, evolve, commit marks.
 
 Every table a batch touches gets its last write of that batch marked with the Delta idempotent
 transaction ``(appId, version)`` = ``(airflow-cdc:<connector>:<batch id>, 1)``: a re-run finds

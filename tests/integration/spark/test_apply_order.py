@@ -73,7 +73,10 @@ def test_out_of_order_and_repeated_applies_converge(spark, pg_db, tmp_path):
     for table in ("public.o", "public.t"):
         assert_silver_matches(spark, config, in_order, table, ["id"])
     shuffled = str(tmp_path / "shuffled")
-    for i in (3, 1, 4, 0, 2, 3, 0):
+    # older after newer (0 after 4, 2 after 3, 1 after 4) and repeats; batch 0 (the snapshot) lands
+    # before batch 3 (TOAST placeholders): a placeholder for a key silver has never seen cannot be
+    # resolved out of order (README, limitations)
+    for i in (1, 4, 0, 3, 2, 3, 0, 1):
         apply_batch(spark, str(batches[i].path), shuffled)
     for table in ("public.o", "public.t"):
         assert _state(spark, shuffled, config, table) == _state(spark, in_order, config, table), table
