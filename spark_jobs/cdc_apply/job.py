@@ -36,8 +36,10 @@ def apply_batch(
 ) -> dict[str, Any]:
     """Apply the batch at ``batch_path`` to the Delta root ``target``; returns a small report."""
     settings = settings or ApplySettings()
-    # tables this job creates (bronze included) widen column types in place on schema changes
+    # tables this job creates (bronze included) widen column types in place on schema changes, and
+    # map columns by name so source names with spaces, commas or braces are valid Delta columns
     spark.conf.set("spark.databricks.delta.properties.defaults.enableTypeWidening", "true")
+    spark.conf.set("spark.databricks.delta.properties.defaults.columnMapping.mode", "name")
     staged = StagedBatch(batch_path)
     commit = Commit(staged.connector, staged.batch_id, staged.commit_metadata())
     tables = staged.tables()

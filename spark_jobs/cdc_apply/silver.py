@@ -30,7 +30,7 @@ from .types import widening
 from .writes import Commit, create_table, ensure_columns
 
 TRUNCATE = "__truncate"
-TABLE_PROPERTIES = {"delta.enableTypeWidening": "true"}
+TABLE_PROPERTIES = {"delta.enableTypeWidening": "true", "delta.columnMapping.mode": "name"}
 
 
 def _meta_fields(soft: bool) -> list[T.StructField]:
