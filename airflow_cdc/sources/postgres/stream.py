@@ -1,8 +1,9 @@
 """Read one change window from the slot into a staged batch (the hot path).
 
 One streamed call of ``pg_logical_slot_peek_binary_changes`` per run (server-side cursor, fixed
-fetch size): peeking never consumes, and re-decodes from the slot's confirmed position on every
-call, so the slot is advanced only when the batch is committed.  The window covers every
+fetch size, batches fetched ahead by a helper thread while this one decodes): peeking never
+consumes, and re-decodes from the slot's confirmed position on every call, so the slot is
+advanced only when the batch is committed.  The window covers every
 transaction whose commit record starts below the window end; the next window starts there.
 Transactions below the stored offset (the slot was not advanced after a commit) are skipped.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +30,7 @@ from airflow_cdc.core.progress import Progress
 from airflow_cdc.core.snapshot import ChunkTracker
 from airflow_cdc.sources.postgres import protocol as proto
 from airflow_cdc.sources.postgres import sql as q
+from airflow_cdc.sources.postgres.client import prefetch
 from airflow_cdc.sources.postgres.columnar import native_decoder, to_piece
 from airflow_cdc.sources.postgres.tables import SOURCE_TYPE, RelationState, source_constants
 
@@ -98,14 +101,13 @@ class WindowReader:
         st = _TxnState()
         with conn.transaction(), conn.cursor(name="airflow_cdc_window", binary=True) as cur:
             cur.execute(q.peek_changes(slot, format_pg_lsn(upto_lsn), max_events, publication))
-            while True:
-                batch = cur.fetchmany(FETCH_ROWS)
-                if not batch:
-                    break
-                rows += len(batch)
-                self.consume(batch, st, res, from_lsn)
-                progress.update(rows=self._events(), done=max(0, batch[-1][0] - from_lsn))
-                failpoint("mid_window")
+            # closed explicitly: the fetching thread must be gone before the cursor closes
+            with closing(prefetch(cur, FETCH_ROWS)) as batches:
+                for batch in batches:
+                    rows += len(batch)
+                    self.consume(batch, st, res, from_lsn)
+                    progress.update(rows=self._events(), done=max(0, batch[-1][0] - from_lsn))
+                    failpoint("mid_window")
         self.drain_all()
         if rows >= max_events:
             res.bounded = True
