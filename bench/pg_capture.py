@@ -67,7 +67,10 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     from airflow_cdc.core.pipeline import build_capture
+    from airflow_cdc.sources.postgres.columnar import native_available
     from airflow_cdc.testing.servers import PostgresServer
+
+    log(f"pgoutput row decoder: {'compiled (columnar)' if native_available() else 'pure Python'}")
 
     with PostgresServer() as server, tempfile.TemporaryDirectory(prefix="bench_capture_") as tmp:
         server.start()
