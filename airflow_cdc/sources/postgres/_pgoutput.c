@@ -134,6 +134,7 @@ typedef struct {
 
 typedef struct {
     uint32_t relid;
+    int ignore;  /* a relation not captured: its changes are consumed unread, as in Python */
     int nsel, need;
     int *map;  /* tuple column index -> captured column slot, or -1; ``need`` entries */
     Py_ssize_t n, bytes;
@@ -452,7 +453,8 @@ Decoder_register(Decoder *d, PyObject *args)
 {
     unsigned long relid;
     PyObject *select;
-    if (!PyArg_ParseTuple(args, "kO", &relid, &select))
+    int ignore = 0;
+    if (!PyArg_ParseTuple(args, "kO|p", &relid, &select, &ignore))
         return NULL;
     PyObject *seq = PySequence_Fast(select, "select must be a sequence of column indexes");
     if (seq == NULL)
@@ -463,6 +465,7 @@ Decoder_register(Decoder *d, PyObject *args)
     if (r == NULL || nsel > MAX_TUPLE_COLS)
         goto nomem;
     r->relid = (uint32_t)relid;
+    r->ignore = ignore;
     r->nsel = (int)nsel;
     for (Py_ssize_t j = 0; j < nsel; j++) {
         long idx = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, j));
@@ -577,6 +580,8 @@ Decoder_feed(Decoder *d, PyObject *args)
         Rel *r = find_rel(d, be32(buf + 1));
         if (r == NULL)
             break;
+        if (r->ignore)
+            continue;
         long long change_lsn = PyLong_AsLongLong(lsn);
         if (change_lsn == -1 && PyErr_Occurred()) {
             PyErr_Clear();
@@ -695,7 +700,8 @@ Decoder_get_events(Decoder *d, void *closure)
 
 static PyMethodDef Decoder_methods[] = {
     {"register", (PyCFunction)Decoder_register, METH_VARARGS,
-     "register(relid, select): decode this relation's changes, capturing the tuple columns select."},
+     "register(relid, select, ignore=False): decode this relation's changes, capturing the tuple\n"
+     "columns select; with ignore, consume its changes without reading them (not captured)."},
     {"unregister", (PyCFunction)Decoder_unregister, METH_O,
      "unregister(relid): stop decoding a relation (its events must have been taken)."},
     {"set_txn", (PyCFunction)Decoder_set_txn, METH_VARARGS,

@@ -3,9 +3,9 @@
 One streamed call of ``pg_logical_slot_peek_binary_changes`` per run (server-side cursor, fixed
 fetch size, batches fetched ahead by a helper thread while this one decodes): peeking never
 consumes, and re-decodes from the slot's confirmed position on every call, so the slot is
-advanced only when the batch is committed.  The window covers every
-transaction whose commit record starts below the window end; the next window starts there.
-Transactions below the stored offset (the slot was not advanced after a commit) are skipped.
+advanced only when the batch is committed.  The window covers every transaction whose commit
+record starts below the window end; the next window starts there.  Transactions below the stored
+offset (the slot was not advanced after a commit) are skipped.
 """
 
 from __future__ import annotations
@@ -199,8 +199,9 @@ class WindowReader:
     def _relation(self, rel: proto.Relation) -> None:
         if rel.relid in self.native_rels:
             self._drain(rel.relid)
-            self.native.unregister(rel.relid)  # type: ignore[union-attr]
             del self.native_rels[rel.relid]
+        if self.native is not None:
+            self.native.unregister(rel.relid)
         old = self.rels.get(rel.relid)
         state = self._relation_state(rel)
         if old is not None and old.sink is not None and old.signature != state.signature:
@@ -208,7 +209,11 @@ class WindowReader:
         elif old is not None and old.signature == state.signature:
             state = old
         self.rels[rel.relid] = state
-        if self.native is not None and state.included and state.name not in self.tracked:
+        if self.native is None:
+            return
+        if not state.included:  # changes of tables not captured are skipped unread either way
+            self.native.register(rel.relid, (), True)
+        elif state.name not in self.tracked:
             self.native.register(rel.relid, state.select)
             self.native_rels[rel.relid] = state
 

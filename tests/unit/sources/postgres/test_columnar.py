@@ -86,6 +86,7 @@ def window() -> list[tuple[int, bytes]]:
         msgs.append(change(b"I", 1, b"N", order_row(i, **({"label": NULL} if i == 3 else {}))))
         msgs.append(change(b"I", 2, b"N", tupledata(text_col(str(i).encode()), bin_col(b"bin"))))
         msgs.append(change(b"I", 3, b"N", tupledata(text_col(b"1"), NULL)))
+    msgs.append(change(b"I", 3, b"N", b"garbage"))  # a table not captured: not even parsed
     key_only = tupledata(text_col(b"4"), *([NULL] * 7))
     msgs += [
         change(b"U", 1, b"N", order_row(1, attrs=TOAST, blob=TOAST, label=TOAST)),
@@ -161,11 +162,11 @@ def test_fixture_window_has_the_expected_shape(tmp_path, monkeypatch):
     row = first.slice(11, 1).to_pylist()[0]
     assert row["__unavailable"] == ["label", "attrs", "blob"]
     assert row["after"]["attrs"] == "__debezium_unavailable_value"
-    assert row["source"]["sequence"] == '["","437"]' and row["source"]["txId"] == 7
+    assert row["source"]["sequence"] == '["","438"]' and row["source"]["txId"] == 7
     assert row["source"]["ts_us"] == 1_000_000 + PG_EPOCH_OFFSET_US
     assert "secret" not in first.schema.field("after").type.names
     assert second.column("op").to_pylist() == ["c", "u"]
-    assert second.slice(0, 1).to_pylist()[0]["source"]["sequence"] == '["500","453"]'
+    assert second.slice(0, 1).to_pylist()[0]["source"]["sequence"] == '["500","454"]'
     assert out["result"] == (2, 700, 31)
 
 
@@ -269,3 +270,6 @@ def test_decoder_argument_checks():
         dec.unregister(1)
     assert dec.take(1)[0] == 1 and dec.full is None
     assert dec.unregister(1) is True and dec.unregister(1) is False
+    dec.register(3, (), True)
+    ignored = [(1, change(b"I", 3, b"N", b"anything")), (2, change(b"D", 3, b"?"))]
+    assert dec.feed(ignored, 0) == 2 and dec.events == 1 and dec.take(3) is None
