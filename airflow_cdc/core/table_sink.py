@@ -19,7 +19,11 @@ from airflow_cdc.core.events import POSITION_COLUMN, TRANSACTION_TYPE, envelope_
 
 
 class Codec(Protocol):
-    """Converts a column of text values into its Debezium-encoded Arrow array."""
+    """Converts a column of text values into its Debezium-encoded Arrow array.
+
+    A codec may also define ``convert_values(values: list) -> pa.Array``: the sink then hands it
+    the buffered values as they are (decoded Python values, ``None`` for NULL) instead of text.
+    """
 
     field: pa.Field
     placeholder: pa.Scalar | None
@@ -162,7 +166,12 @@ class TableSink:
         children: list[pa.Array] = []
         unavailable: list[list[str]] | None = None
         for codec, idx in zip(self._codecs, self._select, strict=True):
-            text, mask = text_array([r[idx] if r is not None else None for r in rows])
+            values = [r[idx] if r is not None else None for r in rows]
+            native = getattr(codec, "convert_values", None)
+            if native is not None:  # sources that decode binary values themselves (MySQL binlog)
+                children.append(native(values))
+                continue
+            text, mask = text_array(values)
             arr = codec.convert(text)
             if mask is not None:
                 if codec.placeholder is not None:
