@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pymysql
+import pymysql.converters
 
 from airflow_cdc.core.config import ConnectorConfig
 from airflow_cdc.core.errors import (
@@ -44,6 +45,8 @@ def connect(config: ConnectorConfig, **kwargs: Any) -> pymysql.connections.Conne
         "user": config["database.user"], "password": config.secret("database.password") or "",
         "charset": "utf8mb4", "connect_timeout": 10, "autocommit": True,
         "init_command": "SET time_zone = '+00:00'",
+        # no result decoders: values arrive as the server's text (bytes for binary columns)
+        "conv": {k: v for k, v in pymysql.converters.conversions.items() if not isinstance(k, int)},
     }
     ssl = _SSL[config["database.ssl.mode"]]
     if ssl is not None:

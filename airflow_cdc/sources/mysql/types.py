@@ -157,7 +157,9 @@ def _temporal(col: ColumnDef, modes: Modes) -> tuple[pa.DataType, str, str | Non
     if t == "time":
         if mode == "connect" or (mode == "adaptive" and fsp <= 3):
             name = KAFKA + "Time" if mode == "connect" else DBZ + "Time"
-            return pa.int32(), "int32", name, _ints(pa.int32(), lambda v: v // 1000)
+            # millisecond Time is an int32: MySQL's +-838 h range does not fit it; such values become NULL
+            return pa.int32(), "int32", name, _ints(pa.int32(), lambda v: m if -2**31 <= (m := v // 1000) < 2**31
+                                                    else None)
         return pa.int64(), "int64", DBZ + "MicroTime", _ints(pa.int64())
     return pa.int32(), "int32", DBZ + "Year", _ints(pa.int32())  # year
 
