@@ -19,8 +19,12 @@ def replay(config: dict[str, Any]) -> ReferenceApplier:
     return oracle
 
 
-def assert_rows_equal(table: str, expected: dict[tuple, dict[str, Any]], got: dict[tuple, dict[str, Any]],
-                      lenient_columns: bool = False) -> None:
+def assert_rows_equal(
+    table: str,
+    expected: dict[tuple, dict[str, Any]],
+    got: dict[tuple, dict[str, Any]],
+    lenient_columns: bool = False,
+) -> None:
     """Compare keyed rows.  With ``lenient_columns`` only the source's current columns count and a
     column a replayed row lacks is NULL: ``ADD COLUMN`` / ``DROP COLUMN`` write no row events."""
     if lenient_columns:
@@ -31,4 +35,5 @@ def assert_rows_equal(table: str, expected: dict[tuple, dict[str, Any]], got: di
     assert not missing and not extra and not wrong, (
         f"{table}: {len(missing)} missing, {len(extra)} extra, {len(wrong)} different of {len(expected)}; "
         f"e.g. missing {sorted(missing)[:3]}, extra {sorted(extra)[:3]}, "
-        f"different {[(k, expected[k], got[k]) for k in wrong[:2]]}")
+        f"different {[(k, expected[k], got[k]) for k in wrong[:2]]}"
+    )

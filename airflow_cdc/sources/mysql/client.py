@@ -30,8 +30,13 @@ from airflow_cdc.sources.mysql.flavour import Flavour, detect
 
 log = logging.getLogger(__name__)
 COM_BINLOG_DUMP = 0x12
-_SSL = {"disabled": None, "preferred": None, "required": {}, "verify_ca": {"check_hostname": False},
-        "verify_identity": {"check_hostname": True}}
+_SSL = {
+    "disabled": None,
+    "preferred": None,
+    "required": {},
+    "verify_ca": {"check_hostname": False},
+    "verify_identity": {"check_hostname": True},
+}
 
 
 def connect(config: ConnectorConfig, **kwargs: Any) -> pymysql.connections.Connection:
@@ -41,9 +46,13 @@ def connect(config: ConnectorConfig, **kwargs: Any) -> pymysql.connections.Conne
     :raises ConnectionFailed: the server cannot be reached.
     """
     params: dict[str, Any] = {
-        "host": config["database.hostname"], "port": config["database.port"] or 3306,
-        "user": config["database.user"], "password": config.secret("database.password") or "",
-        "charset": "utf8mb4", "connect_timeout": 10, "autocommit": True,
+        "host": config["database.hostname"],
+        "port": config["database.port"] or 3306,
+        "user": config["database.user"],
+        "password": config.secret("database.password") or "",
+        "charset": "utf8mb4",
+        "connect_timeout": 10,
+        "autocommit": True,
         "init_command": "SET time_zone = '+00:00'",
         # no result decoders: values arrive as the server's text (bytes for binary columns)
         "conv": {k: v for k, v in pymysql.converters.conversions.items() if not isinstance(k, int)},
@@ -58,8 +67,9 @@ def connect(config: ConnectorConfig, **kwargs: Any) -> pymysql.connections.Conne
         code = e.args[0] if e.args else 0
         where = f"{params['host']}:{params['port']}"
         if code in (1045, 1044, 1698):
-            raise AuthenticationFailed(f"MySQL at {where} rejected the credentials of user "
-                                       f"{params['user']!r} (error {code})") from None
+            raise AuthenticationFailed(
+                f"MySQL at {where} rejected the credentials of user {params['user']!r} (error {code})"
+            ) from None
         raise ConnectionFailed(f"cannot connect to MySQL at {where}: error {code}") from None
     statements = config["database.initial.statements"]
     if statements:
@@ -85,9 +95,11 @@ class ServerInfo:
     variables: dict[str, str]
 
 
-_REQUIRED = (("log_bin", ("ON", "1"), "log_bin must be enabled (start the server with --log-bin)"),
-             ("binlog_format", ("ROW",), "binlog_format must be ROW"),
-             ("binlog_row_image", ("FULL",), "binlog_row_image must be FULL"))
+_REQUIRED = (
+    ("log_bin", ("ON", "1"), "log_bin must be enabled (start the server with --log-bin)"),
+    ("binlog_format", ("ROW",), "binlog_format must be ROW"),
+    ("binlog_row_image", ("FULL",), "binlog_row_image must be FULL"),
+)
 
 
 def check_server(conn: Any) -> ServerInfo:
@@ -96,19 +108,33 @@ def check_server(conn: Any) -> ServerInfo:
     :raises ServerMisconfigured: naming the setting, its value and what it must be.
     """
     version = query(conn, "SELECT VERSION()")[0][0]
-    names = ("log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata", "server_id",
-             "binlog_checksum", "gtid_mode")
-    rows = query(conn, "SHOW GLOBAL VARIABLES WHERE Variable_name IN (" + ", ".join(["%s"] * len(names)) + ")",
-                 names)
+    names = (
+        "log_bin",
+        "binlog_format",
+        "binlog_row_image",
+        "binlog_row_metadata",
+        "server_id",
+        "binlog_checksum",
+        "gtid_mode",
+    )
+    rows = query(
+        conn, "SHOW GLOBAL VARIABLES WHERE Variable_name IN (" + ", ".join(["%s"] * len(names)) + ")", names
+    )
     values = {str(k).lower(): str(v) for k, v in rows}
     for name, allowed, hint in _REQUIRED:
         value = values.get(name, "")
         if value.upper() not in allowed:
-            raise ServerMisconfigured(f"server setting {name} is {value or 'unset'!r}; change capture needs "
-                                      f"{' or '.join(allowed)}", hint=f"{hint} and restart the server")
-    return ServerInfo(detect(version), int(values.get("server_id", 0)),
-                      values.get("binlog_row_metadata", "").upper() == "FULL",
-                      values.get("binlog_checksum", "NONE").upper() != "NONE", values)
+            raise ServerMisconfigured(
+                f"server setting {name} is {value or 'unset'!r}; change capture needs {' or '.join(allowed)}",
+                hint=f"{hint} and restart the server",
+            )
+    return ServerInfo(
+        detect(version),
+        int(values.get("server_id", 0)),
+        values.get("binlog_row_metadata", "").upper() == "FULL",
+        values.get("binlog_checksum", "NONE").upper() != "NONE",
+        values,
+    )
 
 
 _GRANT_ON_ALL = re.compile(r"^GRANT (.+?) ON \*\.\* TO", re.IGNORECASE)
@@ -128,12 +154,16 @@ def check_privileges(conn: Any, flavour: Flavour) -> None:
         return
     user = query(conn, "SELECT CURRENT_USER()")[0][0]
     if not held & {"REPLICATION SLAVE", "REPLICATION REPLICA"}:
-        raise MissingPrivilege(f"user {user} lacks the REPLICATION SLAVE privilege needed to read the binlog",
-                               hint=f"GRANT REPLICATION SLAVE ON *.* TO {user}")
+        raise MissingPrivilege(
+            f"user {user} lacks the REPLICATION SLAVE privilege needed to read the binlog",
+            hint=f"GRANT REPLICATION SLAVE ON *.* TO {user}",
+        )
     if not held & set(flavour.monitor_privileges):
         wanted = flavour.monitor_privileges[0]
-        raise MissingPrivilege(f"user {user} lacks the {wanted} (REPLICATION CLIENT) privilege needed to read "
-                               "binlog positions", hint=f"GRANT {wanted} ON *.* TO {user}")
+        raise MissingPrivilege(
+            f"user {user} lacks the {wanted} (REPLICATION CLIENT) privilege needed to read binlog positions",
+            hint=f"GRANT {wanted} ON *.* TO {user}",
+        )
 
 
 def head(conn: Any, flavour: Flavour) -> tuple[str, int, str]:
@@ -148,8 +178,9 @@ def head(conn: Any, flavour: Flavour) -> tuple[str, int, str]:
             raise MissingPrivilege(f"{flavour.status_sql} was refused: {e.args[1]}") from None
         raise
     if not rows:
-        raise ServerMisconfigured("the binlog is not enabled (SHOW MASTER STATUS is empty)",
-                                  hint="start the server with --log-bin")
+        raise ServerMisconfigured(
+            "the binlog is not enabled (SHOW MASTER STATUS is empty)", hint="start the server with --log-bin"
+        )
     gtids = query(conn, flavour.gtid_sql)[0][0] or ""
     return str(rows[0][0]), int(rows[0][1]), str(gtids).replace("\n", "")
 
@@ -167,7 +198,9 @@ class BinlogStream:
     """A binlog dump from ``file:pos`` on a dedicated connection; :meth:`read` returns event bytes
     (header included, checksum stripped) until the server reports the end (non-blocking dump)."""
 
-    def __init__(self, config: ConnectorConfig, info: ServerInfo, file: str, pos: int, annotate: bool) -> None:
+    def __init__(
+        self, config: ConnectorConfig, info: ServerInfo, file: str, pos: int, annotate: bool
+    ) -> None:
         self.conn = connect(config, read_timeout=600)
         self.checksum = info.checksum
         with self.conn.cursor() as cur:
@@ -176,7 +209,9 @@ class BinlogStream:
             cur.execute("SET @mariadb_slave_capability = 4")  # send real GTID events
         server_id = config["database.server.id"] or default_server_id(config["name"])
         name = file.encode()
-        packet = struct.pack("<BIHI", COM_BINLOG_DUMP, pos, info.flavour.dump_flags(annotate), server_id) + name
+        packet = (
+            struct.pack("<BIHI", COM_BINLOG_DUMP, pos, info.flavour.dump_flags(annotate), server_id) + name
+        )
         self.conn._next_seq_id = 0
         self.conn._write_bytes(struct.pack("<I", len(packet))[:3] + b"\x00" + packet)
         self.conn._next_seq_id = 1
@@ -192,8 +227,10 @@ class BinlogStream:
         except pymysql.err.OperationalError as e:
             code = e.args[0] if e.args else 0
             if code in (1227, 1045):
-                raise MissingPrivilege(f"binlog dump refused: {e.args[1]}",
-                                       hint="GRANT REPLICATION SLAVE ON *.* TO the connector user") from None
+                raise MissingPrivilege(
+                    f"binlog dump refused: {e.args[1]}",
+                    hint="GRANT REPLICATION SLAVE ON *.* TO the connector user",
+                ) from None
             raise ProtocolError(f"binlog dump failed: error {code}: {e.args[1:]}") from e
         data = packet._data
         if data[0] == 0xFE and len(data) < 9:

@@ -73,8 +73,11 @@ class Flavour:
 
     @property
     def monitor_privileges(self) -> tuple[str, ...]:
-        return ("BINLOG MONITOR", "REPLICATION CLIENT", "SUPER") if self.is_mariadb else (
-            "REPLICATION CLIENT", "SUPER")
+        return (
+            ("BINLOG MONITOR", "REPLICATION CLIENT", "SUPER")
+            if self.is_mariadb
+            else ("REPLICATION CLIENT", "SUPER")
+        )
 
     def json_decoder(self) -> Any:
         return None if self.is_mariadb else _mysql_json
@@ -158,6 +161,8 @@ class GtidSet:
 
     def __str__(self) -> str:
         if self.mysql:
-            return ",".join(uuid + "".join(f":{a}" if a == b else f":{a}-{b}" for a, b in ivs)
-                            for uuid, ivs in sorted(self.mysql.items()))
+            return ",".join(
+                uuid + "".join(f":{a}" if a == b else f":{a}-{b}" for a, b in ivs)
+                for uuid, ivs in sorted(self.mysql.items())
+            )
         return ",".join(self.maria[d] for d in sorted(self.maria, key=int))

@@ -63,7 +63,7 @@ def lenenc(data: bytes, o: int) -> tuple[int, int]:
     if first == 0xFC:
         return data[o + 1] | data[o + 2] << 8, o + 3
     if first == 0xFD:
-        return int.from_bytes(data[o + 1:o + 4], "little"), o + 4
+        return int.from_bytes(data[o + 1 : o + 4], "little"), o + 4
     if first == 0xFE:
         return _U64(data, o + 1)[0], o + 9
     raise ProtocolError(f"invalid length-encoded integer prefix 0x{first:02x}")
@@ -103,8 +103,8 @@ def parse_query(body: bytes) -> Query:
     try:
         thread_id, _, db_len, _, status_len = struct.unpack_from("<IIBHH", body, 0)
         o = 13 + status_len
-        schema = body[o:o + db_len].decode("utf-8", "replace")
-        text = body[o + db_len + 1:].decode("utf-8", "replace")
+        schema = body[o : o + db_len].decode("utf-8", "replace")
+        text = body[o + db_len + 1 :].decode("utf-8", "replace")
     except (struct.error, IndexError) as e:
         raise ProtocolError(f"malformed QUERY event: {e}") from e
     return Query(thread_id, schema, text)
@@ -159,26 +159,26 @@ def parse_table_map(body: bytes) -> TableMap:
         table_id = int.from_bytes(body[0:6], "little")
         o = 8
         n = body[o]
-        schema = body[o + 1:o + 1 + n].decode("utf-8", "replace")
+        schema = body[o + 1 : o + 1 + n].decode("utf-8", "replace")
         o += 2 + n
         n = body[o]
-        table = body[o + 1:o + 1 + n].decode("utf-8", "replace")
+        table = body[o + 1 : o + 1 + n].decode("utf-8", "replace")
         o += 2 + n
         ncols, o = lenenc(body, o)
-        raw_types = list(body[o:o + ncols])
+        raw_types = list(body[o : o + ncols])
         o += ncols
         meta_len, o = lenenc(body, o)
         meta_end = o + meta_len
         types, metas = [], []
         for t in raw_types:
             size = rc.metadata_size(t)
-            real, meta = rc.parse_metadata(t, body[o:o + size])
+            real, meta = rc.parse_metadata(t, body[o : o + size])
             types.append(real)
             metas.append(meta)
             o += size
         o = meta_end
         nbytes = (ncols + 7) // 8
-        bits = int.from_bytes(body[o:o + nbytes], "little")
+        bits = int.from_bytes(body[o : o + nbytes], "little")
         o += nbytes
         tm = TableMap(table_id, schema, table, types, metas, [bool(bits >> i & 1) for i in range(ncols)])
         _optional_metadata(tm, body, o)
@@ -191,7 +191,7 @@ def _strings(data: bytes, o: int, end: int) -> list[str]:
     out = []
     while o < end:
         n, o = lenenc(data, o)
-        out.append(data[o:o + n].decode("utf-8", "replace"))
+        out.append(data[o : o + n].decode("utf-8", "replace"))
         o += n
     return out
 
@@ -203,7 +203,7 @@ def _string_lists(data: bytes, o: int, end: int) -> list[list[str]]:
         values = []
         for _ in range(count):
             n, o = lenenc(data, o)
-            values.append(data[o:o + n].decode("utf-8", "replace"))
+            values.append(data[o : o + n].decode("utf-8", "replace"))
             o += n
         out.append(values)
     return out
@@ -268,12 +268,12 @@ def rows_body_start(event_type: int, body: bytes) -> tuple[int, int, int, list[b
             o += _U16(body, 8)[0]
         ncols, o = lenenc(body, o)
         nbytes = (ncols + 7) // 8
-        bits = int.from_bytes(body[o:o + nbytes], "little")
+        bits = int.from_bytes(body[o : o + nbytes], "little")
         present = [bool(bits >> i & 1) for i in range(ncols)]
         o += nbytes
         after = None
         if ROWS_TYPES[event_type] == "u":
-            bits = int.from_bytes(body[o:o + nbytes], "little")
+            bits = int.from_bytes(body[o : o + nbytes], "little")
             after = [bool(bits >> i & 1) for i in range(ncols)]
             o += nbytes
     except (IndexError, struct.error) as e:

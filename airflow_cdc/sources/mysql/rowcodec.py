@@ -37,21 +37,48 @@ T_LONGLONG, T_INT24, T_DATE, T_TIME, T_DATETIME, T_YEAR, T_NEWDATE, T_VARCHAR = 
 T_BIT, T_TIMESTAMP2, T_DATETIME2, T_TIME2 = 16, 17, 18, 19
 T_JSON, T_NEWDECIMAL, T_ENUM, T_SET = 245, 246, 247, 248
 T_TINY_BLOB, T_MEDIUM_BLOB, T_LONG_BLOB, T_BLOB, T_VAR_STRING, T_STRING, T_GEOMETRY = (
-    249, 250, 251, 252, 253, 254, 255)
+    249,
+    250,
+    251,
+    252,
+    253,
+    254,
+    255,
+)
 
-NUMERIC_TYPES = frozenset({T_TINY, T_SHORT, T_INT24, T_LONG, T_LONGLONG, T_FLOAT, T_DOUBLE, T_NEWDECIMAL,
-                           T_DECIMAL})
+NUMERIC_TYPES = frozenset(
+    {T_TINY, T_SHORT, T_INT24, T_LONG, T_LONGLONG, T_FLOAT, T_DOUBLE, T_NEWDECIMAL, T_DECIMAL}
+)
 CHARACTER_TYPES = frozenset({T_STRING, T_VAR_STRING, T_VARCHAR, T_BLOB})
 INT_TYPES = {T_TINY: 1, T_SHORT: 2, T_INT24: 3, T_LONG: 4, T_LONGLONG: 8}
-_INT_FMT = {(1, False): "<b", (1, True): "<B", (2, False): "<h", (2, True): "<H", (4, False): "<i",
-            (4, True): "<I", (8, False): "<q", (8, True): "<Q"}
+_INT_FMT = {
+    (1, False): "<b",
+    (1, True): "<B",
+    (2, False): "<h",
+    (2, True): "<H",
+    (4, False): "<i",
+    (4, True): "<I",
+    (8, False): "<q",
+    (8, True): "<Q",
+}
 _DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 
 
 def metadata_size(col_type: int) -> int:
     """Bytes of TABLE_MAP metadata a column of ``col_type`` has."""
-    if col_type in (T_FLOAT, T_DOUBLE, T_BLOB, T_GEOMETRY, T_JSON, T_TIMESTAMP2, T_DATETIME2, T_TIME2,
-                    T_TINY_BLOB, T_MEDIUM_BLOB, T_LONG_BLOB):
+    if col_type in (
+        T_FLOAT,
+        T_DOUBLE,
+        T_BLOB,
+        T_GEOMETRY,
+        T_JSON,
+        T_TIMESTAMP2,
+        T_DATETIME2,
+        T_TIME2,
+        T_TINY_BLOB,
+        T_MEDIUM_BLOB,
+        T_LONG_BLOB,
+    ):
         return 1
     if col_type in (T_VARCHAR, T_VAR_STRING, T_BIT, T_NEWDECIMAL, T_STRING, T_ENUM, T_SET):
         return 2
@@ -88,7 +115,7 @@ def decimal_reader(precision: int, scale: int) -> tuple[Callable[[bytes, int], s
     lead, tail = _DIG2BYTES[intg0x], _DIG2BYTES[frac0x]
 
     def read(d: bytes, o: int) -> str:
-        b = bytearray(d[o:o + size])
+        b = bytearray(d[o : o + size])
         negative = not b[0] & 0x80
         b[0] ^= 0x80
         if negative:
@@ -97,14 +124,14 @@ def decimal_reader(precision: int, scale: int) -> tuple[Callable[[bytes, int], s
         ipart = int.from_bytes(b[:lead], "big") if lead else 0
         p = lead
         for _ in range(intg0):
-            ipart = ipart * 1_000_000_000 + int.from_bytes(b[p:p + 4], "big")
+            ipart = ipart * 1_000_000_000 + int.from_bytes(b[p : p + 4], "big")
             p += 4
         digits = []
         for _ in range(frac0):
-            digits.append(f"{int.from_bytes(b[p:p + 4], 'big'):09d}")
+            digits.append(f"{int.from_bytes(b[p : p + 4], 'big'):09d}")
             p += 4
         if tail:
-            digits.append(f"{int.from_bytes(b[p:p + tail], 'big'):0{frac0x}d}")
+            digits.append(f"{int.from_bytes(b[p : p + tail], 'big'):0{frac0x}d}")
         text = f"{ipart}.{''.join(digits)}" if frac else str(ipart)
         return "-" + text if negative else text
 
@@ -121,12 +148,15 @@ def datetime2_reader(fsp: int) -> tuple[Callable[[bytes, int], int], int]:
     nfrac, mult = _frac_reader(fsp)
 
     def read(d: bytes, o: int) -> int:
-        packed = int.from_bytes(d[o:o + 5], "big") - 0x8000000000
+        packed = int.from_bytes(d[o : o + 5], "big") - 0x8000000000
         ymd, hms = packed >> 17, packed & 0x1FFFF
         ym = ymd >> 5
-        frac = int.from_bytes(d[o + 5:o + 5 + nfrac], "big") * mult if nfrac else 0
-        stamp = ((((ym // 13) * 100 + ym % 13) * 100 + (ymd & 31)) * 1_000_000
-                 + ((hms >> 12) * 100 + (hms >> 6 & 63)) * 100 + (hms & 63))
+        frac = int.from_bytes(d[o + 5 : o + 5 + nfrac], "big") * mult if nfrac else 0
+        stamp = (
+            (((ym // 13) * 100 + ym % 13) * 100 + (ymd & 31)) * 1_000_000
+            + ((hms >> 12) * 100 + (hms >> 6 & 63)) * 100
+            + (hms & 63)
+        )
         return stamp * 1_000_000 + frac
 
     return read, 5 + nfrac
@@ -136,8 +166,8 @@ def timestamp2_reader(fsp: int) -> tuple[Callable[[bytes, int], int], int]:
     nfrac, mult = _frac_reader(fsp)
 
     def read(d: bytes, o: int) -> int:
-        frac = int.from_bytes(d[o + 4:o + 4 + nfrac], "big") * mult if nfrac else 0
-        return int.from_bytes(d[o:o + 4], "big") * 1_000_000 + frac
+        frac = int.from_bytes(d[o + 4 : o + 4 + nfrac], "big") * mult if nfrac else 0
+        return int.from_bytes(d[o : o + 4], "big") * 1_000_000 + frac
 
     return read, 4 + nfrac
 
@@ -147,10 +177,10 @@ def time2_reader(fsp: int) -> tuple[Callable[[bytes, int], int], int]:
 
     def read(d: bytes, o: int) -> int:
         if nfrac == 3:
-            packed = int.from_bytes(d[o:o + 6], "big") - 0x800000000000
+            packed = int.from_bytes(d[o : o + 6], "big") - 0x800000000000
         else:
-            intpart = int.from_bytes(d[o:o + 3], "big") - 0x800000
-            frac = int.from_bytes(d[o + 3:o + 3 + nfrac], "big") if nfrac else 0
+            intpart = int.from_bytes(d[o : o + 3], "big") - 0x800000
+            frac = int.from_bytes(d[o + 3 : o + 3 + nfrac], "big") if nfrac else 0
             if intpart < 0 and frac:
                 intpart += 1
                 frac -= 0x100 if nfrac == 1 else 0x10000
@@ -165,7 +195,7 @@ def time2_reader(fsp: int) -> tuple[Callable[[bytes, int], int], int]:
 
 
 def _old_time(d: bytes, o: int) -> int:
-    v = int.from_bytes(d[o:o + 3], "little", signed=True)
+    v = int.from_bytes(d[o : o + 3], "little", signed=True)
     sign, v = (-1 if v < 0 else 1), abs(v)
     return sign * ((v // 10000 * 60 + v // 100 % 100) * 60 + v % 100) * 1_000_000
 
@@ -198,16 +228,20 @@ def _column_code(i: int, col: ColumnLayout, env: dict[str, Any]) -> list[str]:
         return [f"n = d[o] | d[o + 1] << 8; c{i} = d[o + 2:o + 2 + n]; o += 2 + n"]
     if t in (T_BLOB, T_GEOMETRY, T_JSON, T_TINY_BLOB, T_MEDIUM_BLOB, T_LONG_BLOB):
         size = m or 4
-        lines = [f"n = int.from_bytes(d[o:o + {size}], 'little'); c{i} = d[o + {size}:o + {size} + n]; "
-                 f"o += {size} + n"]
+        lines = [
+            f"n = int.from_bytes(d[o:o + {size}], 'little'); c{i} = d[o + {size}:o + {size} + n]; "
+            f"o += {size} + n"
+        ]
         if t == T_JSON and col.json is not None:
             env[f"j{i}"] = col.json
             lines.append(f"c{i} = j{i}(c{i})")
         return lines
     readers: dict[int, Callable[[], tuple[Callable[[bytes, int], Any], int]]] = {
         T_NEWDECIMAL: lambda: decimal_reader(m >> 8, m & 0xFF),
-        T_DATETIME2: lambda: datetime2_reader(m), T_TIMESTAMP2: lambda: timestamp2_reader(m),
-        T_TIME2: lambda: time2_reader(m), T_TIME: lambda: (_old_time, 3),
+        T_DATETIME2: lambda: datetime2_reader(m),
+        T_TIMESTAMP2: lambda: timestamp2_reader(m),
+        T_TIME2: lambda: time2_reader(m),
+        T_TIME: lambda: (_old_time, 3),
     }
     if t in readers:
         env[f"r{i}"], size = readers[t]()

@@ -46,7 +46,7 @@ class ColumnDef:
     @property
     def values(self) -> list[str]:
         """ENUM / SET labels in declaration order."""
-        inner = self.column_type[self.column_type.index("(") + 1:self.column_type.rindex(")")]
+        inner = self.column_type[self.column_type.index("(") + 1 : self.column_type.rindex(")")]
         return [m.replace("''", "'") for m in re.findall(r"'((?:[^']|'')*)'", inner)]
 
 
@@ -72,25 +72,55 @@ class TableDef:
 
     def table_change(self, kind: str) -> dict[str, Any]:
         """Debezium's ``tableChanges`` entry for this structure."""
-        return {"type": kind, "id": f'"{self.db}"."{self.table}"', "table": {
-            "defaultCharsetName": self.charset, "primaryKeyColumnNames": list(self.key),
-            "columns": [{"name": c.name, "typeName": c.data_type.upper(), "typeExpression": c.column_type,
-                         "charsetName": c.charset, "length": c.length or c.precision, "scale": c.scale,
-                         "position": i + 1, "optional": c.nullable, "autoIncremented": c.auto_increment,
-                         "generated": c.auto_increment} for i, c in enumerate(self.columns)],
-            "attributes": []}}
+        return {
+            "type": kind,
+            "id": f'"{self.db}"."{self.table}"',
+            "table": {
+                "defaultCharsetName": self.charset,
+                "primaryKeyColumnNames": list(self.key),
+                "columns": [
+                    {
+                        "name": c.name,
+                        "typeName": c.data_type.upper(),
+                        "typeExpression": c.column_type,
+                        "charsetName": c.charset,
+                        "length": c.length or c.precision,
+                        "scale": c.scale,
+                        "position": i + 1,
+                        "optional": c.nullable,
+                        "autoIncremented": c.auto_increment,
+                        "generated": c.auto_increment,
+                    }
+                    for i, c in enumerate(self.columns)
+                ],
+                "attributes": [],
+            },
+        }
+
+
+def as_int(v: Any) -> int | None:
+    return None if v is None else int(v)
 
 
 def _column(row: tuple) -> ColumnDef:
     name, dtype, ctype, nullable, charset, length, precision, scale, fsp, extra = row
-    as_int = (lambda v: None if v is None else int(v))
-    return ColumnDef(str(name), str(dtype).lower(), str(ctype).lower(), str(nullable) == "YES",
-                     charset and str(charset), as_int(length), as_int(precision), as_int(scale), as_int(fsp),
-                     "auto_increment" in str(extra or "").lower())
+    return ColumnDef(
+        str(name),
+        str(dtype).lower(),
+        str(ctype).lower(),
+        str(nullable) == "YES",
+        charset and str(charset),
+        as_int(length),
+        as_int(precision),
+        as_int(scale),
+        as_int(fsp),
+        "auto_increment" in str(extra or "").lower(),
+    )
 
 
-def load_tables(conn: Any, db_filter: Any = None, names: list[tuple[str, str]] | None = None
-                ) -> dict[str, TableDef]:
+def load_tables(
+    conn: Any, db_filter: Any = None, names: list[tuple[str, str]] | None = None
+) -> dict[str, TableDef]:
     """Structures of base tables from information_schema, keyed ``db.table``.
 
     :param names: only these (db, table) pairs; else every non-system table.
@@ -100,16 +130,20 @@ def load_tables(conn: Any, db_filter: Any = None, names: list[tuple[str, str]] |
     where, args = q.tables_where(names, SYSTEM_DATABASES)
     tables: dict[str, TableDef] = {}
     for db, table, charset in client.query(conn, q.TABLES + where + " ORDER BY 1, 2", args):
-        tables[f"{db}.{table}"] = TableDef(str(db), str(table), [], [], charset and str(charset).split("_")[0])
+        tables[f"{db}.{table}"] = TableDef(
+            str(db), str(table), [], [], charset and str(charset).split("_")[0]
+        )
     if not tables:
         return tables
     for row in client.query(
-            conn, q.COLUMNS + where.replace("t.", "c.") + " ORDER BY 1, 2, c.ORDINAL_POSITION", args):
+        conn, q.COLUMNS + where.replace("t.", "c.") + " ORDER BY 1, 2, c.ORDINAL_POSITION", args
+    ):
         td = tables.get(f"{row[0]}.{row[1]}")
         if td is not None:
             td.columns.append(_column(row[2:]))
     for db, table, column in client.query(
-            conn, q.PRIMARY_KEYS + where.replace("t.", "k.") + " ORDER BY 1, 2, k.ORDINAL_POSITION", args):
+        conn, q.PRIMARY_KEYS + where.replace("t.", "k.") + " ORDER BY 1, 2, k.ORDINAL_POSITION", args
+    ):
         td = tables.get(f"{db}.{table}")
         if td is not None:
             td.key.append(str(column))
@@ -118,14 +152,20 @@ def load_tables(conn: Any, db_filter: Any = None, names: list[tuple[str, str]] |
 
 _IDENT = r"(?:`(?:[^`]|``)+`|[\w$]+)"
 _NAME = rf"({_IDENT}(?:\s*\.\s*{_IDENT})?)"
-_DDL_PATTERNS = [re.compile(p, re.IGNORECASE | re.DOTALL) for p in (
-    rf"^\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMPORARY\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?{_NAME}",
-    rf"^\s*ALTER\s+(?:ONLINE\s+)?(?:IGNORE\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?{_NAME}",
-    rf"^\s*TRUNCATE\s+(?:TABLE\s+)?{_NAME}",
-    rf"^\s*(?:CREATE|DROP)\s+(?:UNIQUE\s+|FULLTEXT\s+|SPATIAL\s+)?INDEX\s+.*?\s+ON\s+{_NAME}",
-)]
-_DROP = re.compile(r"^\s*DROP\s+(?:TEMPORARY\s+)?TABLES?\s+(?:IF\s+EXISTS\s+)?(.*?)(?:\s+(?:RESTRICT|CASCADE))?"
-                   r"\s*(?:/\*.*)?$", re.IGNORECASE | re.DOTALL)
+_DDL_PATTERNS = [
+    re.compile(p, re.IGNORECASE | re.DOTALL)
+    for p in (
+        rf"^\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMPORARY\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?{_NAME}",
+        rf"^\s*ALTER\s+(?:ONLINE\s+)?(?:IGNORE\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?{_NAME}",
+        rf"^\s*TRUNCATE\s+(?:TABLE\s+)?{_NAME}",
+        rf"^\s*(?:CREATE|DROP)\s+(?:UNIQUE\s+|FULLTEXT\s+|SPATIAL\s+)?INDEX\s+.*?\s+ON\s+{_NAME}",
+    )
+]
+_DROP = re.compile(
+    r"^\s*DROP\s+(?:TEMPORARY\s+)?TABLES?\s+(?:IF\s+EXISTS\s+)?(.*?)(?:\s+(?:RESTRICT|CASCADE))?"
+    r"\s*(?:/\*.*)?$",
+    re.IGNORECASE | re.DOTALL,
+)
 _RENAME = re.compile(r"^\s*RENAME\s+TABLES?\s+(.*)$", re.IGNORECASE | re.DOTALL)
 _COMMENT = re.compile(r"^\s*(?:/\*.*?\*/\s*|#[^\n]*\n\s*|--[^\n]*\n\s*)+", re.DOTALL)
 
@@ -165,12 +205,17 @@ class SchemaHistory:
         data = data or {}
         self.versions: dict[str, list[tuple[int, TableDef | None]]] = {
             name: [(int(c), TableDef.from_json(d) if d else None) for c, d in vs]
-            for name, vs in (data.get("tables") or {}).items()}
+            for name, vs in (data.get("tables") or {}).items()
+        }
         self.ddl: list[dict[str, Any]] = list(data.get("ddl") or [])
 
     def to_json(self) -> dict[str, Any]:
-        return {"tables": {n: [[c, d.to_json() if d else None] for c, d in vs] for n, vs in self.versions.items()},
-                "ddl": self.ddl[-HISTORY_DDL_KEPT:]}
+        return {
+            "tables": {
+                n: [[c, d.to_json() if d else None] for c, d in vs] for n, vs in self.versions.items()
+            },
+            "ddl": self.ddl[-HISTORY_DDL_KEPT:],
+        }
 
     def at(self, name: str, coord: int) -> TableDef | None:
         """The structure of ``name`` that applied at binlog coordinate ``coord``."""
@@ -214,12 +259,26 @@ def binlog_compatible(tdef: TableDef, tm: Any) -> bool:
 
 
 _FAMILY = {
-    "tinyint": {rc.T_TINY}, "smallint": {rc.T_SHORT}, "mediumint": {rc.T_INT24}, "int": {rc.T_LONG},
-    "bigint": {rc.T_LONGLONG}, "float": {rc.T_FLOAT}, "double": {rc.T_DOUBLE}, "decimal": {rc.T_NEWDECIMAL},
-    "date": {rc.T_DATE, rc.T_NEWDATE}, "datetime": {rc.T_DATETIME, rc.T_DATETIME2},
-    "timestamp": {rc.T_TIMESTAMP, rc.T_TIMESTAMP2}, "time": {rc.T_TIME, rc.T_TIME2}, "year": {rc.T_YEAR},
-    "bit": {rc.T_BIT}, "enum": {rc.T_ENUM}, "set": {rc.T_SET}, "json": {rc.T_JSON, rc.T_BLOB},
-    "char": {rc.T_STRING}, "binary": {rc.T_STRING}, "varchar": {rc.T_VARCHAR, rc.T_VAR_STRING},
+    "tinyint": {rc.T_TINY},
+    "smallint": {rc.T_SHORT},
+    "mediumint": {rc.T_INT24},
+    "int": {rc.T_LONG},
+    "bigint": {rc.T_LONGLONG},
+    "float": {rc.T_FLOAT},
+    "double": {rc.T_DOUBLE},
+    "decimal": {rc.T_NEWDECIMAL},
+    "date": {rc.T_DATE, rc.T_NEWDATE},
+    "datetime": {rc.T_DATETIME, rc.T_DATETIME2},
+    "timestamp": {rc.T_TIMESTAMP, rc.T_TIMESTAMP2},
+    "time": {rc.T_TIME, rc.T_TIME2},
+    "year": {rc.T_YEAR},
+    "bit": {rc.T_BIT},
+    "enum": {rc.T_ENUM},
+    "set": {rc.T_SET},
+    "json": {rc.T_JSON, rc.T_BLOB},
+    "char": {rc.T_STRING},
+    "binary": {rc.T_STRING},
+    "varchar": {rc.T_VARCHAR, rc.T_VAR_STRING},
     "varbinary": {rc.T_VARCHAR, rc.T_VAR_STRING},
 }
 

@@ -87,32 +87,56 @@ def _bind(col: ColumnDef, text: str | None) -> Any:
     return int(text) if col.data_type in _INTS else text
 
 
-def read_chunk(conn: Any, snapshot_sql: str | None, tdef: TableDef, snap: TableSnapshot, cursor: list | None,
-               key: list[str], limit: int, status_sql: str) -> MySqlChunk:
+def read_chunk(
+    conn: Any,
+    snapshot_sql: str | None,
+    tdef: TableDef,
+    snap: TableSnapshot,
+    cursor: list | None,
+    key: list[str],
+    limit: int,
+    status_sql: str,
+) -> MySqlChunk:
     """Read one chunk of ``snap`` after ``cursor`` in a consistent snapshot of its own."""
     cols = {c.name: c for c in tdef.columns}
     order = [snap.surrogate_key] if snap.surrogate_key else key
     with conn.cursor() as cur:
         cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
         try:
             coord = None
             if snapshot_sql is not None:
                 cur.execute(snapshot_sql)
                 status = {str(k).lower(): str(v) for k, v in cur.fetchall()}
-                coord = client.coordinate(status["binlog_snapshot_file"], int(status["binlog_snapshot_position"]))
+                coord = client.coordinate(
+                    status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
+                )
             if snap.max_key is None:
                 cur.execute(q.max_key(tdef.db, tdef.table, order, snap.condition))
                 row = cur.fetchone()
-                snap.max_key = [key_text(neutral(cols[c], v)) for c, v in zip(order, row, strict=True)] if row else []
+                snap.max_key = (
+                    [key_text(neutral(cols[c], v)) for c, v in zip(order, row, strict=True)] if row else []
+                )
             rows: list[tuple] = []
             if snap.max_key:
                 args = [_bind(cols[c], v) for c, v in zip(order, snap.max_key, strict=True)]
                 if cursor is not None:
                     args += [_bind(cols[c], v) for c, v in zip(order, cursor, strict=True)]
-                cur.execute(q.chunk(tdef.db, tdef.table, [select_expr(c) for c in tdef.columns], order,
-                                    cursor is not None, snap.condition, limit), args)
-                rows = [tuple(neutral(c, v) for c, v in zip(tdef.columns, r, strict=True)) for r in cur.fetchall()]
+                cur.execute(
+                    q.chunk(
+                        tdef.db,
+                        tdef.table,
+                        [select_expr(c) for c in tdef.columns],
+                        order,
+                        cursor is not None,
+                        snap.condition,
+                        limit,
+                    ),
+                    args,
+                )
+                rows = [
+                    tuple(neutral(c, v) for c, v in zip(tdef.columns, r, strict=True)) for r in cur.fetchall()
+                ]
             after_sql = status_sql if coord is None else None
             lsn_after = coord
             if after_sql is not None:
@@ -124,8 +148,15 @@ def read_chunk(conn: Any, snapshot_sql: str | None, tdef: TableDef, snap: TableS
     return _chunk(snap, tdef, key, order, rows, limit, Watermark(coord, lsn_after or 0))
 
 
-def _chunk(snap: TableSnapshot, tdef: TableDef, key: list[str], order: list[str], rows: list[tuple], limit: int,
-           watermark: Watermark) -> MySqlChunk:
+def _chunk(
+    snap: TableSnapshot,
+    tdef: TableDef,
+    key: list[str],
+    order: list[str],
+    rows: list[tuple],
+    limit: int,
+    watermark: Watermark,
+) -> MySqlChunk:
     names = [c.name for c in tdef.columns]
     text_cols = list(dict.fromkeys(key + order))
     data = {c: pa.array([key_text(r[names.index(c)]) for r in rows], pa.string()) for c in text_cols}

@@ -39,11 +39,20 @@ class MySqlSource:
     def __init__(self, config: ConnectorConfig) -> None:
         self.config, self.name = config, config["name"]
         self.filters = TableFilter(config)
-        self.modes = Modes(config["decimal.handling.mode"], config["time.precision.mode"],
-                           config["bigint.unsigned.handling.mode"], config["binary.handling.mode"],
-                           _tinyint_boolean(config), config["include.unknown.datatypes"])
-        self.gtid_filter = IncludeExclude("gtid.source.includes", config["gtid.source.includes"],
-                                          "gtid.source.excludes", config["gtid.source.excludes"])
+        self.modes = Modes(
+            config["decimal.handling.mode"],
+            config["time.precision.mode"],
+            config["bigint.unsigned.handling.mode"],
+            config["binary.handling.mode"],
+            _tinyint_boolean(config),
+            config["include.unknown.datatypes"],
+        )
+        self.gtid_filter = IncludeExclude(
+            "gtid.source.includes",
+            config["gtid.source.includes"],
+            "gtid.source.excludes",
+            config["gtid.source.excludes"],
+        )
         self.conn: Any = None
         self.history = SchemaHistory()
         self.files: dict[int, str] = {}
@@ -61,10 +70,16 @@ class MySqlSource:
         client.check_privileges(self.conn, self.flavour)
         tables = load_tables(self.conn)
         self._tables = {n: t for n, t in tables.items() if self.filters.includes_table(_tid(t))}
-        self.resolver = TableResolver(self.conn, self.filters, self.modes, self.history,
-                                      source_constants(self.config["topic.prefix"] or self.name),
-                                      self.flavour.json_decoder(), self.config["inconsistent.schema.handling.mode"],
-                                      self.files)
+        self.resolver = TableResolver(
+            self.conn,
+            self.filters,
+            self.modes,
+            self.history,
+            source_constants(self.config["topic.prefix"] or self.name),
+            self.flavour.json_decoder(),
+            self.config["inconsistent.schema.handling.mode"],
+            self.files,
+        )
         for tdef in self._tables.values():
             self.resolver.build(tdef)  # no key / unsupported type: fail before anything is read
         self._snapshot_sinks = {}
@@ -111,11 +126,17 @@ class MySqlSource:
                 start = self._coord(offset["file"], int(offset["pos"]))
                 self._init_history(start, only_missing=True)
                 return start, None
-            problem = (f"binlog file {offset['file']} of the stored offset is no longer on the server "
-                       f"(oldest: {available[0] if available else 'none'}); the binlog was purged")
+            problem = (
+                f"binlog file {offset['file']} of the stored offset is no longer on the server "
+                f"(oldest: {available[0] if available else 'none'}); the binlog was purged"
+            )
             if not when_needed:
-                raise OffsetUnavailable(f"{problem}: changes since {offset['file']}:{offset['pos']} cannot be read")
-            log.warning("%s; snapshot.mode=when_needed: restarting from the head and re-snapshotting", problem)
+                raise OffsetUnavailable(
+                    f"{problem}: changes since {offset['file']}:{offset['pos']} cannot be read"
+                )
+            log.warning(
+                "%s; snapshot.mode=when_needed: restarting from the head and re-snapshotting", problem
+            )
             reason = problem
         self._start = (file, pos, gtids)
         start = self._coord(file, pos)
@@ -145,7 +166,9 @@ class MySqlSource:
                 raise ServerMisconfigured(f"binlog did not reach coordinate {lsn} within {timeout}s")
             time.sleep(0.01)
 
-    def offset_at(self, lsn: int, window: WindowResult | None, previous: dict[str, Any] | None) -> dict[str, Any]:
+    def offset_at(
+        self, lsn: int, window: WindowResult | None, previous: dict[str, Any] | None
+    ) -> dict[str, Any]:
         """The JSON offset of coordinate ``lsn`` (the window end, or the start before any window)."""
         if window is not None:
             gtids = window.gtids
@@ -153,8 +176,12 @@ class MySqlSource:
             gtids = previous.get("gtids", "")
         else:
             gtids = self._start[2]
-        return {"file": self.resolver.file_name(lsn >> 32), "pos": lsn & 0xFFFFFFFF, "gtids": gtids,
-                "server_id": self.info.server_id}
+        return {
+            "file": self.resolver.file_name(lsn >> 32),
+            "pos": lsn & 0xFFFFFFFF,
+            "gtids": gtids,
+            "server_id": self.info.server_id,
+        }
 
     def acknowledge(self, offset: dict[str, Any]) -> None:
         """Nothing to release: the server keeps its binlog by its own retention settings."""
@@ -187,8 +214,16 @@ class MySqlSource:
             tdef = self._tables[snap.table]
             state = self.table_state(snap.table)
             try:
-                return snapshot.read_chunk(self.conn, self.flavour.snapshot_watermark_sql(), tdef, snap,
-                                           cursor, state.key_columns, limit, self.flavour.status_sql)
+                return snapshot.read_chunk(
+                    self.conn,
+                    self.flavour.snapshot_watermark_sql(),
+                    tdef,
+                    snap,
+                    cursor,
+                    state.key_columns,
+                    limit,
+                    self.flavour.status_sql,
+                )
             except Exception as e:
                 if not snapshot.is_missing_column(e) or attempt == 2:
                     raise
@@ -202,7 +237,9 @@ class MySqlSource:
     def reflects(self, watermark: snapshot.Watermark, txn_start: int) -> bool:
         return watermark.coord is not None and txn_start < watermark.coord
 
-    def write_snapshot_rows(self, writer: BatchWriter, chunk: ChunkRead, rows: pa.Table, end_lsn: int) -> None:
+    def write_snapshot_rows(
+        self, writer: BatchWriter, chunk: ChunkRead, rows: pa.Table, end_lsn: int
+    ) -> None:
         """Append a chunk's surviving rows as ``op=r`` positioned at the window end."""
         assert isinstance(chunk, snapshot.MySqlChunk)
         state = self.table_state(chunk.snapshot.table)
@@ -212,22 +249,36 @@ class MySqlSource:
             sink = self._snapshot_sinks[key] = state.open_sink(writer, "snapshot")
         position = MySqlPosition(end_lsn >> 32, end_lsn & 0xFFFFFFFF, 0).sort_key()
         ts_ms = now_us() // 1000
-        src = (ts_ms, self.info.server_id, None, self.resolver.file_name(end_lsn >> 32), end_lsn & 0xFFFFFFFF, 0,
-               None, None)
+        src = (
+            ts_ms,
+            self.info.server_id,
+            None,
+            self.resolver.file_name(end_lsn >> 32),
+            end_lsn & 0xFFFFFFFF,
+            0,
+            None,
+            None,
+        )
         for i in rows.column("__row").to_pylist():
             sink.append("r", None, chunk.rows[i], position, src)
 
     # -- the change window ------------------------------------------------------------------
-    def read_window(self, from_lsn: int, upto_lsn: int, writer: BatchWriter, tracker: ChunkTracker | None,
-                    max_events: int) -> WindowResult:
+    def read_window(
+        self, from_lsn: int, upto_lsn: int, writer: BatchWriter, tracker: ChunkTracker | None, max_events: int
+    ) -> WindowResult:
         start_file = self.resolver.file_name(from_lsn >> 32)
-        options = {"skipped": skipped_ops(self.config), "provide_txn": self.config["provide.transaction.metadata"],
-                   "include_query": self.config["include.query"], "gtid_filter": self.gtid_filter}
+        options = {
+            "skipped": skipped_ops(self.config),
+            "provide_txn": self.config["provide.transaction.metadata"],
+            "include_query": self.config["include.query"],
+            "gtid_filter": self.gtid_filter,
+        }
         reader = WindowReader(self.resolver, self.flavour, writer, tracker, options)
         if upto_lsn <= from_lsn:
             return WindowResult(from_lsn, start_file, self._start[2] or self._head_gtids)
-        stream = client.BinlogStream(self.config, self.info, start_file, from_lsn & 0xFFFFFFFF,
-                                     self.config["include.query"])
+        stream = client.BinlogStream(
+            self.config, self.info, start_file, from_lsn & 0xFFFFFFFF, self.config["include.query"]
+        )
         try:
             result = reader.read(stream, start_file, from_lsn, upto_lsn, self._start[2], max_events)
         finally:

@@ -77,8 +77,14 @@ def expand_events(rows: list[tuple]) -> tuple[list[bytes], list[tuple], list | N
 class WindowReader:
     """Decodes binlog events of one window and appends change events to the batch."""
 
-    def __init__(self, resolver: TableResolver, flavour: Flavour, writer: BatchWriter,
-                 tracker: ChunkTracker | None, options: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        resolver: TableResolver,
+        flavour: Flavour,
+        writer: BatchWriter,
+        tracker: ChunkTracker | None,
+        options: dict[str, Any],
+    ) -> None:
         self.resolver, self.flavour, self.writer, self.tracker = resolver, flavour, writer, tracker
         self.skipped: frozenset[str] = options["skipped"]
         self.provide_txn, self.include_query = options["provide_txn"], options["include_query"]
@@ -87,8 +93,9 @@ class WindowReader:
         self.maps: dict[int, TableState | None] = {}
         self.schema_changes: list[dict[str, Any]] = []
 
-    def read(self, stream: BinlogStream, file: str, from_lsn: int, upto_lsn: int, gtids: str,
-             max_events: int) -> WindowResult:
+    def read(
+        self, stream: BinlogStream, file: str, from_lsn: int, upto_lsn: int, gtids: str, max_events: int
+    ) -> WindowResult:
         """Stream the window ``[from_lsn, upto_lsn)``: at most ``max_events`` rows, whole transactions."""
         res = WindowResult(upto_lsn, file, gtids)
         gset = GtidSet(gtids)
@@ -101,7 +108,7 @@ class WindowReader:
                 break
             _, etype, server_id, size, log_pos, _ = _HEADER(data, 0)
             if etype == p.ROTATE:
-                rot = p.parse_rotate(data[p.HEADER_SIZE:])
+                rot = p.parse_rotate(data[p.HEADER_SIZE :])
                 file, file_no = rot.next_file, binlog_file_number(rot.next_file)
                 continue
             if not log_pos:
@@ -113,10 +120,10 @@ class WindowReader:
                 if txn.active:
                     events += self._rows(data, etype, file_no, log_pos - size, txn)
             elif etype == p.TABLE_MAP:
-                tm = p.parse_table_map(data[p.HEADER_SIZE:])
+                tm = p.parse_table_map(data[p.HEADER_SIZE :])
                 self.maps[tm.table_id] = self.resolver.state_for(tm, start, self.writer)
             elif etype == gtid_type:
-                gtid, standalone = self.flavour.parse_gtid(p.parse_header(data), data[p.HEADER_SIZE:])
+                gtid, standalone = self.flavour.parse_gtid(p.parse_header(data), data[p.HEADER_SIZE :])
                 gset.add(gtid)
                 self._begin(txn, start, gtid, data, server_id, file, file_no, standalone)
             elif etype == p.XID:
@@ -125,7 +132,7 @@ class WindowReader:
                 self._query(data, txn, res, start, server_id, file, file_no, (file_no << 32) | log_pos)
             elif etype == p.MARIA_ANNOTATE_ROWS or etype == p.ROWS_QUERY:
                 if self.include_query:
-                    body = data[p.HEADER_SIZE + (1 if etype == p.ROWS_QUERY else 0):]
+                    body = data[p.HEADER_SIZE + (1 if etype == p.ROWS_QUERY else 0) :]
                     txn.query = body.decode("utf-8", "replace")
                     txn.info = txn.info[:6] + (txn.query,)
             elif etype in (p.TRANSACTION_PAYLOAD, p.PARTIAL_UPDATE) or etype in p.MARIA_COMPRESSED:
@@ -145,8 +152,18 @@ class WindowReader:
         return res
 
     # -- transaction boundaries ---------------------------------------------------------------
-    def _begin(self, txn: _Txn, start: int, gtid: str | None, data: bytes, server_id: int, file: str,
-               file_no: int, standalone: bool, thread: int | None = None) -> None:
+    def _begin(
+        self,
+        txn: _Txn,
+        start: int,
+        gtid: str | None,
+        data: bytes,
+        server_id: int,
+        file: str,
+        file_no: int,
+        standalone: bool,
+        thread: int | None = None,
+    ) -> None:
         txn.active = gtid is None or self.gtid_filter(self.flavour.gtid_source(gtid))
         txn.start, txn.gtid, txn.seq, txn.standalone, txn.query = start, gtid, 0, standalone, None
         txn.per_table = {}
@@ -160,9 +177,18 @@ class WindowReader:
         res.last_commit_lsn = end
         txn.active, txn.start, txn.gtid = False, 0, None
 
-    def _query(self, data: bytes, txn: _Txn, res: WindowResult, start: int, server_id: int, file: str,
-               file_no: int, end: int) -> None:
-        query = p.parse_query(data[p.HEADER_SIZE:])
+    def _query(
+        self,
+        data: bytes,
+        txn: _Txn,
+        res: WindowResult,
+        start: int,
+        server_id: int,
+        file: str,
+        file_no: int,
+        end: int,
+    ) -> None:
+        query = p.parse_query(data[p.HEADER_SIZE :])
         text = query.query.strip()
         if text == _BEGIN:
             if txn.gtid is None:
@@ -198,12 +224,13 @@ class WindowReader:
                 txn.seq += 1
                 block = txn.block(table) if self.provide_txn else None
                 state.stream_sink(self.writer, expand_events).add(
-                    ("t", None, None, txn.info, start & 0xFFFFFFFF, 0, block))
+                    ("t", None, None, txn.info, start & 0xFFFFFFFF, 0, block)
+                )
         del change["_truncated"]
 
     # -- rows --------------------------------------------------------------------------------
     def _rows(self, data: bytes, etype: int, file_no: int, pos: int, txn: _Txn) -> int:
-        body = memoryview(data)[p.HEADER_SIZE:].tobytes()
+        body = memoryview(data)[p.HEADER_SIZE :].tobytes()
         table_id = int.from_bytes(body[0:6], "little")
         state = self.maps.get(table_id)
         if state is None:

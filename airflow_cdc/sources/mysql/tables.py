@@ -28,18 +28,52 @@ from airflow_cdc.sources.mysql.types import Modes, MySqlCodec, column_codec
 log = logging.getLogger(__name__)
 
 #: MySQL ``source`` block, exactly Debezium's fields (Debezium 2.3 MySQL connector).
-SOURCE_TYPE = pa.struct([pa.field(n, t) for n, t in (
-    ("version", pa.string()), ("connector", pa.string()), ("name", pa.string()), ("ts_ms", pa.int64()),
-    ("snapshot", pa.string()), ("db", pa.string()), ("sequence", pa.string()), ("table", pa.string()),
-    ("server_id", pa.int64()), ("gtid", pa.string()), ("file", pa.string()), ("pos", pa.int64()),
-    ("row", pa.int32()), ("thread", pa.int64()), ("query", pa.string()))])
+SOURCE_TYPE = pa.struct(
+    [
+        pa.field(n, t)
+        for n, t in (
+            ("version", pa.string()),
+            ("connector", pa.string()),
+            ("name", pa.string()),
+            ("ts_ms", pa.int64()),
+            ("snapshot", pa.string()),
+            ("db", pa.string()),
+            ("sequence", pa.string()),
+            ("table", pa.string()),
+            ("server_id", pa.int64()),
+            ("gtid", pa.string()),
+            ("file", pa.string()),
+            ("pos", pa.int64()),
+            ("row", pa.int32()),
+            ("thread", pa.int64()),
+            ("query", pa.string()),
+        )
+    ]
+)
 VARYING = ("ts_ms", "server_id", "gtid", "file", "pos", "row", "thread", "query")
-_BINLOG_NAMES = {rc.T_TINY: "tinyint", rc.T_SHORT: "smallint", rc.T_INT24: "mediumint", rc.T_LONG: "int",
-                 rc.T_LONGLONG: "bigint", rc.T_FLOAT: "float", rc.T_DOUBLE: "double", rc.T_NEWDECIMAL: "decimal",
-                 rc.T_DATE: "date", rc.T_DATETIME2: "datetime", rc.T_DATETIME: "datetime",
-                 rc.T_TIMESTAMP2: "timestamp", rc.T_TIMESTAMP: "timestamp", rc.T_TIME2: "time", rc.T_TIME: "time",
-                 rc.T_YEAR: "year", rc.T_BIT: "bit", rc.T_ENUM: "enum", rc.T_SET: "set", rc.T_JSON: "json",
-                 rc.T_GEOMETRY: "geometry"}
+_BINLOG_NAMES = {
+    rc.T_TINY: "tinyint",
+    rc.T_SHORT: "smallint",
+    rc.T_INT24: "mediumint",
+    rc.T_LONG: "int",
+    rc.T_LONGLONG: "bigint",
+    rc.T_FLOAT: "float",
+    rc.T_DOUBLE: "double",
+    rc.T_NEWDECIMAL: "decimal",
+    rc.T_DATE: "date",
+    rc.T_DATETIME2: "datetime",
+    rc.T_DATETIME: "datetime",
+    rc.T_TIMESTAMP2: "timestamp",
+    rc.T_TIMESTAMP: "timestamp",
+    rc.T_TIME2: "time",
+    rc.T_TIME: "time",
+    rc.T_YEAR: "year",
+    rc.T_BIT: "bit",
+    rc.T_ENUM: "enum",
+    rc.T_SET: "set",
+    rc.T_JSON: "json",
+    rc.T_GEOMETRY: "geometry",
+}
 BINARY_COLLATION = 63
 
 
@@ -62,19 +96,36 @@ class TableState:
         return [self.tdef.columns[i].name for i in self.key_index]
 
     def source_layout(self, snapshot: str) -> SourceLayout:
-        return SourceLayout(SOURCE_TYPE, dict(self.constants, snapshot=snapshot, db=self.tdef.db,
-                                              table=self.tdef.table), VARYING)
+        return SourceLayout(
+            SOURCE_TYPE,
+            dict(self.constants, snapshot=snapshot, db=self.tdef.db, table=self.tdef.table),
+            VARYING,
+        )
 
     def table_info(self) -> dict[str, Any]:
-        cols = [{"name": c.name, "type": c.column_type} for i, c in enumerate(self.tdef.columns)
-                if i in self.select]
-        return {"schema": self.tdef.db, "table": self.tdef.table, "key_columns": self.key_columns,
-                "columns": cols}
+        cols = [
+            {"name": c.name, "type": c.column_type}
+            for i, c in enumerate(self.tdef.columns)
+            if i in self.select
+        ]
+        return {
+            "schema": self.tdef.db,
+            "table": self.tdef.table,
+            "key_columns": self.key_columns,
+            "columns": cols,
+        }
 
     def open_sink(self, writer: BatchWriter, kind: str, expand: Any = None) -> TableSink:
-        return writer.sink(self.name, self.table_info(), list(self.codecs), self.select,
-                           self.source_layout("false" if kind == "stream" else "incremental"), kind,
-                           self.signature, expand=expand)
+        return writer.sink(
+            self.name,
+            self.table_info(),
+            list(self.codecs),
+            self.select,
+            self.source_layout("false" if kind == "stream" else "incremental"),
+            kind,
+            self.signature,
+            expand=expand,
+        )
 
     def stream_sink(self, writer: BatchWriter, expand: Any) -> TableSink:
         sinks: dict = writer.__dict__.setdefault("_mysql_sinks", {})
@@ -83,17 +134,20 @@ class TableState:
             sink = sinks[self.name] = self.open_sink(writer, "stream", expand)
         return sink  # type: ignore[no-any-return]
 
-    def decode(self, body: bytes, o: int, op: str, present: list[bool], after: list[bool] | None,
-               pos: int) -> list[tuple[tuple | None, tuple | None]]:
+    def decode(
+        self, body: bytes, o: int, op: str, present: list[bool], after: list[bool] | None, pos: int
+    ) -> list[tuple[tuple | None, tuple | None]]:
         """Row images of one rows event as (before, after) pairs.
 
         :raises SchemaError: an UPDATE/DELETE image lacks columns (the writing session did not
             use ``binlog_row_image=FULL``).
         """
         if op != "c" and not all(present):
-            raise SchemaError(f"table {self.name}: rows event at binlog position {pos} lacks columns; the "
-                              "writing session did not use binlog_row_image=FULL",
-                              hint="set binlog_row_image=FULL globally and for every writing session")
+            raise SchemaError(
+                f"table {self.name}: rows event at binlog position {pos} lacks columns; the "
+                "writing session did not use binlog_row_image=FULL",
+                hint="set binlog_row_image=FULL globally and for every writing session",
+            )
         read = self._reader(present)
         end, out = len(body), []
         try:
@@ -141,9 +195,15 @@ def _column_from_map(tm: p.TableMap, i: int, known: ColumnDef | None) -> ColumnD
     else:
         dtype = _BINLOG_NAMES.get(t, "unknown")
         ctype = dtype + unsigned
-    col = ColumnDef(name, dtype, ctype, tm.nullable[i], "utf8mb4" if dtype in ("varchar", "char", "text") else None)
+    col = ColumnDef(
+        name, dtype, ctype, tm.nullable[i], "utf8mb4" if dtype in ("varchar", "char", "text") else None
+    )
     if t == rc.T_NEWDECIMAL:
-        col.precision, col.scale, col.column_type = meta >> 8, meta & 0xFF, f"decimal({meta >> 8},{meta & 0xFF})"
+        col.precision, col.scale, col.column_type = (
+            meta >> 8,
+            meta & 0xFF,
+            f"decimal({meta >> 8},{meta & 0xFF})",
+        )
     elif t in (rc.T_DATETIME2, rc.T_TIMESTAMP2, rc.T_TIME2):
         col.fsp = meta
     elif t == rc.T_BIT:
@@ -158,9 +218,17 @@ def _column_from_map(tm: p.TableMap, i: int, known: ColumnDef | None) -> ColumnD
 class TableResolver:
     """Table structures for the window: schema history plus table maps, and DDL bookkeeping."""
 
-    def __init__(self, conn: Any, filters: TableFilter, modes: Modes, history: SchemaHistory,
-                 constants: dict[str, Any], json_decoder: Any, inconsistent: str,
-                 files: dict[int, str]) -> None:
+    def __init__(
+        self,
+        conn: Any,
+        filters: TableFilter,
+        modes: Modes,
+        history: SchemaHistory,
+        constants: dict[str, Any],
+        json_decoder: Any,
+        inconsistent: str,
+        files: dict[int, str],
+    ) -> None:
         self.conn, self.filters, self.modes, self.history = conn, filters, modes, history
         self.constants, self.json_decoder, self.inconsistent = constants, json_decoder, inconsistent
         self.files = files
@@ -176,10 +244,12 @@ class TableResolver:
         return self.filters.includes_table(TableId(db, table))
 
     def unsupported_event(self, etype: int, file: str, pos: int) -> ProtocolError:
-        return ProtocolError(f"binlog event type {etype} at {file}:{pos} is not supported (compressed "
-                             "binlog events or partial JSON updates)",
-                             hint="disable log_bin_compress / binlog_transaction_compression and set "
-                                  "binlog_row_value_options=''")
+        return ProtocolError(
+            f"binlog event type {etype} at {file}:{pos} is not supported (compressed "
+            "binlog events or partial JSON updates)",
+            hint="disable log_bin_compress / binlog_transaction_compression and set "
+            "binlog_row_value_options=''",
+        )
 
     def state_for(self, tm: p.TableMap, coord: int, writer: BatchWriter) -> TableState | None:
         """The capture state for a table map at ``coord`` (None: table not captured or skipped)."""
@@ -211,12 +281,17 @@ class TableResolver:
         return TableDef(tm.schema, tm.table, cols, key, tdef.charset if tdef else None)
 
     def _inconsistent(self, name: str, tm: p.TableMap, coord: int) -> TableDef | None:
-        msg = (f"table {name}: the binlog layout at {self.file_name(coord >> 32)}:{coord & 0xFFFFFFFF} "
-               f"({len(tm.types)} columns) does not match the schema history and the server does not log "
-               "column names (binlog_row_metadata is not FULL)")
+        msg = (
+            f"table {name}: the binlog layout at {self.file_name(coord >> 32)}:{coord & 0xFFFFFFFF} "
+            f"({len(tm.types)} columns) does not match the schema history and the server does not log "
+            "column names (binlog_row_metadata is not FULL)"
+        )
         if self.inconsistent == "fail":
-            raise SchemaError(msg, hint="set binlog_row_metadata=FULL, or inconsistent.schema.handling.mode="
-                                        "warn/skip to skip such events")
+            raise SchemaError(
+                msg,
+                hint="set binlog_row_metadata=FULL, or inconsistent.schema.handling.mode="
+                "warn/skip to skip such events",
+            )
         if self.inconsistent == "warn":
             log.warning("%s; skipping its events (inconsistent.schema.handling.mode=warn)", msg)
         return None
@@ -232,15 +307,22 @@ class TableResolver:
         key = list(self.filters.message_key_columns(tid) or tdef.key)
         missing = [k for k in key if k not in names]
         if not key or missing:
-            raise SchemaError(f"table {tdef.name} has no primary key{f' (missing {missing})' if missing else ''};"
-                              " set message.key.columns to name its key columns",
-                              hint="add a primary key or set message.key.columns=<db.table>:<col>,...")
+            raise SchemaError(
+                f"table {tdef.name} has no primary key{f' (missing {missing})' if missing else ''};"
+                " set message.key.columns to name its key columns",
+                hint="add a primary key or set message.key.columns=<db.table>:<col>,...",
+            )
         enums = iter(tm.enums) if tm is not None else iter(())
         sets = iter(tm.sets) if tm is not None else iter(())
         select, codecs, layout = [], [], []
         for i, col in enumerate(tdef.columns):
-            labels = next(enums, None) if col.data_type == "enum" else next(sets, None) if col.data_type == "set" \
+            labels = (
+                next(enums, None)
+                if col.data_type == "enum"
+                else next(sets, None)
+                if col.data_type == "set"
                 else None
+            )
             unsigned = bool(tm.unsigned[i]) if tm is not None and tm.unsigned else col.unsigned
             if tm is not None:
                 layout.append(rc.ColumnLayout(tm.types[i], tm.metas[i], unsigned, self.json_decoder))
@@ -251,17 +333,20 @@ class TableResolver:
             except UnsupportedType as e:
                 raise UnsupportedType(f"table {tdef.name}, {e.args[0]}", hint=e.hint) from e
             select.append(i)
-        sig = hashlib.sha1(repr([(c.name, c.column_type) for c in tdef.columns] + [tm.signature() if tm else None]
-                                ).encode()).hexdigest()[:12]
-        return TableState(tdef.name, tdef, layout, codecs, select, [names.index(k) for k in key], sig,
-                          dict(self.constants))
+        sig = hashlib.sha1(
+            repr([(c.name, c.column_type) for c in tdef.columns] + [tm.signature() if tm else None]).encode()
+        ).hexdigest()[:12]
+        return TableState(
+            tdef.name, tdef, layout, codecs, select, [names.index(k) for k in key], sig, dict(self.constants)
+        )
 
     def current_state(self, name: str, writer: BatchWriter) -> TableState | None:
         tdef = self.history.latest(name)
         return None if tdef is None else self.build(tdef)
 
-    def apply_ddl(self, query: p.Query, coord: int, gtid: str | None, ts_ms: int, file: str
-                  ) -> dict[str, Any] | None:
+    def apply_ddl(
+        self, query: p.Query, coord: int, gtid: str | None, ts_ms: int, file: str
+    ) -> dict[str, Any] | None:
         """Record a DDL statement touching captured tables; returns its schema change event."""
         from airflow_cdc.sources.mysql.schema import load_tables
 
@@ -284,11 +369,31 @@ class TableResolver:
                 else:
                     changes.append({"type": "DROP", "id": f'"{db}"."{t}"', "table": None})
             self._states.clear()
-        src = dict(self.constants, ts_ms=ts_ms, snapshot="false", db=names[0][0], table=None, file=file, pos=pos,
-                   gtid=gtid, row=0, thread=query.thread_id, query=None)
-        self.history.ddl.append({"file": file, "pos": pos, "gtid": gtid, "db": names[0][0], "ddl": query.query})
-        return {"source": src, "databaseName": names[0][0], "schemaName": None, "ddl": query.query,
-                "tableChanges": changes, "ts_ms": ts_ms, "_truncated": truncated}
+        src = dict(
+            self.constants,
+            ts_ms=ts_ms,
+            snapshot="false",
+            db=names[0][0],
+            table=None,
+            file=file,
+            pos=pos,
+            gtid=gtid,
+            row=0,
+            thread=query.thread_id,
+            query=None,
+        )
+        self.history.ddl.append(
+            {"file": file, "pos": pos, "gtid": gtid, "db": names[0][0], "ddl": query.query}
+        )
+        return {
+            "source": src,
+            "databaseName": names[0][0],
+            "schemaName": None,
+            "ddl": query.query,
+            "tableChanges": changes,
+            "ts_ms": ts_ms,
+            "_truncated": truncated,
+        }
 
 
 def source_constants(connector_name: str) -> dict[str, Any]:

@@ -25,11 +25,28 @@ from airflow_cdc.sources.postgres.types_base import connect_metadata
 
 DBZ, KAFKA, DATA = "io.debezium.time.", "org.apache.kafka.connect.data.", "io.debezium.data."
 GEOMETRY_TYPE = pa.struct([pa.field("wkb", pa.binary()), pa.field("srid", pa.int32())])
-SPATIAL = frozenset({"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
-                     "multipolygon", "geometrycollection", "geomcollection"})
+SPATIAL = frozenset(
+    {
+        "geometry",
+        "point",
+        "linestring",
+        "polygon",
+        "multipoint",
+        "multilinestring",
+        "multipolygon",
+        "geometrycollection",
+        "geomcollection",
+    }
+)
 _EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
-_PY_CHARSETS = {"utf8mb4": "utf-8", "utf8mb3": "utf-8", "utf8": "utf-8", "latin1": "cp1252", "ascii": "ascii",
-                "binary": None}
+_PY_CHARSETS = {
+    "utf8mb4": "utf-8",
+    "utf8mb3": "utf-8",
+    "utf8": "utf-8",
+    "latin1": "cp1252",
+    "ascii": "ascii",
+    "binary": None,
+}
 META_MYSQL_TYPE = b"mysql.type"
 
 
@@ -93,15 +110,19 @@ def _text(charset: str | None) -> Callable[[list], pa.Array]:
                 return pa.array(values, type=pa.binary()).cast(pa.string())
             except (pa.ArrowInvalid, pa.ArrowTypeError):
                 pass
-        return pa.array([v.decode(py or "utf-8", "replace") if isinstance(v, bytes) else v for v in values],
-                        type=pa.string())
+        return pa.array(
+            [v.decode(py or "utf-8", "replace") if isinstance(v, bytes) else v for v in values],
+            type=pa.string(),
+        )
 
     return convert
 
 
 _BINARY_ENCODERS: dict[str, Callable[[bytes], str]] = {
-    "base64": lambda b: base64.b64encode(b).decode(), "hex": lambda b: b.hex(),
-    "base64-url-safe": lambda b: base64.urlsafe_b64encode(b).decode()}
+    "base64": lambda b: base64.b64encode(b).decode(),
+    "hex": lambda b: b.hex(),
+    "base64-url-safe": lambda b: base64.urlsafe_b64encode(b).decode(),
+}
 
 
 def _binary(mode: str, pad: int | None) -> tuple[pa.DataType, str, Callable[[list], pa.Array]]:
@@ -110,11 +131,17 @@ def _binary(mode: str, pad: int | None) -> tuple[pa.DataType, str, Callable[[lis
         return b.ljust(pad, b"\0") if pad else b
 
     if mode == "bytes":
-        return pa.binary(), "bytes", lambda values: pa.array([None if v is None else fix(v) for v in values],
-                                                             type=pa.binary())
+        return (
+            pa.binary(),
+            "bytes",
+            lambda values: pa.array([None if v is None else fix(v) for v in values], type=pa.binary()),
+        )
     enc = _BINARY_ENCODERS[mode]
-    return pa.string(), "string", lambda values: pa.array([None if v is None else enc(fix(v)) for v in values],
-                                                          type=pa.string())
+    return (
+        pa.string(),
+        "string",
+        lambda values: pa.array([None if v is None else enc(fix(v)) for v in values], type=pa.string()),
+    )
 
 
 def _labels(labels: list[str], is_set: bool) -> Callable[[int], str]:
@@ -137,29 +164,47 @@ def _timestamp_text(col: ColumnDef) -> Callable[[list], pa.Array]:
     return convert
 
 
-def _temporal(col: ColumnDef, modes: Modes) -> tuple[pa.DataType, str, str | None, Callable[[list], pa.Array]]:
+def _temporal(
+    col: ColumnDef, modes: Modes
+) -> tuple[pa.DataType, str, str | None, Callable[[list], pa.Array]]:
     mode, fsp, t = modes.time_precision, col.fsp or 0, col.data_type
     if t == "date":
         name = KAFKA + "Date" if mode == "connect" else DBZ + "Date"
         zero = _zero(col, 0)
-        return pa.int32(), "int32", name, _ints(pa.int32(), lambda v: d if (d := epoch_days(v)) is not None
-                                                else zero)
+        return (
+            pa.int32(),
+            "int32",
+            name,
+            _ints(pa.int32(), lambda v: d if (d := epoch_days(v)) is not None else zero),
+        )
     if t == "datetime":
         zero = _zero(col, 0)
         if mode == "connect" or fsp <= 3:
             name = KAFKA + "Timestamp" if mode == "connect" else DBZ + "Timestamp"
-            return pa.int64(), "int64", name, _ints(
-                pa.int64(), lambda v: m // 1000 if (m := datetime_micros(v)) is not None else zero)
-        return pa.int64(), "int64", DBZ + "MicroTimestamp", _ints(
-            pa.int64(), lambda v: m if (m := datetime_micros(v)) is not None else zero)
+            return (
+                pa.int64(),
+                "int64",
+                name,
+                _ints(pa.int64(), lambda v: m // 1000 if (m := datetime_micros(v)) is not None else zero),
+            )
+        return (
+            pa.int64(),
+            "int64",
+            DBZ + "MicroTimestamp",
+            _ints(pa.int64(), lambda v: m if (m := datetime_micros(v)) is not None else zero),
+        )
     if t == "timestamp":
         return pa.string(), "string", DBZ + "ZonedTimestamp", _timestamp_text(col)
     if t == "time":
         if mode == "connect" or (mode == "adaptive" and fsp <= 3):
             name = KAFKA + "Time" if mode == "connect" else DBZ + "Time"
             # millisecond Time is an int32: MySQL's +-838 h range does not fit it; such values become NULL
-            return pa.int32(), "int32", name, _ints(pa.int32(), lambda v: m if -2**31 <= (m := v // 1000) < 2**31
-                                                    else None)
+            return (
+                pa.int32(),
+                "int32",
+                name,
+                _ints(pa.int32(), lambda v: m if -(2**31) <= (m := v // 1000) < 2**31 else None),
+            )
         return pa.int64(), "int64", DBZ + "MicroTime", _ints(pa.int64())
     return pa.int32(), "int32", DBZ + "Year", _ints(pa.int32())  # year
 
@@ -175,17 +220,22 @@ def _decimal(col: ColumnDef, mode: str) -> tuple[pa.DataType, str, str | None, d
     return arrow, "bytes", KAFKA + "Decimal", params, lambda v: pa.array(v, pa.string()).cast(arrow)
 
 
-_INTEGER = {"tinyint": (pa.int16(), pa.int16()), "smallint": (pa.int16(), pa.int32()),
-            "mediumint": (pa.int32(), pa.int32()), "int": (pa.int32(), pa.int64()),
-            "bigint": (pa.int64(), pa.int64())}
+_INTEGER = {
+    "tinyint": (pa.int16(), pa.int16()),
+    "smallint": (pa.int16(), pa.int32()),
+    "mediumint": (pa.int32(), pa.int32()),
+    "int": (pa.int32(), pa.int64()),
+    "bigint": (pa.int64(), pa.int64()),
+}
 
 
 def _wrap64(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
-def encoding(col: ColumnDef, modes: Modes, labels: list[str] | None = None
-             ) -> tuple[pa.DataType, str, str | None, dict | None, Callable[[list], pa.Array]]:
+def encoding(
+    col: ColumnDef, modes: Modes, labels: list[str] | None = None
+) -> tuple[pa.DataType, str, str | None, dict | None, Callable[[list], pa.Array]]:
     """(Arrow type, Connect type, semantic name, parameters, converter) of one column.
 
     :raises UnsupportedType: naming the type when Debezium has no mapping for it.
@@ -197,9 +247,13 @@ def encoding(col: ColumnDef, modes: Modes, labels: list[str] | None = None
         arrow = _INTEGER[t][1 if col.unsigned else 0]
         if t == "bigint" and col.unsigned:
             if modes.bigint_unsigned == "precise":
-                return (pa.decimal128(20, 0), "bytes", KAFKA + "Decimal",
-                        {"scale": "0", "connect.decimal.precision": "20"},
-                        lambda v: pa.array([None if x is None else str(x) for x in v]).cast(pa.decimal128(20, 0)))
+                return (
+                    pa.decimal128(20, 0),
+                    "bytes",
+                    KAFKA + "Decimal",
+                    {"scale": "0", "connect.decimal.precision": "20"},
+                    lambda v: pa.array([None if x is None else str(x) for x in v]).cast(pa.decimal128(20, 0)),
+                )
             return arrow, "int64", None, None, _ints(pa.int64(), _wrap64)
         return arrow, str(arrow).replace("int", "int"), None, None, _ints(arrow)
     if t in ("float", "double", "real"):
@@ -215,14 +269,24 @@ def encoding(col: ColumnDef, modes: Modes, labels: list[str] | None = None
         if n == 1:
             return pa.bool_(), "boolean", None, None, lambda v: pc.not_equal(pa.array(v, pa.int64()), 0)
         size = (n + 7) // 8
-        return pa.binary(), "bytes", DATA + "Bits", {"length": str(n)}, _ints(
-            pa.binary(), lambda x: x.to_bytes(size, "little"))
+        return (
+            pa.binary(),
+            "bytes",
+            DATA + "Bits",
+            {"length": str(n)},
+            _ints(pa.binary(), lambda x: x.to_bytes(size, "little")),
+        )
     if t in ("enum", "set"):
         values = labels if labels is not None else col.values
         name = DATA + ("Enum" if t == "enum" else "EnumSet")
         fn = _labels(values, t == "set")
-        return pa.string(), "string", name, {"allowed": ",".join(values)}, _ints(
-            pa.string(), lambda v: v if isinstance(v, str) else fn(v))
+        return (
+            pa.string(),
+            "string",
+            name,
+            {"allowed": ",".join(values)},
+            _ints(pa.string(), lambda v: v if isinstance(v, str) else fn(v)),
+        )
     if t == "json":
         return pa.string(), "string", DATA + "Json", None, _text("utf8mb4")
     if t in ("char", "varchar") or t.endswith("text"):
@@ -239,8 +303,10 @@ def encoding(col: ColumnDef, modes: Modes, labels: list[str] | None = None
 
 
 def _geometry(values: list) -> pa.Array:
-    rows = [None if v is None else {"wkb": bytes(v[4:]), "srid": int.from_bytes(v[:4], "little") or None}
-            for v in values]
+    rows = [
+        None if v is None else {"wkb": bytes(v[4:]), "srid": int.from_bytes(v[:4], "little") or None}
+        for v in values
+    ]
     return pa.array(rows, type=GEOMETRY_TYPE)
 
 

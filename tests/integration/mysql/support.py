@@ -20,10 +20,16 @@ __all__ = ["assert_converged", "execute", "pipeline", "replay", "run_capture", "
 def pipeline(db: Any, staging: Path, **props: Any) -> dict[str, Any]:
     """A pipeline config capturing the test database ``db`` (the ``mariadb_db`` fixture)."""
     server = db.server
-    base = {"name": f"test_{db.name}", "connector": "mariadb", "database.hostname": server.host,
-            "database.port": server.port, "database.user": server.superuser,
-            "database.password": server.password, "database.include.list": db.name,
-            "staging.path": str(staging)}
+    base = {
+        "name": f"test_{db.name}",
+        "connector": "mariadb",
+        "database.hostname": server.host,
+        "database.port": server.port,
+        "database.user": server.superuser,
+        "database.password": server.password,
+        "database.include.list": db.name,
+        "staging.path": str(staging),
+    }
     base.update({k.replace("__", "."): v for k, v in props.items()})
     return base
 
@@ -51,9 +57,15 @@ def source_rows(config: dict[str, Any], table: str) -> dict[tuple, dict[str, Any
         st = source.table_state(table)
         exprs = ", ".join(snapshot.select_expr(c) for c in tdef.columns)
         rows = client.query(source.conn, f"SELECT {exprs} FROM {q.qualified(tdef.db, tdef.table)}")
-        columns = list(zip(*[[snapshot.neutral(c, v) for c, v in zip(tdef.columns, r, strict=True)] for r in rows],
-                           strict=True)) or [() for _ in tdef.columns]
-        arrays = [codec.convert_values(list(columns[i])) for codec, i in zip(st.codecs, st.select, strict=True)]
+        columns = list(
+            zip(
+                *[[snapshot.neutral(c, v) for c, v in zip(tdef.columns, r, strict=True)] for r in rows],
+                strict=True,
+            )
+        ) or [() for _ in tdef.columns]
+        arrays = [
+            codec.convert_values(list(columns[i])) for codec, i in zip(st.codecs, st.select, strict=True)
+        ]
         struct = pa.StructArray.from_arrays(arrays, fields=[c.field for c in st.codecs]) if rows else None
         out = {}
         for row in struct.to_pylist() if struct is not None else []:

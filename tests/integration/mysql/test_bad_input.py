@@ -20,8 +20,11 @@ from tests.integration.mysql.support import assert_converged, execute, pipeline,
 
 @pytest.fixture
 def committed(mariadb_db, tmp_path):
-    execute(mariadb_db, "CREATE TABLE t (id int PRIMARY KEY, v text)",
-            "INSERT INTO t VALUES " + ", ".join(f"({i}, 'v')" for i in range(1, 51)))
+    execute(
+        mariadb_db,
+        "CREATE TABLE t (id int PRIMARY KEY, v text)",
+        "INSERT INTO t VALUES " + ", ".join(f"({i}, 'v')" for i in range(1, 51)),
+    )
     config = pipeline(mariadb_db, tmp_path / "staging")
     run_capture(config)
     return config
@@ -35,10 +38,13 @@ def test_bad_credentials(committed):
     assert state(committed).version == before.version
 
 
-@pytest.mark.parametrize("grants,missing", [
-    ("SELECT ON *.*", "REPLICATION SLAVE"),
-    ("SELECT, REPLICATION SLAVE ON *.*", "BINLOG MONITOR"),
-])
+@pytest.mark.parametrize(
+    "grants,missing",
+    [
+        ("SELECT ON *.*", "REPLICATION SLAVE"),
+        ("SELECT, REPLICATION SLAVE ON *.*", "BINLOG MONITOR"),
+    ],
+)
 def test_missing_privileges(mariadb_db, committed, grants, missing):
     user = f"cdc_{len(grants)}"
     execute(mariadb_db, f"CREATE USER '{user}'@'%' IDENTIFIED BY 'pw'", f"GRANT {grants} TO '{user}'@'%'")
@@ -70,6 +76,7 @@ def test_log_bin_off(tmp_path):
 
         class Db:
             name = "nolog"
+
         Db.server = server
         config = pipeline(Db, tmp_path / "s")
         with pytest.raises(ServerMisconfigured, match="log_bin"):
@@ -88,14 +95,17 @@ def test_table_without_primary_key(mariadb_db, tmp_path):
     assert_converged(ok, [f"{mariadb_db.name}.nokey"])
 
 
-@pytest.mark.parametrize("prop,value,match", [
-    ("snapshot.mode", "sometimes", "snapshot.mode.*allowed values"),
-    ("bigint.unsigned.handling.mode", "huge", "bigint.unsigned.handling.mode"),
-    ("time.precision.mode", "nanoseconds", "time.precision.mode"),
-    ("inconsistent.schema.handling.mode", "ignore", "inconsistent.schema.handling.mode"),
-    ("database.dbname", "x", "does not apply to MySQL"),
-    ("database.include.lst", "x", "did you mean 'database.include.list'"),
-])
+@pytest.mark.parametrize(
+    "prop,value,match",
+    [
+        ("snapshot.mode", "sometimes", "snapshot.mode.*allowed values"),
+        ("bigint.unsigned.handling.mode", "huge", "bigint.unsigned.handling.mode"),
+        ("time.precision.mode", "nanoseconds", "time.precision.mode"),
+        ("inconsistent.schema.handling.mode", "ignore", "inconsistent.schema.handling.mode"),
+        ("database.dbname", "x", "does not apply to MySQL"),
+        ("database.include.lst", "x", "did you mean 'database.include.list'"),
+    ],
+)
 def test_invalid_config_value(mariadb_db, tmp_path, prop, value, match):
     with pytest.raises(ConfigError, match=match):
         run_capture(pipeline(mariadb_db, tmp_path / "s", **{prop: value}))

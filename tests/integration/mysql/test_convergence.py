@@ -36,9 +36,14 @@ SCHEMA = [
     f"CREATE TABLE {ODD} (k1 int, `k 2` varchar(10), val varchar(200), n decimal(20,5), PRIMARY KEY (k1, `k 2`))",
     f"INSERT INTO {ODD} SELECT seq DIV 4, concat('k', seq % 4), concat('v', seq), seq * 0.5 FROM seq_1_to_8000",
 ]
-ALTERS = ["ALTER TABLE items ADD COLUMN extra int NULL", "ALTER TABLE items MODIFY name varchar(120)",
-          "ALTER TABLE items DROP COLUMN extra", "ALTER TABLE items ADD COLUMN note varchar(20) NULL AFTER qty",
-          "ALTER TABLE items DROP COLUMN note", "ALTER TABLE items MODIFY qty bigint NOT NULL"]
+ALTERS = [
+    "ALTER TABLE items ADD COLUMN extra int NULL",
+    "ALTER TABLE items MODIFY name varchar(120)",
+    "ALTER TABLE items DROP COLUMN extra",
+    "ALTER TABLE items ADD COLUMN note varchar(20) NULL AFTER qty",
+    "ALTER TABLE items DROP COLUMN note",
+    "ALTER TABLE items MODIFY qty bigint NOT NULL",
+]
 
 
 def _one_change(cur, rng: random.Random, next_id: list[int], lock: threading.Lock) -> None:
@@ -47,13 +52,24 @@ def _one_change(cur, rng: random.Random, next_id: list[int], lock: threading.Loc
         with lock:
             next_id[0] += 1
             new = next_id[0]
-        cur.execute("INSERT INTO items (id, qty, price, name, created, stamp, kind, tags, u, payload) "
-                    "VALUES (%s, %s, %s, %s, now(6), now(3), 'b', 'y', %s, %s)",
-                    (new, rng.randint(0, 9), rng.randint(0, 10**6) / 100, f"new {new}", new * 7,
-                     json.dumps({"n": new})))
+        cur.execute(
+            "INSERT INTO items (id, qty, price, name, created, stamp, kind, tags, u, payload) "
+            "VALUES (%s, %s, %s, %s, now(6), now(3), 'b', 'y', %s, %s)",
+            (
+                new,
+                rng.randint(0, 9),
+                rng.randint(0, 10**6) / 100,
+                f"new {new}",
+                new * 7,
+                json.dumps({"n": new}),
+            ),
+        )
     elif op < 0.6:
-        cur.execute("UPDATE items SET qty = qty + 1, price = %s, name = concat(left(name, 50), '!'), "
-                    "flag = 1 - coalesce(flag, 0) WHERE id = %s", (rng.randint(0, 10**6) / 100, target))
+        cur.execute(
+            "UPDATE items SET qty = qty + 1, price = %s, name = concat(left(name, 50), '!'), "
+            "flag = 1 - coalesce(flag, 0) WHERE id = %s",
+            (rng.randint(0, 10**6) / 100, target),
+        )
     elif op < 0.75:
         cur.execute("DELETE FROM items WHERE id = %s", (target,))
     elif op < 0.85:
@@ -62,10 +78,14 @@ def _one_change(cur, rng: random.Random, next_id: list[int], lock: threading.Loc
             new = next_id[0]
         cur.execute("UPDATE items SET id = %s WHERE id = %s", (new, target))
     elif op < 0.95:
-        cur.execute(f"UPDATE {ODD} SET val = concat(left(val, 150), '+'), n = n + 1 WHERE k1 = %s", (target % 2000,))
+        cur.execute(
+            f"UPDATE {ODD} SET val = concat(left(val, 150), '+'), n = n + 1 WHERE k1 = %s", (target % 2000,)
+        )
     else:
-        cur.execute(f"UPDATE IGNORE {ODD} SET `k 2` = concat(`k 2`, 'm') WHERE k1 = %s AND `k 2` = %s",
-                    (target % 2000, f"k{target % 4}"))
+        cur.execute(
+            f"UPDATE IGNORE {ODD} SET `k 2` = concat(`k 2`, 'm') WHERE k1 = %s AND `k 2` = %s",
+            (target % 2000, f"k{target % 4}"),
+        )
 
 
 def _writer(db, stop: threading.Event, seed: int, next_id: list[int], lock: threading.Lock) -> None:
@@ -91,8 +111,10 @@ class Writers:
     def __init__(self, db, n: int = 2, alters: bool = True) -> None:
         self.stop = threading.Event()
         lock, next_id = threading.Lock(), [ROWS]
-        self.threads = [threading.Thread(target=_writer, args=(db, self.stop, i, next_id, lock), daemon=True)
-                        for i in range(n)]
+        self.threads = [
+            threading.Thread(target=_writer, args=(db, self.stop, i, next_id, lock), daemon=True)
+            for i in range(n)
+        ]
         if alters:
             self.threads.append(threading.Thread(target=self._alter, args=(db,), daemon=True))
 
@@ -120,8 +142,15 @@ def _snapshot_pending(config: dict) -> bool:
 
 def _setup(db, tmp_path: Path) -> tuple[dict, list[str]]:
     execute(db, *SCHEMA)
-    config = pipeline(db, tmp_path / "staging", **{"incremental.snapshot.chunk.size": 1000,
-                                                   "snapshot.max.rows.per.run": 4_000, "run.max.events": 20_000})
+    config = pipeline(
+        db,
+        tmp_path / "staging",
+        **{
+            "incremental.snapshot.chunk.size": 1000,
+            "snapshot.max.rows.per.run": 4_000,
+            "run.max.events": 20_000,
+        },
+    )
     return config, [f"{db.name}.items", f"{db.name}.{ODD_NAME}"]
 
 
@@ -144,8 +173,12 @@ def test_converges_under_concurrent_writes_and_alters(mariadb_db, tmp_path):
 
 def _capture_process(config_path: Path, failpoints: str) -> subprocess.Popen:
     env = dict(os.environ, AIRFLOW_CDC_FAILPOINTS=failpoints)
-    return subprocess.Popen([sys.executable, "-m", "airflow_cdc.cli", "capture", "--config", str(config_path),
-                             "--commit"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "airflow_cdc.cli", "capture", "--config", str(config_path), "--commit"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 def test_converges_with_sigkill_at_random_points(mariadb_db, tmp_path):
@@ -156,7 +189,9 @@ def test_converges_with_sigkill_at_random_points(mariadb_db, tmp_path):
     kills = clean = 0
     with Writers(mariadb_db):
         while _snapshot_pending(config) or clean < 3:
-            proc = _capture_process(config_path, "after_batch_write:0.25,after_state_commit:0.25,mid_window:0.1")
+            proc = _capture_process(
+                config_path, "after_batch_write:0.25,after_state_commit:0.25,mid_window:0.1"
+            )
             if rng.random() < 0.35:
                 time.sleep(rng.random() * 1.0)
                 proc.send_signal(signal.SIGKILL)
@@ -174,13 +209,26 @@ def test_converges_with_sigkill_at_random_points(mariadb_db, tmp_path):
 
 
 def test_truncate_during_chunked_snapshot(mariadb_db, tmp_path):
-    execute(mariadb_db, "CREATE TABLE tt (id int PRIMARY KEY, v varchar(20))",
-            "INSERT INTO tt SELECT seq, concat('a', seq) FROM seq_1_to_5000")
-    config = pipeline(mariadb_db, tmp_path / "staging", **{"incremental.snapshot.chunk.size": 400,
-                                                           "snapshot.max.rows.per.run": 1200,
-                                                           "skipped.operations": "none"})
+    execute(
+        mariadb_db,
+        "CREATE TABLE tt (id int PRIMARY KEY, v varchar(20))",
+        "INSERT INTO tt SELECT seq, concat('a', seq) FROM seq_1_to_5000",
+    )
+    config = pipeline(
+        mariadb_db,
+        tmp_path / "staging",
+        **{
+            "incremental.snapshot.chunk.size": 400,
+            "snapshot.max.rows.per.run": 1200,
+            "skipped.operations": "none",
+        },
+    )
     run_capture(config)
-    execute(mariadb_db, "TRUNCATE tt", "INSERT INTO tt SELECT seq, concat('b', seq) FROM seq_1_to_4000 WHERE seq % 3 = 1")
+    execute(
+        mariadb_db,
+        "TRUNCATE tt",
+        "INSERT INTO tt SELECT seq, concat('b', seq) FROM seq_1_to_4000 WHERE seq % 3 = 1",
+    )
     while _snapshot_pending(config):
         run_capture(config)
     run_capture(config)
