@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_cdc.core.batch import BatchWriter
+from airflow_cdc.core.batch import BatchWriter, list_batches
 from airflow_cdc.core.config import ConnectorConfig, skipped_ops
 from airflow_cdc.core.errors import OffsetUnavailable, SchemaError, ServerMisconfigured
 from airflow_cdc.core.events import now_us
@@ -119,30 +119,49 @@ class MySqlSource:
         self._coord(file, pos)
         self._head_gtids = gtids
         reason = None
+        if offset is None:
+            offset = self._uncommitted_start()
+            reason = "no stored offset"
         if offset is not None:
             available = client.binlog_files(self.conn)
             if offset["file"] in available:
                 self._start = (offset["file"], int(offset["pos"]), offset.get("gtids") or "")
                 start = self._coord(offset["file"], int(offset["pos"]))
-                self._init_history(start, only_missing=True)
-                return start, None
+                self._init_history(start, only_missing=reason is None)
+                return start, reason
             problem = (
                 f"binlog file {offset['file']} of the stored offset is no longer on the server "
                 f"(oldest: {available[0] if available else 'none'}); the binlog was purged"
             )
-            if not when_needed:
+            if reason is not None:
+                pass  # an uncommitted first batch's start is gone: start at the head
+            elif not when_needed:
                 raise OffsetUnavailable(
                     f"{problem}: changes since {offset['file']}:{offset['pos']} cannot be read"
                 )
-            log.warning(
-                "%s; snapshot.mode=when_needed: restarting from the head and re-snapshotting", problem
-            )
-            reason = problem
+            else:
+                log.warning(
+                    "%s; snapshot.mode=when_needed: restarting from the head and re-snapshotting", problem
+                )
+                reason = problem
         self._start = (file, pos, gtids)
         start = self._coord(file, pos)
         self.history.versions.clear()
         self._init_history(start, only_missing=False)
         return start, reason or "no stored offset"
+
+    def _uncommitted_start(self) -> dict[str, Any] | None:
+        """The start of the oldest published batch when nothing was committed yet.
+
+        Without a stored offset a window starts at the head; a first batch that was staged (and
+        maybe applied) but never committed must be re-captured from the same start, or the changes
+        between its end and a later head would be missing from every batch.
+        """
+        for batch in list_batches(self.config["staging.path"], self.name):
+            start = batch.manifest.get("from_offset") or {}
+            if "file" in start and "pos" in start:
+                return dict(start)
+        return None
 
     def _init_history(self, coord: int, only_missing: bool) -> None:
         for name, tdef in self._tables.items():
