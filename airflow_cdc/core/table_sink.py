@@ -22,7 +22,11 @@ from airflow_cdc.core.events import POSITION_COLUMN, TRANSACTION_TYPE, envelope_
 
 
 class Codec(Protocol):
-    """Converts a column of text values into its Debezium-encoded Arrow array."""
+    """Converts a column of text values into its Debezium-encoded Arrow array.
+
+    A codec may also define ``convert_values(values: list) -> pa.Array``: the sink then hands it
+    the buffered values as they are (decoded Python values, ``None`` for NULL) instead of text.
+    """
 
     field: pa.Field
     placeholder: pa.Scalar | None
@@ -63,7 +67,8 @@ class RowImages:
     """One row image (``before`` or ``after``) of a piece, column-wise.
 
     ``present`` is false where the event has no such image; ``texts`` holds one string array
-    of text output per captured column (null for SQL NULL and for values not sent);
+    of text output per captured column (null for SQL NULL and for values not sent), or the
+    converted array for codecs with ``convert_values`` (sources that decode binary values);
     ``unchanged`` marks per column the values not sent (``None``: none in this piece).
     """
 
@@ -199,6 +204,11 @@ class TableSink:
             except IndexError:
                 raise ProtocolError(f"{self.rel_path}: a row image has fewer columns than the table "
                                     f"(column index {idx})") from None
+            native = getattr(self._codecs[len(texts)], "convert_values", None)
+            if native is not None:  # sources that decode binary values themselves (MySQL binlog)
+                texts.append(native(values))
+                unchanged.append(None)
+                continue
             text, mask = text_array(values)
             texts.append(text)
             unchanged.append(None if mask is None else pa.array(mask, type=pa.bool_()))
@@ -212,6 +222,9 @@ class TableSink:
         children: list[pa.Array] = []
         unavailable: list[list[str]] | None = None
         for codec, text, mask in zip(self._codecs, image.texts, image.unchanged, strict=True):
+            if getattr(codec, "convert_values", None) is not None:  # already converted in _image
+                children.append(text)
+                continue
             arr = codec.convert(text)
             if mask is not None:
                 if codec.placeholder is not None:
