@@ -45,6 +45,7 @@ class TableFrame:
     columns: dict[str, T.DataType]
     keys: list[str]
     truncate_at: bytes | None
+    toast: bool = True
 
 
 def silver_columns(table: StagedTable) -> tuple[dict[str, T.DataType], dict[int, dict[str, Natural]]]:
@@ -126,7 +127,7 @@ def table_frame(spark: SparkSession, table: StagedTable, truncates: list[bytes])
     truncate_at = max(truncates) if truncates else None
     if truncate_at is not None:
         actions = actions.where(F.col(POSITION) > F.lit(truncate_at))
-    return TableFrame(actions, columns, table.key_columns, truncate_at)
+    return TableFrame(actions, columns, table.key_columns, truncate_at, table.toast)
 
 
 def truncate_positions(spark: SparkSession, table: StagedTable) -> list[bytes]:
@@ -145,7 +146,7 @@ def fill_unavailable(frame: TableFrame) -> DataFrame:
     where the batch has none, it stays listed, and the MERGE keeps the value already stored.
     """
     actions = frame.actions
-    if actions.where(F.size(UNAVAILABLE) > 0).limit(1).count() == 0:
+    if not frame.toast or actions.where(F.size(UNAVAILABLE) > 0).limit(1).count() == 0:
         return actions
     from pyspark.sql.window import Window  # only needed when a batch has TOAST placeholders
 

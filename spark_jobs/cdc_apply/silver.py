@@ -106,13 +106,10 @@ def record_tombstones(
             T.StructField(TRUNCATE, T.BooleanType(), False),
         ]
     )
-    rows = (
-        None
-        if soft
-        else latest.where(F.col(ACTION) == "delete").select(
-            *frame.keys, POSITION, F.lit(False).alias(TRUNCATE)
-        )
-    )
+    deletes = latest.where(F.col(ACTION) == "delete")
+    has_deletes = not soft and deletes.limit(1).count() > 0
+    keys = [F.col(quoted(k)) for k in frame.keys]
+    rows = deletes.select(*keys, POSITION, F.lit(False).alias(TRUNCATE)) if has_deletes else None
     if frame.truncate_at is not None:
         marker = spark.createDataFrame([(frame.truncate_at, True)], f"{POSITION} binary, {TRUNCATE} boolean")
         marker = marker.select(
@@ -185,8 +182,17 @@ def merge_silver(
         update = values | meta
         builder = builder.whenMatchedUpdate(condition=f"s.{ACTION} = 'upsert' AND {newer}", set=update)
         builder = builder.whenNotMatchedInsert(condition=f"s.{ACTION} = 'upsert'", values=inserts)
+    if _is_empty(spark, path) and not soft:
+        rows = source.where(f"{ACTION} = 'upsert'").select(*(F.col(quoted(n)) for n in data), *meta)
+        commit.append(rows, path)  # nothing to match: a MERGE would only re-read an empty table
+        return
     with commit.conf(spark, txn=True):
         builder.execute()
+
+
+def _is_empty(spark: SparkSession, path: str) -> bool:
+    detail = DeltaTable.forPath(spark, path).detail().select("numFiles").collect()[0]
+    return int(detail["numFiles"] or 0) == 0
 
 
 def append_keyless(spark: SparkSession, path: str, frame: TableFrame, commit: Commit) -> None:

@@ -45,6 +45,7 @@ class StagedTable:
     key_columns: list[str]
     groups: list[SchemaGroup]
     ops: dict[str, int]
+    toast: bool = True  # some event may list unchanged-TOAST columns (see may_have_unavailable)
 
     @property
     def rows(self) -> int:
@@ -53,6 +54,25 @@ class StagedTable:
     @property
     def latest_schema(self) -> pa.Schema:
         return self.groups[-1].schema
+
+    def may_have_unavailable(self, fs: pafs.FileSystem, local_root: str, batch_root: str) -> bool:
+        """False when Parquet statistics prove no event lists unchanged-TOAST columns."""
+        for group in self.groups:
+            if "__unavailable" not in group.schema.names:
+                continue
+            for file in group.files:
+                meta = pq.ParquetFile(f"{local_root}{file[len(batch_root) :]}", filesystem=fs).metadata
+                for i in range(meta.num_row_groups):
+                    rg = meta.row_group(i)
+                    col = next(
+                        rg.column(j)
+                        for j in range(rg.num_columns)
+                        if rg.column(j).path_in_schema.startswith("__unavailable")
+                    )
+                    stats = col.statistics
+                    if stats is None or not stats.has_null_count or stats.null_count != col.num_values:
+                        return True
+        return False
 
     def after_fields(self) -> Iterator[tuple[int, pa.Field]]:
         """Every row field of every schema version (newest definition of a name last)."""
@@ -103,7 +123,9 @@ class StagedBatch:
                 groups[-1].rows += part["rows"]
                 for op, n in part.get("ops", {}).items():
                     ops[op] = ops.get(op, 0) + n
-            out.append(StagedTable(name, list(info.get("key_columns") or []), groups, ops))
+            table = StagedTable(name, list(info.get("key_columns") or []), groups, ops)
+            table.toast = table.may_have_unavailable(self.fs, self.local, self.path)
+            out.append(table)
         return out
 
     def commit_metadata(self) -> str:
