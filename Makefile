@@ -18,7 +18,7 @@ SHELL := /bin/bash
 VENV        := .venv
 PY          := $(VENV)/bin/python
 PYTEST_ARGS ?=
-EXTRAS      ?= dev
+EXTRAS      ?= dev,mysql,spark,airflow
 comma       := ,
 # Stamp name: .installed-<sha of pyproject.toml>, plus the extras when they are not the default.
 STAMP_SUFFIX := $(if $(filter dev,$(EXTRAS)),,-$(subst $(comma),+,$(EXTRAS)))
