@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import DAG, Asset, Param
+from airflow.sdk import DAG, Asset, BaseOperator, Param
 
 from airflow_cdc.airflow.operators.apply import CdcApplyOperator
 from airflow_cdc.airflow.operators.capture import CdcCaptureOperator
@@ -41,21 +41,32 @@ def snapshot_params(tables: list[str]) -> dict[str, Param]:
         table_param["examples"] = tables
     return {
         "snapshot_tables": Param(
-            [], title="Ad hoc snapshot: tables", section="Ad hoc snapshot",
+            [],
+            title="Ad hoc snapshot: tables",
+            section="Ad hoc snapshot",
             description="Tables to re-snapshot (schema.table), one per line; leave empty for a normal run.",
             **table_param,
         ),
         "snapshot_filter": Param(
-            "", type="string", title="Additional condition", section="Ad hoc snapshot",
+            "",
+            type="string",
+            title="Additional condition",
+            section="Ad hoc snapshot",
             description="SQL condition limiting the snapshot rows, e.g. status = 'open' "
             "(Debezium additional-conditions; applies to each table listed).",
         ),
         "surrogate_key": Param(
-            "", type="string", title="Surrogate key", section="Ad hoc snapshot",
+            "",
+            type="string",
+            title="Surrogate key",
+            section="Ad hoc snapshot",
             description="Column to chunk by instead of the primary key (Debezium surrogate-key).",
         ),
         "stop_snapshot": Param(
-            False, type="boolean", title="Stop snapshot", section="Ad hoc snapshot",
+            False,
+            type="boolean",
+            title="Stop snapshot",
+            section="Ad hoc snapshot",
             description="Stop the running snapshots of the tables listed (all when none are listed).",
         ),
     }
@@ -118,11 +129,16 @@ def cdc_dag(
     )
     with dag:
         capture = CdcCaptureOperator(task_id="capture", **common)
-        last = capture
+        last: BaseOperator = capture
         if opt["apply"]:
             apply = CdcApplyOperator(
-                task_id="apply", batch_path=BATCH_PATH, target=opt["target"], spark_conf=opt["spark_conf"],
-                conn_id=opt["spark_conn_id"], delete_mode=opt["delete_mode"], history=bool(opt["history"]),
+                task_id="apply",
+                batch_path=BATCH_PATH,
+                target=opt["target"],
+                spark_conf=opt["spark_conf"],
+                conn_id=opt["spark_conn_id"],
+                delete_mode=opt["delete_mode"],
+                history=bool(opt["history"]),
                 bronze=bool(opt["bronze"]),
             )
             capture >> apply
@@ -134,8 +150,13 @@ def cdc_dag(
             if opt["deferrable"] is not None:
                 sense_kwargs["deferrable"] = bool(opt["deferrable"])
             sense = CdcChangesSensor(
-                task_id="sense", check=opt["check"], poke_interval=float(opt["poke_interval"]),
-                timeout=float(opt["sensor_timeout"]), soft_fail=True, mode="reschedule", **sense_kwargs,
+                task_id="sense",
+                check=opt["check"],
+                poke_interval=float(opt["poke_interval"]),
+                timeout=float(opt["sensor_timeout"]),
+                soft_fail=True,
+                mode="reschedule",
+                **sense_kwargs,
                 **common,
             )
             sense >> capture

@@ -7,7 +7,9 @@ from typing import Any
 _HOOKS = "airflow_cdc.airflow.hooks.cdc"
 
 
-def _conn_type(conn_type: str, name: str, hook: str, port: int, extra_fields: dict[str, Any]) -> dict[str, Any]:
+def _conn_type(
+    conn_type: str, name: str, hook: str, port: int, extra_fields: dict[str, Any]
+) -> dict[str, Any]:
     return {
         "connection-type": conn_type,
         "hook-class-name": f"{_HOOKS}.{hook}",
@@ -55,7 +57,10 @@ def get_provider_info() -> dict[str, Any]:
         "hooks": [{"integration-name": "airflow-cdc", "python-modules": [_HOOKS]}],
         "connection-types": [
             _conn_type(
-                "cdc_postgres", "CDC source: PostgreSQL", "CdcHook", 5432,
+                "cdc_postgres",
+                "CDC source: PostgreSQL",
+                "CdcHook",
+                5432,
                 {
                     "slot_name": _field("Replication slot", "slot.name", "debezium"),
                     "publication_name": _field("Publication", "publication.name", "dbz_publication"),
@@ -63,11 +68,17 @@ def get_provider_info() -> dict[str, Any]:
                 },
             ),
             _conn_type(
-                "cdc_mysql", "CDC source: MySQL / MariaDB", "CdcMySqlHook", 3306,
+                "cdc_mysql",
+                "CDC source: MySQL / MariaDB",
+                "CdcMySqlHook",
+                3306,
                 {"server_id": _field("Server id", "database.server.id (unique replica id)", kind="integer")},
             ),
             _conn_type(
-                "cdc_sqlserver", "CDC source: SQL Server", "CdcSqlServerHook", 1433,
+                "cdc_sqlserver",
+                "CDC source: SQL Server",
+                "CdcSqlServerHook",
+                1433,
                 {"database_names": _field("Databases", "database.names (comma-separated)")},
             ),
         ],

@@ -88,7 +88,7 @@ def load_pipeline(pipeline: str | os.PathLike[str] | Mapping[str, Any]) -> Pipel
     if isinstance(pipeline, Mapping):
         raw, path = dict(pipeline), None
     else:
-        raw, path = read_pipeline_file(pipeline), str(pipeline)
+        raw, path = read_pipeline_file(str(pipeline)), str(pipeline)
     section = raw.pop(SECTION, None) or {}
     if not isinstance(section, Mapping):
         raise ConfigError(f"pipeline {path or ''}: the '{SECTION}' section must be a mapping")
@@ -111,7 +111,9 @@ def expand_env(value: Any, name: str) -> Any:
 
         def repl(m: re.Match[str]) -> str:
             if m.group(1) not in os.environ:
-                raise ConfigError(f"option {name!r} refers to environment variable {m.group(1)!r}, which is not set")
+                raise ConfigError(
+                    f"option {name!r} refers to environment variable {m.group(1)!r}, which is not set"
+                )
             return os.environ[m.group(1)]
 
         return _ENV_REF.sub(repl, value)
@@ -150,7 +152,7 @@ def without_literal_secrets(properties: Mapping[str, Any]) -> dict[str, Any]:
 def delta_location(target: str) -> Path | None:
     """The local directory of a Delta root given as a path or ``file://`` URL, else ``None``."""
     if target.startswith("file://"):
-        return Path(target[len("file://"):])
+        return Path(target[len("file://") :])
     if "://" in target:
         return None
     return Path(target)

@@ -65,7 +65,9 @@ def _form_signals(params: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def signals_from_run(conf: Mapping[str, Any] | None, params: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+def signals_from_run(
+    conf: Mapping[str, Any] | None, params: Mapping[str, Any] | None
+) -> list[dict[str, Any]]:
     """All snapshot signals a DAG run asks for, validated (returned as plain JSON for XCom/logs).
 
     :raises ConfigError: naming the malformed field.

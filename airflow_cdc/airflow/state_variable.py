@@ -129,8 +129,13 @@ class VariableStateStore:
             )
         token = uuid.uuid4().hex
         version = (found or 0) + 1
-        record = {"connector": connector, "version": version, "updated_at": utc_now_iso(), "token": token,
-                  "state": data}
+        record = {
+            "connector": connector,
+            "version": version,
+            "updated_at": utc_now_iso(),
+            "token": token,
+            "state": data,
+        }
         self._put(self.key(connector), json.dumps(record, sort_keys=True, allow_nan=False))
         after = self._record(connector)
         if after is None or after.get("token") != token:

@@ -37,8 +37,14 @@ AIRFLOW_BIN = str(Path(sys.executable).with_name("airflow"))
 def pg_connection_env(db: Any, conn_id: str = "cdc_postgres_default") -> dict[str, str]:
     """``AIRFLOW_CONN_<ID>`` for the test database ``db`` (the ``pg_db`` fixture)."""
     server = db.server
-    conn = {"conn_type": "cdc_postgres", "host": server.host, "port": server.port, "login": server.superuser,
-            "password": server.password, "schema": db.name}
+    conn = {
+        "conn_type": "cdc_postgres",
+        "host": server.host,
+        "port": server.port,
+        "login": server.superuser,
+        "password": server.password,
+        "schema": db.name,
+    }
     return {f"AIRFLOW_CONN_{conn_id.upper()}": json.dumps(conn)}
 
 
@@ -48,14 +54,30 @@ class AirflowCli:
     def __init__(self, home: Path) -> None:
         self.home = home
 
-    def run(self, *args: str, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 900
+    ) -> subprocess.CompletedProcess[str]:
         full_env = {**os.environ, **AIRFLOW_ENV, **(env or {})}
         full_env["PATH"] = f"{Path(sys.executable).parent}:{full_env.get('PATH', '')}"
-        return subprocess.run([AIRFLOW_BIN, *args], env=full_env, capture_output=True, text=True,
-                              timeout=timeout, cwd=self.home, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            [AIRFLOW_BIN, *args],
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=self.home,
+            stdin=subprocess.DEVNULL,
+        )
 
-    def dags_test(self, dag_id: str, conf: dict[str, Any] | None = None, *, env: dict[str, str] | None = None,
-                  dags_folder: Path | None = None, expect: str = "success") -> str:
+    def dags_test(
+        self,
+        dag_id: str,
+        conf: dict[str, Any] | None = None,
+        *,
+        env: dict[str, str] | None = None,
+        dags_folder: Path | None = None,
+        expect: str = "success",
+    ) -> str:
         """Run ``airflow dags test`` and assert the run ends in state ``expect``; returns the output."""
         args = ["dags", "test", dag_id]
         if conf is not None:
@@ -66,7 +88,9 @@ class AirflowCli:
         proc = self.run(*args, env=extra)
         out = proc.stdout + proc.stderr
         state = run_state(out)
-        assert state == expect, f"dag run ended {state!r} (exit {proc.returncode}), expected {expect!r}:\n{out[-6000:]}"
+        assert state == expect, (
+            f"dag run ended {state!r} (exit {proc.returncode}), expected {expect!r}:\n{out[-6000:]}"
+        )
         return out
 
 

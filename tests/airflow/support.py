@@ -26,9 +26,15 @@ def load_shop(db: Any) -> None:
 
 def pipeline_props(db: Any, staging: Path, **props: Any) -> dict[str, Any]:
     """Debezium properties for the test database (credentials come from the Airflow Connection)."""
-    base = {"name": f"af_{db.name}", "connector": "postgresql", "table.include.list": ",".join(SHOP_TABLES),
-            "slot.name": f"slot_{db.name}", "publication.name": f"pub_{db.name}",
-            "staging.path": str(staging), "incremental.snapshot.chunk.size": 100}
+    base = {
+        "name": f"af_{db.name}",
+        "connector": "postgresql",
+        "table.include.list": ",".join(SHOP_TABLES),
+        "slot.name": f"slot_{db.name}",
+        "publication.name": f"pub_{db.name}",
+        "staging.path": str(staging),
+        "incremental.snapshot.chunk.size": 100,
+    }
     base.update(props)
     return base
 
@@ -36,9 +42,18 @@ def pipeline_props(db: Any, staging: Path, **props: Any) -> dict[str, Any]:
 def direct_props(db: Any, staging: Path, **props: Any) -> dict[str, Any]:
     """Like :func:`pipeline_props` with the connection inline (for operators run without a Connection)."""
     server = db.server
-    return pipeline_props(db, staging, **{"database.hostname": server.host, "database.port": server.port,
-                                          "database.user": server.superuser, "database.password": server.password,
-                                          "database.dbname": db.name, **props})
+    return pipeline_props(
+        db,
+        staging,
+        **{
+            "database.hostname": server.host,
+            "database.port": server.port,
+            "database.user": server.superuser,
+            "database.password": server.password,
+            "database.dbname": db.name,
+            **props,
+        },
+    )
 
 
 def write_pipeline(path: Path, props: dict[str, Any], airflow: dict[str, Any]) -> Path:
@@ -86,17 +101,25 @@ class Writer(threading.Thread):
         r = self.rng.random()
         if r < 0.4:
             self.next_id += 1
-            conn.execute("INSERT INTO public.orders (id, customer_id, status, amount, note) VALUES (%s, %s, 'new', %s, %s)",
-                         (self.next_id, self.rng.randint(1, 50), self.rng.randint(1, 99999) / 100, f"w{self.ops}"))
+            conn.execute(
+                "INSERT INTO public.orders (id, customer_id, status, amount, note) VALUES (%s, %s, 'new', %s, %s)",
+                (self.next_id, self.rng.randint(1, 50), self.rng.randint(1, 99999) / 100, f"w{self.ops}"),
+            )
         elif r < 0.8:
-            conn.execute("UPDATE public.orders SET status = %s, amount = amount + 1 WHERE id = "
-                         "(SELECT id FROM public.orders ORDER BY random() LIMIT 1)",
-                         (self.rng.choice(["paid", "shipped", "returned"]),))
+            conn.execute(
+                "UPDATE public.orders SET status = %s, amount = amount + 1 WHERE id = "
+                "(SELECT id FROM public.orders ORDER BY random() LIMIT 1)",
+                (self.rng.choice(["paid", "shipped", "returned"]),),
+            )
         elif r < 0.9:
-            conn.execute("UPDATE public.customers SET email = %s WHERE id = %s",
-                         (f"x{self.ops}@example.com", self.rng.randint(1, 50)))
+            conn.execute(
+                "UPDATE public.customers SET email = %s WHERE id = %s",
+                (f"x{self.ops}@example.com", self.rng.randint(1, 50)),
+            )
         else:
-            conn.execute("DELETE FROM public.orders WHERE id = (SELECT id FROM public.orders ORDER BY random() LIMIT 1)")
+            conn.execute(
+                "DELETE FROM public.orders WHERE id = (SELECT id FROM public.orders ORDER BY random() LIMIT 1)"
+            )
 
     def stop(self) -> None:
         self.stop_event.set()

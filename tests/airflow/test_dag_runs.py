@@ -19,8 +19,15 @@ def _setup(pg_db, tmp_path, **airflow):
     load_shop(pg_db)
     staging = tmp_path / "staging"
     props = pipeline_props(pg_db, staging, **{"state.store": "airflow-variable://?prefix=cdc_test."})
-    options = {"dag_id": f"t_{pg_db.name}", "cdc_conn_id": CONN, "apply": False, "retries": 0,
-               "deferrable": True, "poke_interval": 1, **airflow}
+    options = {
+        "dag_id": f"t_{pg_db.name}",
+        "cdc_conn_id": CONN,
+        "apply": False,
+        "retries": 0,
+        "deferrable": True,
+        "poke_interval": 1,
+        **airflow,
+    }
     pipeline = write_pipeline(tmp_path / "pipeline.yaml", props, options)
     dags = tmp_path / "dags"
     write_dag(dags, pipeline)
@@ -37,8 +44,16 @@ def test_adhoc_snapshot_through_run_conf_and_form(pg_db, tmp_path, airflow_cli):
 
     with pg_db.connect(autocommit=True) as conn:
         conn.execute("UPDATE public.orders SET note = 'changed' WHERE id = 10")
-    conf = {"type": "execute-snapshot", "data": {"data-collections": ["public.orders"], "type": "incremental",
-            "additional-conditions": [{"data-collection": "public.orders", "filter": "id <= 3 OR status = 'x'"}]}}
+    conf = {
+        "type": "execute-snapshot",
+        "data": {
+            "data-collections": ["public.orders"],
+            "type": "incremental",
+            "additional-conditions": [
+                {"data-collection": "public.orders", "filter": "id <= 3 OR status = 'x'"}
+            ],
+        },
+    }
     out = airflow_cli.dags_test(dag_id, conf, env=env, dags_folder=dags)
     assert "ad hoc snapshot" in out
     batch = newest_batch(staging, name)
@@ -46,12 +61,18 @@ def test_adhoc_snapshot_through_run_conf_and_form(pg_db, tmp_path, airflow_cli):
     snap = [r for r in orders if r["op"] == "r"]
     assert sorted(r["after"]["id"] for r in snap) == [1, 2, 3]
     assert all(r["source"]["snapshot"] == "incremental" for r in snap)
-    assert [(r["op"], r["after"]["id"]) for r in orders if r["op"] != "r"] == [("u", 10)]  # the log still flows
+    assert [(r["op"], r["after"]["id"]) for r in orders if r["op"] != "r"] == [
+        ("u", 10)
+    ]  # the log still flows
     assert batch_rows(batch, "public.customers") == []
 
     # the trigger form's fields (what the UI puts into the conf)
-    form = {"snapshot_tables": ["public.customers"], "snapshot_filter": "id > 48", "surrogate_key": "",
-            "stop_snapshot": False}
+    form = {
+        "snapshot_tables": ["public.customers"],
+        "snapshot_filter": "id > 48",
+        "surrogate_key": "",
+        "stop_snapshot": False,
+    }
     airflow_cli.dags_test(dag_id, form, env=env, dags_folder=dags)
     batch = newest_batch(staging, name)
     assert sorted(r["after"]["id"] for r in batch_rows(batch, "public.customers")) == [49, 50]
@@ -60,7 +81,9 @@ def test_adhoc_snapshot_through_run_conf_and_form(pg_db, tmp_path, airflow_cli):
     # the offset lives in one Airflow Variable per connector, written by the commit tasks
     proc = airflow_cli.run("variables", "get", f"cdc_test.{name}", env=env)
     assert proc.returncode == 0, proc.stderr
-    record = json.loads(proc.stdout.strip().splitlines()[-1] if not proc.stdout.strip().startswith("{") else proc.stdout)
+    record = json.loads(
+        proc.stdout.strip().splitlines()[-1] if not proc.stdout.strip().startswith("{") else proc.stdout
+    )
     assert record["connector"] == name and record["version"] == 3
     assert record["state"]["last_batch"] == batch.batch_id
     assert record["state"]["offset"] == batch.manifest["to_offset"]
@@ -96,5 +119,12 @@ def airflow_cli_popen(cli, dag_id, env, dags) -> subprocess.Popen:
 
     full = {**os.environ, **AIRFLOW_ENV, **env, "AIRFLOW__CORE__DAGS_FOLDER": str(dags)}
     full["PATH"] = f"{Path(sys.executable).parent}:{full.get('PATH', '')}"
-    return subprocess.Popen([AIRFLOW_BIN, "dags", "test", dag_id], env=full, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, cwd=cli.home, stdin=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [AIRFLOW_BIN, "dags", "test", dag_id],
+        env=full,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=cli.home,
+        stdin=subprocess.DEVNULL,
+    )

@@ -15,8 +15,13 @@ from airflow_cdc.airflow.state_variable import VariableStateStore
 from airflow_cdc.core.errors import ConfigError, StateConflict
 from airflow_cdc.core.state import StateCorrupt, open_state_store
 
-EXEC = {"type": "execute-snapshot", "data": {"data-collections": ["public.orders"], "additional-conditions": [
-    {"data-collection": "public.orders", "filter": "id <= 3"}]}}
+EXEC = {
+    "type": "execute-snapshot",
+    "data": {
+        "data-collections": ["public.orders"],
+        "additional-conditions": [{"data-collection": "public.orders", "filter": "id <= 3"}],
+    },
+}
 
 
 # -- signals from run conf and the trigger form --------------------------------------------------
@@ -30,28 +35,49 @@ def test_signals_debezium_conf_shapes():
 
 
 def test_signals_from_trigger_form():
-    form = {"snapshot_tables": ["public.orders", "public.customers"], "snapshot_filter": "id <= 3",
-            "surrogate_key": "id", "stop_snapshot": False}
+    form = {
+        "snapshot_tables": ["public.orders", "public.customers"],
+        "snapshot_filter": "id <= 3",
+        "surrogate_key": "id",
+        "stop_snapshot": False,
+    }
     [sig] = signals_from_run(form, form)
     assert sig["type"] == "execute-snapshot"
     assert sig["data"]["data-collections"] == ["public.orders", "public.customers"]
     assert sig["data"]["additional-conditions"] == [
         {"data-collection": "public.orders", "filter": "id <= 3"},
-        {"data-collection": "public.customers", "filter": "id <= 3"}]
+        {"data-collection": "public.customers", "filter": "id <= 3"},
+    ]
     assert sig["data"]["surrogate-key"] == "id"
     [stop] = signals_from_run({}, {"snapshot_tables": "public.orders", "stop_snapshot": True})
-    assert stop == {"type": "stop-snapshot", "data": {"data-collections": ["public.orders"], "type": "incremental"}}
+    assert stop == {
+        "type": "stop-snapshot",
+        "data": {"data-collections": ["public.orders"], "type": "incremental"},
+    }
 
 
-@pytest.mark.parametrize("conf,params,needle", [
-    ({"type": "execute-snapshot", "data": {}}, {}, "data-collections"),
-    ({"type": "blah-snapshot", "data": {"data-collections": ["a.b"]}, "signals": [{"type": "x", "data": {}}]}, {},
-     "not supported"),
-    ({"signals": "nope"}, {}, "must be a list"),
-    ({}, {"snapshot_filter": "id > 1"}, "needs snapshot_tables"),
-    ({"execute-snapshot": {"data-collections": ["a.b"], "additional-conditions": [{"filter": "x"}]}}, {},
-     "data-collection"),
-])
+@pytest.mark.parametrize(
+    "conf,params,needle",
+    [
+        ({"type": "execute-snapshot", "data": {}}, {}, "data-collections"),
+        (
+            {
+                "type": "blah-snapshot",
+                "data": {"data-collections": ["a.b"]},
+                "signals": [{"type": "x", "data": {}}],
+            },
+            {},
+            "not supported",
+        ),
+        ({"signals": "nope"}, {}, "must be a list"),
+        ({}, {"snapshot_filter": "id > 1"}, "needs snapshot_tables"),
+        (
+            {"execute-snapshot": {"data-collections": ["a.b"], "additional-conditions": [{"filter": "x"}]}},
+            {},
+            "data-collection",
+        ),
+    ],
+)
 def test_signals_rejects_malformed(conf, params, needle):
     with pytest.raises(ConfigError, match=needle):
         signals_from_run(conf, params)
@@ -61,8 +87,10 @@ def test_signals_rejects_malformed(conf, params, needle):
 def test_pipeline_section_split_and_env(tmp_path, monkeypatch):
     monkeypatch.setenv("CDC_T_ROOT", "/data/cdc")
     f = tmp_path / "p.yaml"
-    f.write_text("name: shop\nconnector: postgresql\ntable.include.list: public.orders,public\\.customers,s.t_.*\n"
-                 "database.password: ${env:CDC_T_PW}\nairflow:\n  target: ${env:CDC_T_ROOT}/delta\n  retries: 0\n")
+    f.write_text(
+        "name: shop\nconnector: postgresql\ntable.include.list: public.orders,public\\.customers,s.t_.*\n"
+        "database.password: ${env:CDC_T_PW}\nairflow:\n  target: ${env:CDC_T_ROOT}/delta\n  retries: 0\n"
+    )
     spec = load_pipeline(f)
     assert "airflow" not in spec.properties
     assert spec.properties["database.password"] == "${env:CDC_T_PW}"  # left for the core (never copied)
@@ -99,6 +127,7 @@ class FakeVariables:
             if self.after_put:
                 hook, self.after_put = self.after_put, None
                 hook()
+
         return VariableStateStore(prefix, get=self.data.get, put=put, delete=self.data.pop)
 
 
@@ -125,8 +154,12 @@ def test_variable_store_detects_overwrite_by_concurrent_writer():
     store, other = fake.store(), fake.store()
     store.compare_and_set("shop", None, {"n": 1})
     # another writer commits between our write and our re-read: we must not report success
-    fake.after_put = lambda: fake.data.__setitem__("cdc.shop", json.dumps(
-        {"connector": "shop", "version": 2, "updated_at": "", "token": "theirs", "state": {"n": 99}}))
+    fake.after_put = lambda: fake.data.__setitem__(
+        "cdc.shop",
+        json.dumps(
+            {"connector": "shop", "version": 2, "updated_at": "", "token": "theirs", "state": {"n": 99}}
+        ),
+    )
     with pytest.raises(StateConflict, match="overwritten"):
         store.compare_and_set("shop", 1, {"n": 2})
     assert other.load("shop").data == {"n": 99}
@@ -175,36 +208,54 @@ def test_hook_connection_properties_keep_password_secret():
     from airflow_cdc.airflow.hooks.cdc import connection_properties
     from airflow_cdc.core.pipeline import build_config
 
-    conn = Connection(conn_id="c", conn_type="cdc_postgres", host="db", port=5433, login="cdc",
-                      password="s3cr3t", schema="shop", extra=json.dumps({"slot_name": "s1", "publication.name": "p1"}))
+    conn = Connection(
+        conn_id="c",
+        conn_type="cdc_postgres",
+        host="db",
+        port=5433,
+        login="cdc",
+        password="s3cr3t",
+        schema="shop",
+        extra=json.dumps({"slot_name": "s1", "publication.name": "p1"}),
+    )
     props = connection_properties(conn, "postgresql")
     config = build_config({**props, "name": "shop", "staging.path": "/tmp/x"})
     assert config["database.hostname"] == "db" and config["database.port"] == 5433
     assert config["slot.name"] == "s1" and config["publication.name"] == "p1"
     assert config.secret("database.password") == "s3cr3t"
-    assert "s3cr3t" not in repr(props) and "s3cr3t" not in repr(config) and "s3cr3t" not in str(config.items())
+    assert (
+        "s3cr3t" not in repr(props) and "s3cr3t" not in repr(config) and "s3cr3t" not in str(config.items())
+    )
 
 
 # -- trigger serialization -----------------------------------------------------------------------
 def test_trigger_serialize_round_trip():
     from airflow_cdc.airflow.triggers.changes import CdcChangesTrigger
 
-    trigger = CdcChangesTrigger(pipeline="/p.yaml", offset={"lsn": "0/16B3748"}, cdc_conn_id="c",
-                                check="slot", poll_interval=5)
+    trigger = CdcChangesTrigger(
+        pipeline="/p.yaml", offset={"lsn": "0/16B3748"}, cdc_conn_id="c", check="slot", poll_interval=5
+    )
     classpath, kwargs = trigger.serialize()
     json.dumps(kwargs)  # stored in the metadata DB: plain JSON only
     module, _, name = classpath.rpartition(".")
     clone = getattr(importlib.import_module(module), name)(**kwargs)
     assert clone.serialize() == (classpath, kwargs)
-    assert kwargs == {"pipeline": "/p.yaml", "offset": {"lsn": "0/16B3748"}, "cdc_conn_id": "c",
-                      "check": "slot", "poll_interval": 5.0}
+    assert kwargs == {
+        "pipeline": "/p.yaml",
+        "offset": {"lsn": "0/16B3748"},
+        "cdc_conn_id": "c",
+        "check": "slot",
+        "poll_interval": 5.0,
+    }
 
 
 # -- DAG factory ---------------------------------------------------------------------------------
 def _pipeline(tmp_path: Path, extra: str = "") -> Path:
     f = tmp_path / "shop.yaml"
-    f.write_text("name: shop\nconnector: postgresql\ntable.include.list: public.customers,public.orders\n"
-                 f"staging.path: {tmp_path}/staging\nairflow:\n  target: {tmp_path}/delta\n  retries: 3\n{extra}")
+    f.write_text(
+        "name: shop\nconnector: postgresql\ntable.include.list: public.customers,public.orders\n"
+        f"staging.path: {tmp_path}/staging\nairflow:\n  target: {tmp_path}/delta\n  retries: 3\n{extra}"
+    )
     return f
 
 

@@ -78,8 +78,12 @@ class CdcHook(BaseHook):
         return {
             "hidden_fields": [],
             "relabeling": {"schema": "Database", "login": "User"},
-            "placeholders": {"host": "db.example.com", "port": "5432", "schema": "shop",
-                             "extra": '{"slot.name": "shop_cdc", "publication.name": "shop_pub"}'},
+            "placeholders": {
+                "host": "db.example.com",
+                "port": "5432",
+                "schema": "shop",
+                "extra": '{"slot.name": "shop_cdc", "publication.name": "shop_pub"}',
+            },
         }
 
     @property
@@ -114,9 +118,11 @@ class CdcHook(BaseHook):
         return Capture(build_source(config), config, build_store(config))
 
     def changes_after(self, offset: dict[str, Any] | None, check: str = "wal") -> bool:
-        """Whether the source may hold changes past ``offset`` (cheap; see the source's docs)."""
-        source: Any = build_source(self.get_conn())
-        return bool(source.changes_after(offset, check))
+        """Whether the source may hold changes past ``offset`` (cheap; see the source's docs).
+
+        A source without a cheap check (``changes_after``) always answers yes: capture then decides.
+        """
+        return _source_changes_after(build_source(self.get_conn()), offset, check)
 
     async def achanges_after(self, offset: dict[str, Any] | None, check: str = "wal") -> bool:
         """:meth:`changes_after` without blocking the event loop: PostgreSQL through psycopg's
@@ -124,12 +130,18 @@ class CdcHook(BaseHook):
         props = await asyncio.to_thread(self.properties)  # file and Connection reads may block
         config = build_config(props)
         if config["connector"] != "postgresql":
-            return await asyncio.to_thread(lambda: bool(build_source(config).changes_after(offset, check)))
+            source = build_source(config)
+            return await asyncio.to_thread(_source_changes_after, source, offset, check)
         if offset is None:
             return True
         from airflow_cdc.airflow.hooks.pg_async import pg_changes_after
 
         return await pg_changes_after(config, offset, check)
+
+
+def _source_changes_after(source: Any, offset: dict[str, Any] | None, check: str) -> bool:
+    check_fn = getattr(source, "changes_after", None)
+    return True if check_fn is None else bool(check_fn(offset, check))
 
 
 class CdcMySqlHook(CdcHook):

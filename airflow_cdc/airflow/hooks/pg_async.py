@@ -32,7 +32,9 @@ async def pg_changes_after(config: ConnectorConfig, offset: dict[str, Any], chec
         )
     except psycopg.OperationalError as e:
         if "password authentication failed" in str(e):
-            raise AuthenticationFailed(f"PostgreSQL rejected the credentials for {user}@{host}:{port}") from None
+            raise AuthenticationFailed(
+                f"PostgreSQL rejected the credentials for {user}@{host}:{port}"
+            ) from None
         raise ConnectionFailed(f"cannot connect to PostgreSQL at {host}:{port}") from e
     async with conn:
         query, args = changes_query(check, config["slot.name"], config["publication.name"], offset["lsn"])

@@ -31,7 +31,12 @@ class CdcApplyOperator(SparkSubmitOperator):
     :param skip_empty: do not start Spark for a batch with nothing in it.
     """
 
-    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "batch_path", "target", "spark_conf")
+    template_fields: Sequence[str] = (
+        *SparkSubmitOperator.template_fields,
+        "batch_path",
+        "target",
+        "spark_conf",
+    )
     ui_color = "#fdebd0"
 
     def __init__(
@@ -72,7 +77,10 @@ class CdcApplyOperator(SparkSubmitOperator):
         self.env_vars = {"PYSPARK_PYTHON": sys.executable, **(self.env_vars or {}), **job.env}
         self.log.info(
             "applying batch %s (%s events, %s snapshot rows) to %s",
-            batch.batch_id, counts.get("events"), counts.get("snapshot_rows"), self.target,
+            batch.batch_id,
+            counts.get("events"),
+            counts.get("snapshot_rows"),
+            self.target,
         )
         super().execute(context)
         return {"batch_id": batch.batch_id, "applied": True}

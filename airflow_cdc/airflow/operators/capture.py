@@ -51,7 +51,7 @@ class CdcCaptureOperator(BaseOperator):
             if signals:
                 self.log.info("ad hoc snapshot signals: %s", signals)
             hook = CdcHook(pipeline=self.pipeline, cdc_conn_id=self.cdc_conn_id)
-            result = hook.get_capture().run(signals=signals)
+            result = hook.get_capture().run(signals=list(signals))
         for note in result.notes:
             self.log.info("note: %s", note)
         self.log.info(

@@ -94,4 +94,6 @@ class CdcChangesSensor(BaseSensorOperator):
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> None:
         if not event or event.get("status") != "changes":
             raise AirflowException(f"waiting for changes failed: {(event or {}).get('message', event)}")
-        self.log.info("source moved past offset %s (after %s checks)", event.get("offset"), event.get("polls"))
+        self.log.info(
+            "source moved past offset %s (after %s checks)", event.get("offset"), event.get("polls")
+        )
