@@ -17,23 +17,12 @@ import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import quote
 
 from airflow_cdc.core.errors import BatchError, ConfigError
+from spark_jobs.cdc_apply.layout import DELTA_CONF, DELTA_PACKAGE, JARS_ENV, LAYERS, table_path
 
 log = logging.getLogger(__name__)
 
-DELTA_VERSION = "4.4.1"
-SPARK_SCALA = "4.2_2.13"
-DELTA_PACKAGE = f"io.delta:delta-spark_{SPARK_SCALA}:{DELTA_VERSION}"
-#: A directory of Delta jars (``make setup`` fills ``.jars/`` with Maven); used instead of
-#: ``spark.jars.packages`` when set, for machines without Maven Central access.
-JARS_ENV = "AIRFLOW_CDC_DELTA_JARS"
-DELTA_CONF = {
-    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-}
-LAYERS = ("bronze", "silver", "history", "tombstones")
 
 
 @dataclass(frozen=True)
@@ -164,7 +153,7 @@ def build_apply_job(
     if not (path / "manifest.json").exists():
         raise BatchError(f"{path} is not a published batch (no manifest.json)")
     packages, jars = delta_jars()
-    merged = {**DELTA_CONF, "spark.sql.session.timeZone": "UTC", **(conf or {})}
+    merged = {**DELTA_CONF, **(conf or {})}
     return SparkApplyJob(
         application=str(spark_jobs_dir() / "apply_changes.py"),
         application_args=["--batch", str(path), "--target", target, *(options or ApplyOptions()).args()],
@@ -189,11 +178,7 @@ def run_apply_job(job: SparkApplyJob, *, master: str = "local[2]", timeout: floa
         raise BatchError(f"spark-submit for {job.name} failed with exit code {done.returncode}")
 
 
-def table_path(target: str, layer: str, connector: str, table: str) -> str:
-    """Where a Delta table of ``layer`` lives for source table ``table`` (e.g. ``public.orders``)."""
-    if layer not in LAYERS:
-        raise ConfigError(f"unknown Delta layer {layer!r}; expected one of {', '.join(LAYERS)}")
-    return f"{target.rstrip('/')}/{layer}/{quote(connector, safe='')}/{quote(table, safe='.')}"
+__all__ = ["LAYERS", "table_path"]
 
 
 def silver_table_path(target: str, connector: str, table: str) -> str:

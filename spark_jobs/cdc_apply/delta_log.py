@@ -1,0 +1,90 @@
+"""Read a Delta table's transaction identifiers and commit info straight from ``_delta_log``.
+
+Delta records idempotent writes as ``txn`` actions (``appId`` -> ``version``).  Reading them
+needs no Spark: the newest checkpoint (Parquet) plus the JSON commits after it.  The apply job
+uses this to skip tables a batch already reached; the Airflow commit step uses it to tell
+"applied but not committed" from "not applied" after a crash.  Works on local paths and any
+filesystem ``pyarrow.fs`` understands.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+_COMMIT = re.compile(r"^(\d{20})\.json$")
+_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(\.\d{10}\.\d{10})?\.parquet$")
+
+
+def _fs(path: str) -> tuple[pafs.FileSystem, str]:
+    if "://" in path and not path.startswith("file://"):
+        return pafs.FileSystem.from_uri(path)
+    return pafs.LocalFileSystem(), path.removeprefix("file://")
+
+
+def _listing(fs: pafs.FileSystem, log_dir: str) -> list[str]:
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(log_dir, allow_not_found=True))
+    except FileNotFoundError:
+        return []
+    return [i.base_name for i in infos if i.type == pafs.FileType.File]
+
+
+def table_exists(table_path: str) -> bool:
+    fs, local = _fs(table_path)
+    return any(_COMMIT.match(n) for n in _listing(fs, f"{local}/_delta_log"))
+
+
+def transactions(table_path: str) -> dict[str, int]:
+    """``appId -> version`` of every idempotent write the table has recorded ({} if no table)."""
+    fs, local = _fs(table_path)
+    log_dir = f"{local}/_delta_log"
+    names = _listing(fs, log_dir)
+    checkpoints: dict[int, list[str]] = {}
+    for n in names:
+        m = _CHECKPOINT.match(n)
+        if m:
+            checkpoints.setdefault(int(m.group(1)), []).append(n)
+    txns: dict[str, int] = {}
+    start = -1
+    if checkpoints:
+        start = max(checkpoints)
+        for name in checkpoints[start]:
+            table = pq.read_table(f"{log_dir}/{name}", columns=["txn"], filesystem=fs)
+            for txn in table.column("txn").to_pylist():
+                if txn:
+                    txns[txn["appId"]] = txn["version"]
+    commits = sorted(int(m.group(1)) for n in names if (m := _COMMIT.match(n)))
+    for version in commits:
+        if version <= start:
+            continue
+        for action in _actions(fs, f"{log_dir}/{version:020d}.json"):
+            if "txn" in action:
+                txns[action["txn"]["appId"]] = action["txn"]["version"]
+    return txns
+
+
+def _actions(fs: pafs.FileSystem, path: str) -> list[dict[str, Any]]:
+    with fs.open_input_stream(path) as f:
+        return [json.loads(line) for line in f.read().decode().splitlines() if line.strip()]
+
+
+def last_commit_info(table_path: str) -> dict[str, Any] | None:
+    """The ``commitInfo`` of the newest commit, or None if there is no table."""
+    fs, local = _fs(table_path)
+    log_dir = f"{local}/_delta_log"
+    commits = sorted(int(m.group(1)) for n in _listing(fs, log_dir) if (m := _COMMIT.match(n)))
+    if not commits:
+        return None
+    for action in _actions(fs, f"{log_dir}/{commits[-1]:020d}.json"):
+        if "commitInfo" in action:
+            return dict(action["commitInfo"])
+    return None
+
+
+def has_applied(table_path: str, app_id: str, version: int = 1) -> bool:
+    return transactions(table_path).get(app_id, -1) >= version

@@ -1,0 +1,31 @@
+"""Where things live and which Delta build to use: shared by the job, ``airflow_cdc.apply``
+and the Airflow layer (no pyspark import here)."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+DELTA_VERSION = "4.4.0"
+SPARK_SCALA = "4.2_2.13"
+DELTA_PACKAGE = f"io.delta:delta-spark_{SPARK_SCALA}:{DELTA_VERSION}"
+#: A folder of Delta jars (``make setup`` fills ``.jars/`` with Maven); preferred over
+#: ``spark.jars.packages`` when set, for machines without Ivy access to Maven Central.
+JARS_ENV = "AIRFLOW_CDC_DELTA_JARS"
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.sql.session.timeZone": "UTC",
+}
+LAYERS = ("bronze", "silver", "history", "tombstones")
+
+
+def table_path(target: str, layer: str, connector: str, table: str) -> str:
+    """Where the Delta table of ``layer`` lives for source table ``table`` (e.g. ``public.orders``)."""
+    if layer not in LAYERS:
+        raise ValueError(f"unknown Delta layer {layer!r}; expected one of {', '.join(LAYERS)}")
+    return f"{target.rstrip('/')}/{layer}/{quote(connector, safe='')}/{quote(table, safe='.')}"
+
+
+def app_id(connector: str, batch_id: str) -> str:
+    """The Delta idempotent-transaction id of one batch's writes."""
+    return f"airflow-cdc:{connector}:{batch_id}"

@@ -1,0 +1,177 @@
+"""MERGE one batch's key actions into a silver table, ordered by position.
+
+Contract: the stored ``__position`` of a row is the position of the newest event it reflects; an
+action applies only if its position is greater, so replays, retries and batches applied out of
+order converge on the same state.  Deletes leave a tombstone (key + position) in a side table so
+that an older upsert arriving later cannot resurrect the row; a truncate leaves a table-wide
+tombstone.  Unchanged-TOAST columns never overwrite a stored value.
+"""
+
+from __future__ import annotations
+
+from delta.tables import DeltaTable
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from .frames import (
+    ACTION,
+    BATCH,
+    DELETED,
+    OP,
+    POSITION,
+    TS_MS,
+    UNAVAILABLE,
+    SchemaChangeError,
+    TableFrame,
+    quoted,
+)
+from .types import widening
+from .writes import Commit, create_table, ensure_columns
+
+TRUNCATE = "__truncate"
+TABLE_PROPERTIES = {"delta.enableTypeWidening": "true"}
+
+
+def _meta_fields(soft: bool) -> list[T.StructField]:
+    fields = [
+        T.StructField(POSITION, T.BinaryType(), False),
+        T.StructField(OP, T.StringType(), True),
+        T.StructField(TS_MS, T.LongType(), True),
+        T.StructField(BATCH, T.StringType(), True),
+    ]
+    return [*fields, T.StructField(DELETED, T.BooleanType(), True)] if soft else fields
+
+
+def target_schema(frame: TableFrame, soft: bool) -> T.StructType:
+    data = [T.StructField(n, t, n not in frame.keys) for n, t in frame.columns.items()]
+    return T.StructType([*data, *_meta_fields(soft)])
+
+
+def check_evolution(spark: SparkSession, path: str, frame: TableFrame) -> None:
+    """Refuse a column type change Delta cannot take, before anything is written.
+
+    :raises SchemaChangeError: naming the table, column and both types.
+    """
+    if not DeltaTable.isDeltaTable(spark, path):
+        return
+    current = {f.name: f.dataType for f in spark.read.format("delta").load(path).schema.fields}
+    for name, new in frame.columns.items():
+        if name in current and widening(current[name], new) == "incompatible":
+            if widening(new, current[name]) == "widen":
+                continue  # an older batch with the narrower type: cast up on write
+            raise SchemaChangeError(
+                f"silver table {path}: column {name!r} changed type {current[name].simpleString()} -> "
+                f"{new.simpleString()}, which Delta cannot widen; recreate the table or cast upstream"
+            )
+
+
+def _key_match(keys: list[str], left: str, right: str) -> str:
+    return " AND ".join(f"{left}.{quoted(k)} <=> {right}.{quoted(k)}" for k in keys)
+
+
+def drop_superseded(spark: SparkSession, actions: DataFrame, tombstones: str, keys: list[str]) -> DataFrame:
+    """Drop actions older than a stored delete of their key or a stored truncate of the table."""
+    if not DeltaTable.isDeltaTable(spark, tombstones):
+        return actions
+    stones = spark.read.format("delta").load(tombstones)
+    truncated = stones.where(F.col(TRUNCATE)).agg(F.max(POSITION).alias("p")).collect()[0]["p"]
+    if truncated is not None:
+        actions = actions.where(F.col(POSITION) > F.lit(bytes(truncated)))
+    keyed = stones.where(~F.col(TRUNCATE)).select(
+        *(F.col(quoted(k)).alias(f"__stone_key{i}") for i, k in enumerate(keys)), F.col(POSITION).alias("__stone"))
+    cond = [actions[quoted(k)].eqNullSafe(keyed[f"__stone_key{i}"]) for i, k in enumerate(keys)]
+    cond.append(keyed["__stone"] > actions[POSITION])
+    return actions.join(keyed, on=_and(cond), how="left_anti")
+
+
+def _and(conds: list[Column]) -> Column:
+    out = conds[0]
+    for c in conds[1:]:
+        out = out & c
+    return out
+
+
+def record_tombstones(
+    spark: SparkSession, path: str, latest: DataFrame, frame: TableFrame, commit: Commit, soft: bool
+) -> None:
+    """Store the newest delete per key (delete mode) and the batch's truncate (both modes)."""
+    key_types = {k: frame.columns[k] for k in frame.keys}
+    schema = T.StructType(
+        [*(T.StructField(k, t, True) for k, t in key_types.items()),
+         T.StructField(POSITION, T.BinaryType(), False), T.StructField(TRUNCATE, T.BooleanType(), False)]
+    )
+    rows = None if soft else latest.where(F.col(ACTION) == "delete").select(
+        *frame.keys, POSITION, F.lit(False).alias(TRUNCATE))
+    if frame.truncate_at is not None:
+        marker = spark.createDataFrame([(frame.truncate_at, True)], f"{POSITION} binary, {TRUNCATE} boolean")
+        marker = marker.select(*(F.lit(None).cast(t).alias(k) for k, t in key_types.items()), POSITION, TRUNCATE)
+        rows = marker if rows is None else rows.unionByName(marker)
+    if rows is None:
+        return
+    create_table(spark, path, schema, TABLE_PROPERTIES)
+    ensure_columns(spark, path, schema)
+    stones = DeltaTable.forPath(spark, path)
+    if frame.truncate_at is not None:
+        with commit.conf(spark, txn=False):
+            stones.delete((F.col(POSITION) < F.lit(frame.truncate_at)) & ~F.col(TRUNCATE))
+    match = f"({_key_match(frame.keys, 't', 's')} AND NOT t.{TRUNCATE} AND NOT s.{TRUNCATE}) " \
+            f"OR (t.{TRUNCATE} AND s.{TRUNCATE})" if frame.keys else f"t.{TRUNCATE} AND s.{TRUNCATE}"
+    with commit.conf(spark, txn=False):
+        (stones.alias("t").merge(rows.alias("s"), match)
+         .whenMatchedUpdate(condition=f"s.{POSITION} > t.{POSITION}", set={POSITION: f"s.{POSITION}"})
+         .whenNotMatchedInsertAll().execute())
+
+
+def merge_silver(
+    spark: SparkSession, path: str, latest: DataFrame, frame: TableFrame, commit: Commit, soft: bool
+) -> None:
+    """The ordered MERGE: newer deletes remove (or flag), newer upserts replace, new keys insert."""
+    schema = target_schema(frame, soft)
+    create_table(spark, path, schema, TABLE_PROPERTIES)
+    ensure_columns(spark, path, schema)
+    table = DeltaTable.forPath(spark, path)
+    current = {f.name: f.dataType for f in table.toDF().schema.fields}
+    if frame.truncate_at is not None:
+        with commit.conf(spark, txn=False):
+            table.delete(F.col(POSITION) < F.lit(frame.truncate_at))
+    data = [n for n in frame.columns]
+    source = latest.select(
+        *(F.col(quoted(n)).cast(current[n]).alias(n) for n in data), ACTION, POSITION, OP, TS_MS, UNAVAILABLE,
+        F.lit(commit.batch_id).alias(BATCH))
+    newer = f"s.{POSITION} > t.{POSITION}"
+    values = {quoted(n): f"CASE WHEN array_contains(s.{UNAVAILABLE}, '{_lit(n)}') THEN t.{quoted(n)} "
+              f"ELSE s.{quoted(n)} END" for n in data}
+    meta = {POSITION: f"s.{POSITION}", OP: f"s.{OP}", TS_MS: f"s.{TS_MS}", BATCH: f"s.{BATCH}"}
+    inserts = {quoted(n): f"s.{quoted(n)}" for n in data} | meta
+    builder = table.alias("t").merge(source.alias("s"), _key_match(frame.keys, "t", "s"))
+    if soft:
+        flag = {**meta, DELETED: "true"}
+        builder = builder.whenMatchedUpdate(condition=f"s.{ACTION} = 'delete' AND {newer}", set=flag)
+        update = values | meta | {DELETED: "false"}
+        builder = builder.whenMatchedUpdate(condition=f"s.{ACTION} = 'upsert' AND {newer}", set=update)
+        builder = builder.whenNotMatchedInsert(
+            values=inserts | {DELETED: f"s.{ACTION} = 'delete'"})
+    else:
+        builder = builder.whenMatchedDelete(condition=f"s.{ACTION} = 'delete' AND {newer}")
+        update = values | meta
+        builder = builder.whenMatchedUpdate(condition=f"s.{ACTION} = 'upsert' AND {newer}", set=update)
+        builder = builder.whenNotMatchedInsert(condition=f"s.{ACTION} = 'upsert'", values=inserts)
+    with commit.conf(spark, txn=True):
+        builder.execute()
+
+
+def append_keyless(spark: SparkSession, path: str, frame: TableFrame, commit: Commit) -> None:
+    """Tables without a key: silver is an append-only log of row images."""
+    schema = target_schema(frame, soft=False)
+    create_table(spark, path, schema, TABLE_PROPERTIES)
+    ensure_columns(spark, path, schema)
+    current = {f.name: f.dataType for f in spark.read.format("delta").load(path).schema.fields}
+    rows = frame.actions.select(
+        *(F.col(quoted(n)).cast(current[n]).alias(n) for n in frame.columns), POSITION, OP, TS_MS,
+        F.lit(commit.batch_id).alias(BATCH))
+    commit.append(rows, path)
+
+
+def _lit(name: str) -> str:
+    return name.replace("\\", "\\\\").replace("'", "\\'")

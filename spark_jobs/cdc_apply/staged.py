@@ -1,0 +1,115 @@
+"""Read a staged batch (``manifest.json`` + Parquet parts) from the Spark driver.
+
+The batch format is written by ``airflow_cdc.core.batch``; this module only reads it, with no
+import of ``airflow_cdc`` so the job runs on a cluster that has just pyspark, delta and pyarrow.
+Paths may be local or any filesystem ``pyarrow.fs`` understands (``s3://``, ``gs://``, ``hdfs://``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+SUPPORTED_FORMAT = 1
+
+
+class StagedBatchError(RuntimeError):
+    """The batch is missing, incomplete or of a format this job does not read."""
+
+
+def _fs(path: str) -> tuple[pafs.FileSystem, str]:
+    if "://" in path and not path.startswith("file://"):
+        return pafs.FileSystem.from_uri(path)
+    return pafs.LocalFileSystem(), path.removeprefix("file://")
+
+
+@dataclass
+class SchemaGroup:
+    """Consecutive parts of one table that share a schema version."""
+
+    version: str
+    schema: pa.Schema
+    files: list[str] = field(default_factory=list)
+    rows: int = 0
+
+
+@dataclass
+class StagedTable:
+    name: str
+    key_columns: list[str]
+    groups: list[SchemaGroup]
+    ops: dict[str, int]
+
+    @property
+    def rows(self) -> int:
+        return sum(g.rows for g in self.groups)
+
+    @property
+    def latest_schema(self) -> pa.Schema:
+        return self.groups[-1].schema
+
+    def after_fields(self) -> Iterator[tuple[int, pa.Field]]:
+        """Every row field of every schema version (newest definition of a name last)."""
+        for i, group in enumerate(self.groups):
+            row_type = group.schema.field("after").type
+            for f in row_type:
+                yield i, f
+
+
+class StagedBatch:
+    """A published batch as the apply job sees it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path.rstrip("/")
+        self.fs, self.local = _fs(self.path)
+        try:
+            with self.fs.open_input_stream(f"{self.local}/manifest.json") as f:
+                self.manifest: dict[str, Any] = json.loads(f.read())
+        except FileNotFoundError as e:
+            raise StagedBatchError(f"{path}: no manifest.json (incomplete batch or not a batch)") from e
+        if self.manifest.get("format") != SUPPORTED_FORMAT:
+            raise StagedBatchError(f"{path}: unsupported batch format {self.manifest.get('format')!r}")
+
+    @property
+    def batch_id(self) -> str:
+        return str(self.manifest["batch_id"])
+
+    @property
+    def connector(self) -> str:
+        return str(self.manifest["connector"])
+
+    @property
+    def to_offset(self) -> Any:
+        return self.manifest.get("to_offset")
+
+    def tables(self) -> list[StagedTable]:
+        out = []
+        for name in sorted(self.manifest["tables"]):
+            info = self.manifest["tables"][name]
+            groups: list[SchemaGroup] = []
+            ops: dict[str, int] = {}
+            for part in info["parts"]:
+                file = f"{self.path}/{part['file']}"
+                if not groups or groups[-1].version != part["schema_version"]:
+                    schema = pq.read_schema(f"{self.local}/{part['file']}", filesystem=self.fs)
+                    groups.append(SchemaGroup(part["schema_version"], schema))
+                groups[-1].files.append(file)
+                groups[-1].rows += part["rows"]
+                for op, n in part.get("ops", {}).items():
+                    ops[op] = ops.get(op, 0) + n
+            out.append(StagedTable(name, list(info.get("key_columns") or []), groups, ops))
+        return out
+
+    def commit_metadata(self) -> str:
+        """What goes into the Delta commit info (``userMetadata``): batch id and end offset."""
+        return json.dumps(
+            {"airflow_cdc": {"batch_id": self.batch_id, "connector": self.connector, "to_offset": self.to_offset}},
+            sort_keys=True,
+            default=str,
+        )

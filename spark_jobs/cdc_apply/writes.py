@@ -1,0 +1,102 @@
+"""Delta writes shared by bronze, silver, tombstones and history: create, evolve, commit marks.
+
+Every table a batch touches gets its last write of that batch marked with the Delta idempotent
+transaction ``(appId, version)`` = ``(airflow-cdc:<connector>:<batch id>, 1)``: a re-run finds
+the mark (``delta_log.has_applied``) and skips the table, and Delta itself drops a marked write
+it has already seen.  Earlier writes of the same batch on that table are idempotent by position,
+so a crash between them is repaired by simply running the batch again.  The batch id and end
+offset go into every commit's ``userMetadata``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+
+from .frames import SchemaChangeError, quoted
+from .layout import app_id
+from .types import widening
+
+TXN_APP = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+
+
+@dataclass(frozen=True)
+class Commit:
+    """Identity of one batch's writes."""
+
+    connector: str
+    batch_id: str
+    metadata: str
+    version: int = 1
+
+    @property
+    def app_id(self) -> str:
+        return app_id(self.connector, self.batch_id)
+
+    @contextmanager
+    def conf(self, spark: SparkSession, txn: bool) -> Iterator[None]:
+        """Session conf for one write: commit metadata, and the idempotency mark when ``txn``."""
+        spark.conf.set(USER_METADATA, self.metadata)
+        if txn:
+            spark.conf.set(TXN_APP, self.app_id)
+            spark.conf.set(TXN_VERSION, str(self.version))
+        try:
+            yield
+        finally:
+            for key in (TXN_APP, TXN_VERSION, USER_METADATA):
+                spark.conf.unset(key)
+
+    def append(self, frame: DataFrame, path: str, partition_by: list[str] | None = None) -> None:
+        """Append ``frame`` to ``path`` as the batch's marked write (merging new columns)."""
+        writer = (
+            frame.write.format("delta").mode("append")
+            .option("txnAppId", self.app_id).option("txnVersion", self.version)
+            .option("userMetadata", self.metadata).option("mergeSchema", "true")
+        )
+        if partition_by:
+            writer = writer.partitionBy(*partition_by)
+        writer.save(path)
+
+
+def create_table(spark: SparkSession, path: str, schema: T.StructType, properties: dict[str, str],
+                 partition_by: list[str] | None = None) -> None:
+    """Create an empty Delta table at ``path`` unless one exists (concurrent creators: one wins)."""
+    if DeltaTable.isDeltaTable(spark, path):
+        return
+    builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
+    for key, value in properties.items():
+        builder = builder.property(key, value)
+    if partition_by:
+        builder = builder.partitionedBy(*partition_by)
+    builder.execute()
+
+
+def ensure_columns(spark: SparkSession, path: str, schema: T.StructType) -> None:
+    """Add missing columns and widen narrower ones so ``schema`` fits the table (idempotent).
+
+    :raises SchemaChangeError: a type change Delta cannot widen.
+    """
+    current = {f.name: f.dataType for f in spark.read.format("delta").load(path).schema.fields}
+    target = f"delta.`{path.replace('`', '``')}`"
+    missing = [f for f in schema.fields if f.name not in current]
+    if missing:
+        cols = ", ".join(f"{quoted(f.name)} {f.dataType.simpleString()}" for f in missing)
+        spark.sql(f"ALTER TABLE {target} ADD COLUMNS ({cols})")
+    for f in schema.fields:
+        if f.name not in current:
+            continue
+        kind = widening(current[f.name], f.dataType)
+        if kind == "widen":
+            spark.sql(f"ALTER TABLE {target} ALTER COLUMN {quoted(f.name)} TYPE {f.dataType.simpleString()}")
+        elif kind == "incompatible" and widening(f.dataType, current[f.name]) != "widen":
+            raise SchemaChangeError(
+                f"Delta table {path}: column {f.name!r} is {current[f.name].simpleString()}, the batch has "
+                f"{f.dataType.simpleString()}; Delta cannot change it in place"
+            )

@@ -1,0 +1,121 @@
+"""Read silver back into the Debezium encoding the capture tests compare with.
+
+The inverse mapping here is written independently of ``spark_jobs.cdc_apply.types`` (plain
+Python on collected values), so comparing silver with the source also checks the conversions.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_cdc.core.batch import list_batches
+from spark_jobs.cdc_apply.layout import table_path
+
+EPOCH = dt.datetime(1970, 1, 1)
+EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+META = {"__position", "__op", "__ts_ms", "__batch_id", "__deleted"}
+
+
+def _micros(delta: dt.timedelta) -> int:
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _time_micros(text: str) -> int:
+    h, m, s = text.split(":")
+    sec, _, frac = s.partition(".")
+    return ((int(h) * 60 + int(m)) * 60 + int(sec)) * 1_000_000 + int((frac + "000000")[:6])
+
+
+def _name(field: pa.Field | None) -> str:
+    return ((field.metadata or {}).get(b"connect.name", b"") if field is not None else b"").decode()
+
+
+def _element(field: pa.Field | None) -> pa.Field | None:
+    if field is not None and pa.types.is_list(field.type):
+        return field.type.value_field
+    return None
+
+
+def to_debezium(value: Any, field: pa.Field | None) -> Any:
+    """One silver value back in the staged encoding of ``field`` (the staged Arrow field)."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [to_debezium(v, _element(field)) for v in value]
+    name = _name(field)
+    base = name.rsplit(".", 1)[-1] if name else ""
+    if base == "Date":
+        return (value - EPOCH.date()).days
+    if base == "MicroTimestamp":
+        return _micros(value - EPOCH)
+    if base == "Timestamp":
+        return _micros(value - EPOCH) // 1000
+    if base == "ZonedTimestamp":
+        return value.astimezone(dt.UTC)
+    if base == "MicroTime":
+        return _time_micros(value)
+    if base == "VariableScaleDecimal":
+        return Decimal(value)
+    if isinstance(value, bytearray):
+        return bytes(value)
+    return value
+
+
+def normalise(value: Any, field: pa.Field | None) -> Any:
+    """A staged (Debezium) value in a form comparable with :func:`to_debezium` output."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [normalise(v, _element(field)) for v in value]
+    name = _name(field)
+    base = name.rsplit(".", 1)[-1] if name else ""
+    if base == "ZonedTimestamp":
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(dt.UTC)
+    if base == "VariableScaleDecimal":
+        return Decimal(int.from_bytes(value["value"], "big", signed=True)).scaleb(-value["scale"])
+    return value
+
+
+def semantic_names(config: dict[str, Any], table: str) -> dict[str, pa.Field]:
+    """Column -> staged Arrow field (with its Connect metadata), from the newest part of ``table``."""
+    import pyarrow.parquet as pq
+
+    for batch in reversed(list_batches(config["staging.path"], config["name"])):
+        if table in batch.tables():
+            after = pq.read_schema(batch.parts(table)[-1]).field("after").type
+            return {f.name: f for f in after}
+    raise AssertionError(f"no staged batch has {table}")
+
+
+def silver_rows(spark: Any, target: str, config: dict[str, Any], table: str, keys: list[str],
+                include_deleted: bool = False) -> dict[tuple, dict[str, Any]]:
+    names = semantic_names(config, table)
+    frame = spark.read.format("delta").load(table_path(target, "silver", config["name"], table))
+    arrow: pa.Table = frame.toArrow()
+    out = {}
+    for row in arrow.to_pylist():
+        if row.get("__deleted") and not include_deleted:
+            continue
+        data = {k: to_debezium(v, names.get(k)) for k, v in row.items() if k not in META}
+        out[tuple(data[k] for k in keys)] = data
+    return out
+
+
+def normalised_rows(rows: dict[tuple, dict[str, Any]], names: dict[str, pa.Field]) -> dict[tuple, dict[str, Any]]:
+    return {k: {c: normalise(v, names.get(c)) for c, v in row.items()} for k, row in rows.items()}
+
+
+def diff(expected: dict[tuple, dict[str, Any]], got: dict[tuple, dict[str, Any]]) -> str:
+    missing = expected.keys() - got.keys()
+    extra = got.keys() - expected.keys()
+    wrong = [k for k in expected.keys() & got.keys() if expected[k] != got[k]]
+    if not (missing or extra or wrong):
+        return ""
+    sample = [(k, {c: (expected[k].get(c), got[k].get(c)) for c in expected[k] if expected[k].get(c) != got[k].get(c)})
+              for k in sorted(wrong)[:3]]
+    return (f"{len(missing)} missing, {len(extra)} extra, {len(wrong)} different of {len(expected)}; "
+            f"missing {sorted(missing)[:3]}, extra {sorted(extra)[:3]}, different {sample}")
