@@ -5,6 +5,8 @@
 #   make test      system packages + .venv + `pytest` (override arguments with PYTEST_ARGS="...")
 #   make setup     the same set-up, without running the tests
 #   make lint      ruff + mypy on airflow_cdc
+#   make demo      the example Airflow DAG end to end: throwaway PostgreSQL, `airflow dags test`,
+#                  Spark local[2], Delta under .local/demo/ (see scripts/demo.py)
 #   make clean     remove .venv and caches
 #
 # The system-package logic here is mirrored by airflow_cdc.testing.servers.ensure_installed();
@@ -29,7 +31,7 @@ PG_BIN      := /usr/lib/postgresql/15/bin
 PG_PACKAGES := postgresql-15 postgresql-contrib
 MARIADB_PACKAGES := mariadb-server
 
-.PHONY: test setup system-packages venv lint clean
+.PHONY: test setup system-packages venv lint clean demo
 
 test: setup
 	@echo ">>> running pytest $(PYTEST_ARGS)"
@@ -76,6 +78,9 @@ venv:
 	echo ">>> pip install -e '.[$(EXTRAS)]'"
 	$(PY) -m pip install --disable-pip-version-check -q -e '.[$(EXTRAS)]'
 	touch "$$stamp"
+
+demo: setup
+	@$(PY) scripts/demo.py
 
 lint: venv
 	@$(PY) -m ruff check airflow_cdc tests

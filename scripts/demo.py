@@ -30,8 +30,19 @@ DAG_ID = "cdc_postgres_shop"
 CONNECTOR = "shop"
 TABLES = ["public.customers", "public.orders"]
 BIN = Path(sys.executable).parent
-SHOWN = ("[DAG TEST] start task", "[DAG TEST] end task", "batch ", "applying batch", "committed batch",
-         "note:", "ERROR", "Traceback", "DagRun Finished", "spark-submit", "nothing to apply")
+SHOWN = (
+    "[DAG TEST] start task",
+    "[DAG TEST] end task",
+    "batch ",
+    "applying batch",
+    "committed batch",
+    "note:",
+    "ERROR",
+    "Traceback",
+    "DagRun Finished",
+    "spark-submit",
+    "nothing to apply",
+)
 STARTED = time.monotonic()
 
 
@@ -40,8 +51,14 @@ def step(n: int, text: str) -> None:
 
 
 def airflow_env(server: PostgresServer) -> dict[str, str]:
-    conn = {"conn_type": "cdc_postgres", "host": server.host, "port": server.port, "login": server.superuser,
-            "password": server.password, "schema": "shop"}
+    conn = {
+        "conn_type": "cdc_postgres",
+        "host": server.host,
+        "port": server.port,
+        "login": server.superuser,
+        "password": server.password,
+        "schema": "shop",
+    }
     env = {
         **os.environ,
         "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
@@ -61,8 +78,18 @@ def airflow_env(server: PostgresServer) -> dict[str, str]:
 def airflow(env: dict[str, str], *args: str, log: Path) -> str:
     """Run the airflow CLI, echo the interesting lines as they come, keep the full output in ``log``."""
     lines: list[str] = []
-    with subprocess.Popen([str(BIN / "airflow"), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, cwd=DEMO, stdin=subprocess.DEVNULL) as proc, log.open("w") as out:
+    with (
+        subprocess.Popen(
+            [str(BIN / "airflow"), *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=DEMO,
+            stdin=subprocess.DEVNULL,
+        ) as proc,
+        log.open("w") as out,
+    ):
         assert proc.stdout is not None
         for line in proc.stdout:
             out.write(line)
@@ -80,8 +107,13 @@ def change_rows(server: PostgresServer) -> None:
     import psycopg
 
     with psycopg.connect(server.dsn("shop"), autocommit=True) as conn:
-        conn.execute("INSERT INTO public.customers (id, name, email) VALUES (51, 'new customer', 'n@example.com')")
-        conn.execute("INSERT INTO public.orders SELECT 400 + i, 51, 'new', 10 * i, 'demo' FROM generate_series(1, 25) i")
+        conn.execute(
+            "INSERT INTO public.customers (id, name, email) VALUES (51, 'new customer', 'n@example.com')"
+        )
+        conn.execute(
+            "INSERT INTO public.orders SELECT 400 + i, 51, 'new', 10 * i, 'demo' "
+            "FROM generate_series(1, 25) AS i"
+        )
         conn.execute("UPDATE public.orders SET status = 'shipped', amount = amount + 1 WHERE id % 10 = 0")
         conn.execute("DELETE FROM public.orders WHERE id % 37 = 0")
         conn.execute("UPDATE public.customers SET email = NULL WHERE id = 7")
@@ -106,14 +138,23 @@ def report(server: PostgresServer, env: dict[str, str]) -> None:
             ok &= source == silver
             print(f"    {table:<20} {source:>12} {silver:>12}   {path}")
     spark.stop()
-    proc = subprocess.run([str(BIN / "airflow"), "variables", "get", f"airflow_cdc_state.{CONNECTOR}"], env=env,
-                          capture_output=True, text=True, cwd=DEMO)
-    state = json.loads(proc.stdout[proc.stdout.index("{"):]) if "{" in proc.stdout else {}
-    print(f"    last offset: {json.dumps(state.get('state', {}).get('offset'))}  "
-          f"(Airflow Variable airflow_cdc_state.{CONNECTOR}, version {state.get('version')})")
+    proc = subprocess.run(
+        [str(BIN / "airflow"), "variables", "get", f"airflow_cdc_state.{CONNECTOR}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=DEMO,
+    )
+    state = json.loads(proc.stdout[proc.stdout.index("{") :]) if "{" in proc.stdout else {}
+    print(
+        f"    last offset: {json.dumps(state.get('state', {}).get('offset'))}  "
+        f"(Airflow Variable airflow_cdc_state.{CONNECTOR}, version {state.get('version')})"
+    )
     print(f"    staged batches: {DEMO / 'data' / 'staging' / CONNECTOR / 'batches'}")
-    print(f"\n\033[1m{'source and silver agree' if ok else 'MISMATCH between source and silver'}\033[0m "
-          f"({time.monotonic() - STARTED:.0f}s in all; logs in {DEMO / 'logs'})")
+    print(
+        f"\n\033[1m{'source and silver agree' if ok else 'MISMATCH between source and silver'}\033[0m "
+        f"({time.monotonic() - STARTED:.0f}s in all; logs in {DEMO / 'logs'})"
+    )
     if not ok:
         sys.exit(1)
 

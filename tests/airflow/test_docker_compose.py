@@ -11,7 +11,13 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())  # resolves anchors and << merges
 SERVICES = COMPOSE["services"]
-AIRFLOW = ["airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer"]
+AIRFLOW = [
+    "airflow-init",
+    "airflow-apiserver",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+    "airflow-triggerer",
+]
 
 
 def _mounts(service: dict) -> dict[str, str]:
@@ -25,8 +31,16 @@ def _depends(service: dict) -> list[str]:
 
 
 def test_services_present_and_references_resolve():
-    expected = {"postgres", "mysql", "sqlserver", "sqlserver-init", "airflow-metadb", "spark-master", "spark-worker",
-                *AIRFLOW}
+    expected = {
+        "postgres",
+        "mysql",
+        "sqlserver",
+        "sqlserver-init",
+        "airflow-metadb",
+        "spark-master",
+        "spark-worker",
+        *AIRFLOW,
+    }
     assert expected <= set(SERVICES)
     declared = set(COMPOSE["volumes"])
     for name, service in SERVICES.items():
@@ -48,7 +62,12 @@ def test_sources_are_configured_for_change_capture():
     pg = " ".join(SERVICES["postgres"]["command"])
     assert "wal_level=logical" in pg and "max_replication_slots" in pg
     mysql = SERVICES["mysql"]["command"]
-    for flag in ("--binlog-format=ROW", "--gtid-mode=ON", "--enforce-gtid-consistency=ON", "--binlog-row-image=FULL"):
+    for flag in (
+        "--binlog-format=ROW",
+        "--gtid-mode=ON",
+        "--enforce-gtid-consistency=ON",
+        "--binlog-row-image=FULL",
+    ):
         assert flag in mysql
     mssql = SERVICES["sqlserver"]["environment"]
     assert mssql["MSSQL_AGENT_ENABLED"] == "true" and mssql["ACCEPT_EULA"] == "Y"
@@ -77,11 +96,16 @@ def test_airflow_is_wired_to_sources_spark_and_example_dags():
     pg_conn = json.loads(SERVICES["airflow-scheduler"]["environment"]["AIRFLOW_CONN_CDC_POSTGRES_DEFAULT"])
     pg_env = SERVICES["postgres"]["environment"]
     assert (pg_conn["login"], pg_conn["password"], pg_conn["schema"]) == (
-        pg_env["POSTGRES_USER"], pg_env["POSTGRES_PASSWORD"], pg_env["POSTGRES_DB"])
+        pg_env["POSTGRES_USER"],
+        pg_env["POSTGRES_PASSWORD"],
+        pg_env["POSTGRES_DB"],
+    )
     spark = json.loads(SERVICES["airflow-scheduler"]["environment"]["AIRFLOW_CONN_SPARK_DEFAULT"])
     assert spark["host"] == "spark://spark-master" and spark["port"] == 7077
     assert "spark://spark-master:7077" in SERVICES["spark-worker"]["command"]
-    assert _mounts(SERVICES["spark-worker"])["cdc-data"] == "/data"  # executors read the staged batches and write Delta
+    assert (
+        _mounts(SERVICES["spark-worker"])["cdc-data"] == "/data"
+    )  # executors read the staged batches and write Delta
     assert SERVICES["airflow-triggerer"]["environment"]["AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE"] == "True"
     for name in AIRFLOW[1:]:
         assert SERVICES[name]["depends_on"]["airflow-init"]["condition"] == "service_completed_successfully"

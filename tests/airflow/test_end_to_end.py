@@ -13,11 +13,21 @@ import pytest
 
 from airflow_cdc.core.pipeline import build_config, build_store
 from tests.airflow.conftest import pg_connection_env, write_dag
-from tests.airflow.support import ROOT, SHOP_TABLES, Writer, load_shop, metastore_url, pipeline_props, write_pipeline
+from tests.airflow.support import (
+    ROOT,
+    SHOP_TABLES,
+    Writer,
+    load_shop,
+    metastore_url,
+    pipeline_props,
+    write_pipeline,
+)
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not (ROOT / "spark_jobs" / "apply_changes.py").exists(), reason="no Spark apply job yet"),
+    pytest.mark.skipif(
+        not (ROOT / "spark_jobs" / "apply_changes.py").exists(), reason="no Spark apply job yet"
+    ),
 ]
 
 
@@ -55,7 +65,8 @@ def assert_silver_equals_source(spark, db, target: Path, connector: str) -> dict
             wrong = [k for k in source.keys() & silver.keys() if source[k] != silver[k]]
             assert not missing and not extra and not wrong, (
                 f"{table}: {len(missing)} missing, {len(extra)} extra, {len(wrong)} different of {len(source)}; "
-                f"e.g. {sorted(missing)[:3]} {sorted(extra)[:3]} {[(source[k], silver[k]) for k in wrong[:2]]}")
+                f"e.g. {sorted(missing)[:3]} {sorted(extra)[:3]} {[(source[k], silver[k]) for k in wrong[:2]]}"
+            )
             counts[table] = len(source)
     return counts
 
@@ -64,8 +75,11 @@ def test_example_dag_end_to_end_with_concurrent_writes(pg_db, tmp_path, airflow_
     """The unmodified example DAG (dags/cdc_postgres.py), three runs while a writer keeps changing rows."""
     load_shop(pg_db)
     data = tmp_path / "data"
-    env = {**pg_connection_env(pg_db, "cdc_postgres_default"), "AIRFLOW_CDC_DATA": str(data),
-           "AIRFLOW_CDC_STATE_STORE": metastore_url(pg_db)}
+    env = {
+        **pg_connection_env(pg_db, "cdc_postgres_default"),
+        "AIRFLOW_CDC_DATA": str(data),
+        "AIRFLOW_CDC_STATE_STORE": metastore_url(pg_db),
+    }
     if (ROOT / ".jars").is_dir():
         env["AIRFLOW_CDC_DELTA_JARS"] = str(ROOT / ".jars")
     dags = tmp_path / "dags"
@@ -83,8 +97,16 @@ def test_example_dag_end_to_end_with_concurrent_writes(pg_db, tmp_path, airflow_
     assert counts["public.customers"] == 50 and counts["public.orders"] > 300
     os.environ["AIRFLOW_CDC_STATE_STORE"] = metastore_url(pg_db)
     os.environ["AIRFLOW_CDC_DATA"] = str(data)
-    stored = build_store(build_config({"name": "shop", "connector": "postgresql", "staging.path": str(data),
-                                       "state.store": metastore_url(pg_db)})).load("shop")
+    stored = build_store(
+        build_config(
+            {
+                "name": "shop",
+                "connector": "postgresql",
+                "staging.path": str(data),
+                "state.store": metastore_url(pg_db),
+            }
+        )
+    ).load("shop")
     assert stored is not None and stored.version == 3
 
 
@@ -92,8 +114,14 @@ def test_failed_apply_keeps_offset_and_next_run_converges(pg_db, tmp_path, airfl
     load_shop(pg_db)
     staging, target = tmp_path / "staging", tmp_path / "delta"
     props = pipeline_props(pg_db, staging, **{"state.store": metastore_url(pg_db)})
-    options = {"dag_id": f"f_{pg_db.name}", "cdc_conn_id": "cdc_pg_fail", "target": str(target), "retries": 0,
-               "sense": False, "spark_conf": {"spark.ui.enabled": "false"}}
+    options = {
+        "dag_id": f"f_{pg_db.name}",
+        "cdc_conn_id": "cdc_pg_fail",
+        "target": str(target),
+        "retries": 0,
+        "sense": False,
+        "spark_conf": {"spark.ui.enabled": "false"},
+    }
     pipeline = write_pipeline(tmp_path / "pipeline.yaml", props, options)
     dags = tmp_path / "dags"
     write_dag(dags, pipeline)
@@ -112,12 +140,16 @@ def test_failed_apply_keeps_offset_and_next_run_converges(pg_db, tmp_path, airfl
     bad = {**options, "spark_conf": {"spark.driver.memory": "not-a-size"}}
     write_pipeline(pipeline, props, bad)
     out = airflow_cli.dags_test(options["dag_id"], env=env, dags_folder=dags, expect="failed")
-    assert "task_id=commit" not in out.split("[DAG TEST] end task task_id=apply")[-1] or "upstream_failed" in out
+    assert (
+        "task_id=commit" not in out.split("[DAG TEST] end task task_id=apply")[-1] or "upstream_failed" in out
+    )
     after = store.load(props["name"])
     assert after == before, "a failed apply must not move the offset"
     with pg_db.connect() as conn:
-        confirmed = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
-                                 (props["slot.name"],)).fetchone()[0]
+        confirmed = conn.execute(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+            (props["slot.name"],),
+        ).fetchone()[0]
     assert confirmed == before.data["offset"]["lsn"], "the slot must not be advanced past the stored offset"
 
     write_pipeline(pipeline, props, options)
