@@ -69,6 +69,7 @@ def airflow_env(server: PostgresServer) -> dict[str, str]:
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         "AIRFLOW_CDC_DATA": str(DEMO / "data"),
         "AIRFLOW_CDC_STATE_STORE": "airflow-variable://",
+        "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),  # Spark stays on loopback
     }
     if (ROOT / ".jars").is_dir() and "AIRFLOW_CDC_DELTA_JARS" not in env:
         env["AIRFLOW_CDC_DELTA_JARS"] = str(ROOT / ".jars")
@@ -123,7 +124,7 @@ def change_rows(server: PostgresServer) -> None:
 def report(server: PostgresServer, env: dict[str, str]) -> None:
     import psycopg
 
-    os.environ.update({k: v for k, v in env.items() if k.startswith("AIRFLOW_CDC")})
+    os.environ.update({k: v for k, v in env.items() if k.startswith(("AIRFLOW_CDC", "SPARK_"))})
     from airflow_cdc.apply.submit import silver_table_path
     from spark_jobs.cdc_apply import session
 

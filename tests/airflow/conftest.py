@@ -28,6 +28,7 @@ AIRFLOW_ENV = {
     "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
     "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
     "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+    "SPARK_LOCAL_IP": "127.0.0.1",  # Spark binds to loopback only
 }
 os.environ.update(AIRFLOW_ENV)
 (_HOME / "dags").mkdir()

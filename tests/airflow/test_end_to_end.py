@@ -31,6 +31,10 @@ pytestmark = [
 ]
 
 
+SMALL_SPARK = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
+               "spark.databricks.delta.snapshotPartitions": "2"}
+
+
 @pytest.fixture(scope="module")
 def spark():
     pytest.importorskip("pyspark")
@@ -120,7 +124,7 @@ def test_failed_apply_keeps_offset_and_next_run_converges(pg_db, tmp_path, airfl
         "target": str(target),
         "retries": 0,
         "sense": False,
-        "spark_conf": {"spark.ui.enabled": "false"},
+        "spark_conf": SMALL_SPARK,
     }
     pipeline = write_pipeline(tmp_path / "pipeline.yaml", props, options)
     dags = tmp_path / "dags"
@@ -137,7 +141,7 @@ def test_failed_apply_keeps_offset_and_next_run_converges(pg_db, tmp_path, airfl
         conn.execute("UPDATE public.orders SET status = 'refunded' WHERE id % 5 = 0")
         conn.execute("DELETE FROM public.orders WHERE id % 11 = 0")
         conn.execute("INSERT INTO public.customers (id, name) VALUES (60, 'after failure')")
-    bad = {**options, "spark_conf": {"spark.driver.memory": "not-a-size"}}
+    bad = {**options, "spark_conf": {**SMALL_SPARK, "spark.driver.memory": "not-a-size"}}
     write_pipeline(pipeline, props, bad)
     out = airflow_cli.dags_test(options["dag_id"], env=env, dags_folder=dags, expect="failed")
     assert (

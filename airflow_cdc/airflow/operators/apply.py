@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import shutil
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -12,6 +16,19 @@ from airflow.sdk import Context
 from airflow_cdc.airflow.errors import airflow_errors
 from airflow_cdc.apply.submit import ApplyOptions, build_apply_job
 from airflow_cdc.core.batch import Batch
+
+
+def _local_spark_env() -> dict[str, str]:
+    """Defaults for a pip-installed Spark: Python workers on this interpreter, and ``SPARK_HOME`` when
+    the ``spark-submit`` on PATH is pyspark's wrapper next to it (which cannot find Spark on its own
+    unless this interpreter is first on PATH)."""
+    env = {"PYSPARK_PYTHON": sys.executable}
+    found = shutil.which("spark-submit")
+    if "SPARK_HOME" not in os.environ and found and Path(found).parent == Path(sys.executable).parent:
+        spec = importlib.util.find_spec("pyspark")
+        if spec is not None and spec.submodule_search_locations:
+            env["SPARK_HOME"] = next(iter(spec.submodule_search_locations))
+    return env
 
 
 class CdcApplyOperator(SparkSubmitOperator):
@@ -74,7 +91,7 @@ class CdcApplyOperator(SparkSubmitOperator):
         self.py_files = job.py_files
         self.name = job.name
         # the job's Python workers run on this interpreter unless the caller says otherwise
-        self.env_vars = {"PYSPARK_PYTHON": sys.executable, **(self.env_vars or {}), **job.env}
+        self.env_vars = {**_local_spark_env(), **(self.env_vars or {}), **job.env}
         self.log.info(
             "applying batch %s (%s events, %s snapshot rows) to %s",
             batch.batch_id,
