@@ -301,3 +301,36 @@ def test_example_dag_parses(monkeypatch, tmp_path):
     dag = bag.dags.get("cdc_postgres_shop")
     assert dag is not None and dag.max_active_runs == 1
     assert {t.task_id for t in dag.tasks} == {"sense", "capture", "apply", "commit"}
+
+
+# -- verify operator (against a stand-in of airflow_cdc.apply.verify; the real one: test_end_to_end) ---
+def test_verify_operator_fails_on_differences(monkeypatch, tmp_path):
+    import sys
+    import types
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_cdc.airflow.operators.verify import CdcVerifyOperator
+
+    calls = []
+
+    class Report:
+        def __init__(self, ok, differences):
+            self.ok, self.differences = ok, differences
+
+    module = types.ModuleType("airflow_cdc.apply.verify")
+    outcome = {"report": Report(True, [])}
+
+    def verify(config, target):
+        calls.append((config["name"], target))
+        return outcome["report"]
+
+    module.verify = verify  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "airflow_cdc.apply.verify", module)
+    props = {"name": "shop", "connector": "postgresql", "staging.path": str(tmp_path)}
+    op = CdcVerifyOperator(task_id="verify", pipeline=props, target="/delta")
+    assert op.execute({})["ok"] is True
+    assert calls == [("shop", "/delta")]
+    outcome["report"] = Report(False, ["public.orders: 2 rows differ"])
+    with pytest.raises(AirflowFailException, match="2 rows differ"):
+        op.execute({})

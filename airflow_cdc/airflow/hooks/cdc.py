@@ -94,12 +94,22 @@ class CdcHook(BaseHook):
 
     def properties(self) -> dict[str, Any]:
         """Connection properties overlaid with the pipeline's (the pipeline wins)."""
+        conn = self.get_connection(self.cdc_conn_id) if self.cdc_conn_id else None
+        return self._merge(self.spec, conn)
+
+    async def aproperties(self) -> dict[str, Any]:
+        """:meth:`properties` for async callers: the Connection through Airflow's async lookup, the
+        pipeline file read in a worker thread."""
+        spec = await asyncio.to_thread(lambda: self.spec)
+        conn = await self.aget_connection(self.cdc_conn_id) if self.cdc_conn_id else None
+        return self._merge(spec, conn)
+
+    def _merge(self, spec: PipelineSpec, conn: Any) -> dict[str, Any]:
         props: dict[str, Any] = {}
-        kind = self.spec.properties.get("connector") or self.spec.properties.get("connector.class")
-        if self.cdc_conn_id:
-            conn = self.get_connection(self.cdc_conn_id)
+        if conn is not None:
+            kind = spec.properties.get("connector") or spec.properties.get("connector.class")
             props.update(connection_properties(conn, str(kind or self._connector_for(conn.conn_type))))
-        props.update(self.spec.properties)
+        props.update(spec.properties)
         return props
 
     @staticmethod
@@ -127,8 +137,7 @@ class CdcHook(BaseHook):
     async def achanges_after(self, offset: dict[str, Any] | None, check: str = "wal") -> bool:
         """:meth:`changes_after` without blocking the event loop: PostgreSQL through psycopg's
         ``AsyncConnection``; other sources through a worker thread."""
-        props = await asyncio.to_thread(self.properties)  # file and Connection reads may block
-        config = build_config(props)
+        config = build_config(await self.aproperties())
         if config["connector"] != "postgresql":
             source = build_source(config)
             return await asyncio.to_thread(_source_changes_after, source, offset, check)
