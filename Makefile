@@ -80,7 +80,12 @@ venv:
 	touch "$$stamp"
 
 demo: setup
-	@$(PY) scripts/demo.py
+	@if ! command -v java >/dev/null; then
+	    echo ">>> installing a Java runtime for Spark"
+	    export DEBIAN_FRONTEND=noninteractive
+	    apt-get update -q && apt-get install -y -q --no-install-recommends openjdk-17-jre-headless
+	fi
+	$(PY) scripts/demo.py
 
 lint: venv
 	@$(PY) -m ruff check airflow_cdc tests
