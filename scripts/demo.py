@@ -92,11 +92,18 @@ def airflow(env: dict[str, str], *args: str, log: Path) -> str:
         log.open("w") as out,
     ):
         assert proc.stdout is not None
+        last_echo = time.monotonic()
         for line in proc.stdout:
             out.write(line)
             lines.append(line)
+            now = time.monotonic()
             if any(s in line for s in SHOWN):
                 print("   ", line.rstrip()[:220], flush=True)
+                last_echo = now
+            elif now - last_echo > 10 and " INFO " in line:  # a sign of life from Spark every 10 s
+                message = line.split(" INFO ", 1)[1].split(" [airflow.")[0].strip()
+                print(f"    ... {message[:150]}", flush=True)
+                last_echo = now
     text = "".join(lines)
     if proc.returncode != 0 or ("DagRun Finished" in text and "state=success" not in text):
         print(f"\nairflow {' '.join(args)} failed; full log: {log}", file=sys.stderr)
