@@ -5,7 +5,6 @@ the deferrable sensor's trigger inside a DAG run."""
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 
 from airflow_cdc.core.batch import list_batches
@@ -93,7 +92,7 @@ def test_deferred_sensor_waits_in_trigger_until_changes(pg_db, tmp_path, airflow
     props, staging, dags, env, dag_id = _setup(pg_db, tmp_path, check="slot")
     airflow_cli.dags_test(dag_id, env=env, dags_folder=dags)
     assert len(list_batches(staging, props["name"])) == 1
-    proc = airflow_cli_popen(airflow_cli, dag_id, env, dags)
+    proc = airflow_cli.popen_dags_test(dag_id, env=env, dags_folder=dags)
     try:
         time.sleep(12)  # the run starts, finds nothing to capture and defers to the trigger
         assert proc.poll() is None, "the run should be waiting for changes"
@@ -108,23 +107,3 @@ def test_deferred_sensor_waits_in_trigger_until_changes(pg_db, tmp_path, airflow
     assert "deferr" in out.lower()
     batch = newest_batch(staging, props["name"])
     assert [(r["op"], r["after"]["id"]) for r in batch_rows(batch, "public.orders")] == [("c", 9999)]
-
-
-def airflow_cli_popen(cli, dag_id, env, dags) -> subprocess.Popen:
-    import os
-    import sys
-    from pathlib import Path
-
-    from tests.airflow.conftest import AIRFLOW_BIN, AIRFLOW_ENV
-
-    full = {**os.environ, **AIRFLOW_ENV, **env, "AIRFLOW__CORE__DAGS_FOLDER": str(dags)}
-    full["PATH"] = f"{Path(sys.executable).parent}:{full.get('PATH', '')}"
-    return subprocess.Popen(
-        [AIRFLOW_BIN, "dags", "test", dag_id],
-        env=full,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=cli.home,
-        stdin=subprocess.DEVNULL,
-    )

@@ -32,8 +32,11 @@ pytestmark = [
 ]
 
 
-SMALL_SPARK = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
-               "spark.databricks.delta.snapshotPartitions": "2"}
+SMALL_SPARK = {
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.databricks.delta.snapshotPartitions": "2",
+}
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +170,9 @@ def test_failed_apply_keeps_offset_and_next_run_converges(pg_db, tmp_path, airfl
 
 def test_verify_operator_on_real_silver(pg_db, tmp_path, spark):
     """CdcVerifyOperator with the real ``airflow_cdc.apply.verify``: equal, then a source-only change."""
-    pytest.importorskip("airflow_cdc.apply.verify", reason="airflow_cdc.apply.verify (apply issue) not there yet")
+    pytest.importorskip(
+        "airflow_cdc.apply.verify", reason="airflow_cdc.apply.verify (apply issue) not there yet"
+    )
     from airflow.sdk.exceptions import AirflowFailException
 
     from airflow_cdc.airflow.operators.verify import CdcVerifyOperator
