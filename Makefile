@@ -3,7 +3,7 @@
 #
 # Targets:
 #   make test      system packages + .venv + `pytest` (override arguments with PYTEST_ARGS="...")
-#   make setup     the same set-up, without running the tests
+#   make setup     the same set-up (incl. Delta jars into .jars/ via Maven), without running the tests
 #   make lint      ruff + mypy on airflow_cdc
 #   make demo      the example Airflow DAG end to end: throwaway PostgreSQL, `airflow dags test`,
 #                  Spark local[2], Delta under .local/demo/ (see scripts/demo.py)
@@ -23,7 +23,7 @@ PYTEST_ARGS ?=
 EXTRAS      ?= dev,mysql,spark,airflow
 comma       := ,
 # Stamp name: .installed-<sha of pyproject.toml>, plus the extras when they are not the default.
-STAMP_SUFFIX := $(if $(filter dev,$(EXTRAS)),,-$(subst $(comma),+,$(EXTRAS)))
+STAMP_SUFFIX := -$(subst $(comma),+,$(EXTRAS))
 # Prefer an explicit python3.11; fall back to python3 (Debian bookworm's python3 is 3.11).
 PYTHON      ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 
@@ -31,13 +31,34 @@ PG_BIN      := /usr/lib/postgresql/15/bin
 PG_PACKAGES := postgresql-15 postgresql-contrib
 MARIADB_PACKAGES := mariadb-server
 
-.PHONY: test setup system-packages venv lint clean demo
+JARS        := .jars
+JARS_POM    := scripts/delta-jars/pom.xml
+# Spark finds the Delta jars here (spark_jobs.cdc_apply.layout.JARS_ENV).
+export AIRFLOW_CDC_DELTA_JARS := $(CURDIR)/$(JARS)
+
+.PHONY: test setup system-packages venv jars lint clean demo
 
 test: setup
 	@echo ">>> running pytest $(PYTEST_ARGS)"
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-setup: system-packages venv
+setup: system-packages venv jars
+
+# Delta Lake jars for the pinned pyspark, fetched once with Maven into .jars/ (Ivy's
+# spark.jars.packages is the alternative where it can reach Maven Central).
+jars:
+	@stamp=$(JARS)/.fetched-$$(sha256sum $(JARS_POM) | cut -c1-16)
+	if [ -f "$$stamp" ]; then echo ">>> Delta jars present"; exit 0; fi
+	command -v mvn >/dev/null && command -v java >/dev/null || {
+	    echo ">>> installing Java 17 and Maven"
+	    DEBIAN_FRONTEND=noninteractive apt-get update -q
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends openjdk-17-jre-headless maven; }
+	echo ">>> fetching Delta jars with Maven into $(JARS)/"
+	rm -rf $(JARS)
+	mvn -q -B -f $(JARS_POM) dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/$(JARS) \
+	    -DincludeScope=runtime -DincludeGroupIds=io.delta,io.unitycatalog
+	ls $(JARS)/delta-spark_*.jar
+	touch "$$stamp"
 
 # Install PostgreSQL 15 and MariaDB from Debian only when their binaries are missing.  Services are
 # never started by the packages (policy-rc.d): the tests start throwaway servers of their own.
@@ -80,17 +101,12 @@ venv:
 	touch "$$stamp"
 
 demo: setup
-	@if ! command -v java >/dev/null; then
-	    echo ">>> installing a Java runtime for Spark"
-	    export DEBIAN_FRONTEND=noninteractive
-	    apt-get update -q && apt-get install -y -q --no-install-recommends openjdk-17-jre-headless
-	fi
-	$(PY) scripts/demo.py
+	@$(PY) scripts/demo.py
 
 lint: venv
 	@$(PY) -m ruff check airflow_cdc tests
 	$(PY) -m mypy airflow_cdc
 
 clean:
-	@rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
+	@rm -rf $(VENV) $(JARS) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

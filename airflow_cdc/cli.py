@@ -3,6 +3,8 @@
 airflow-cdc capture --config pipeline.yaml [--commit] [--signal JSON]...
 airflow-cdc commit  --config pipeline.yaml --batch DIR
 airflow-cdc status  --config pipeline.yaml
+airflow-cdc apply   --config pipeline.yaml [--batch DIR]... [--target DELTA_ROOT] [--commit]
+airflow-cdc verify  --config pipeline.yaml [--target DELTA_ROOT] [--table T]...
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import sys
 from typing import Any
 
 from airflow_cdc.core.batch import Batch, list_batches
-from airflow_cdc.core.errors import CdcError
+from airflow_cdc.core.errors import CdcError, ConfigError
 from airflow_cdc.core.pipeline import build_capture, build_config, read_pipeline_file
 
 
@@ -67,6 +69,37 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _target(args: argparse.Namespace, config: Any) -> str:
+    target = args.target or config["delta.root"]
+    if not target:
+        raise ConfigError("no Delta target: pass --target or set delta.root in the pipeline file")
+    return str(target)
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    from airflow_cdc.apply.submit import ApplyOptions, build_apply_job, run_apply_job
+
+    config = build_config(read_pipeline_file(args.config))
+    options = ApplyOptions(delete_mode=config["delta.delete.mode"], bronze=config["delta.bronze.enabled"])
+    batches = [Batch(b) for b in args.batch] or list_batches(config["staging.path"], config["name"])
+    target = _target(args, config)
+    for batch in batches:
+        run_apply_job(build_apply_job(batch.path, target, options=options), master=args.master)
+        if args.commit:
+            build_capture(config).commit(batch)
+    _print({"applied": [b.batch_id for b in batches], "target": target, "committed": args.commit})
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from airflow_cdc.apply.verify import verify
+
+    config = build_config(read_pipeline_file(args.config))
+    report = verify(config, _target(args, config), tables=args.table or None, chunk=args.chunk)
+    _print(report.to_json())
+    return 0 if report.ok else 1
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="airflow-cdc", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -91,6 +124,19 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("status", help="show the stored state and staged batches")
     s.add_argument("--config", required=True)
     s.set_defaults(func=cmd_status)
+    a = sub.add_parser("apply", help="apply staged batches to Delta with a local spark-submit")
+    a.add_argument("--config", required=True)
+    a.add_argument("--batch", action="append", default=[], help="batch directory (default: all staged)")
+    a.add_argument("--target", help="Delta root (default: delta.root)")
+    a.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    a.add_argument("--commit", action="store_true", help="commit each batch after it is applied")
+    a.set_defaults(func=cmd_apply)
+    v = sub.add_parser("verify", help="compare silver tables with the live source (counts + row hashes)")
+    v.add_argument("--config", required=True)
+    v.add_argument("--target", help="Delta root (default: delta.root)")
+    v.add_argument("--table", action="append", default=[], help="only this table (repeatable)")
+    v.add_argument("--chunk", type=int, default=50_000, help="source rows compared per chunk")
+    v.set_defaults(func=cmd_verify)
     return p
 
 

@@ -28,14 +28,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", required=True, help="published batch directory (has manifest.json)")
     p.add_argument("--target", required=True, help="Delta root: <target>/<layer>/<connector>/<table>")
     p.add_argument("--delete-mode", choices=["delete", "soft"], default="delete")
-    p.add_argument("--history", action="store_true", help="also keep SCD type 2 history tables")
     p.add_argument("--no-bronze", action="store_true", help="skip the bronze change log")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.appName(f"airflow-cdc-apply {os.path.basename(args.batch)}").getOrCreate()
-    settings = ApplySettings(delete_mode=args.delete_mode, bronze=not args.no_bronze, history=args.history)
+    settings = ApplySettings(delete_mode=args.delete_mode, bronze=not args.no_bronze)
     report = apply_batch(spark, args.batch, args.target, settings)
     print(json.dumps(report, sort_keys=True, default=str))
     return 0

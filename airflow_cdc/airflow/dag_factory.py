@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -26,7 +27,14 @@ from airflow_cdc.airflow.operators.apply import CdcApplyOperator
 from airflow_cdc.airflow.operators.capture import CdcCaptureOperator
 from airflow_cdc.airflow.operators.commit import CdcCommitOperator
 from airflow_cdc.airflow.operators.verify import CdcVerifyOperator
-from airflow_cdc.airflow.pipeline import OPTIONS, PipelineSpec, delta_location, literal_tables, load_pipeline
+from airflow_cdc.airflow.pipeline import (
+    OPTIONS,
+    PipelineSpec,
+    delta_location,
+    delta_settings,
+    literal_tables,
+    load_pipeline,
+)
 from airflow_cdc.airflow.sensors.changes import CdcChangesSensor
 from airflow_cdc.apply.submit import silver_table_path
 from airflow_cdc.core.errors import ConfigError
@@ -109,10 +117,15 @@ def cdc_dag(
     path = str(pipeline)
     spec = load_pipeline(path)
     opt = _resolve(spec, options)
-    if opt["apply"] and not opt["target"]:
-        raise ConfigError(f"pipeline {path}: option 'airflow.target' (the Delta root) is required to apply")
+    spec = replace(spec, options={k: v for k, v in opt.items() if v is not None})
+    target, delete_mode, bronze = delta_settings(spec)
+    if opt["apply"] and target is None:
+        raise ConfigError(
+            f"pipeline {path}: the Delta root is required to apply: set property 'delta.root' "
+            "(or option 'airflow.target')"
+        )
     tables = literal_tables(spec)
-    outlets = silver_assets(spec, opt["target"], tables) if opt["apply"] else []
+    outlets = silver_assets(spec, target, tables) if opt["apply"] and target else []
     args = {"retries": int(opt["retries"]), "retry_delay": timedelta(seconds=int(opt["retry_delay_seconds"]))}
     common = {"pipeline": path, "cdc_conn_id": opt["cdc_conn_id"]}
     dag = DAG(
@@ -130,16 +143,15 @@ def cdc_dag(
     with dag:
         capture = CdcCaptureOperator(task_id="capture", **common)
         last: BaseOperator = capture
-        if opt["apply"]:
+        if opt["apply"] and target is not None:
             apply = CdcApplyOperator(
                 task_id="apply",
                 batch_path=BATCH_PATH,
-                target=opt["target"],
+                target=target,
                 spark_conf=opt["spark_conf"],
                 conn_id=opt["spark_conn_id"],
-                delete_mode=opt["delete_mode"],
-                history=bool(opt["history"]),
-                bronze=bool(opt["bronze"]),
+                delete_mode=delete_mode,
+                bronze=bronze,
             )
             capture >> apply
             last = apply
@@ -160,6 +172,6 @@ def cdc_dag(
                 **common,
             )
             sense >> capture
-        if opt["verify"] and opt["apply"]:
-            commit >> CdcVerifyOperator(task_id="verify", target=opt["target"], **common)
+        if opt["verify"] and target is not None and opt["apply"]:
+            commit >> CdcVerifyOperator(task_id="verify", target=target, **common)
     return dag

@@ -7,7 +7,7 @@ The section holds what only the DAG needs (the core never sees it)::
     table.include.list: public.customers,public.orders
     staging.path: ${env:AIRFLOW_CDC_DATA}/staging
     airflow:
-      target: ${env:AIRFLOW_CDC_DATA}/delta     # Delta root of bronze/silver
+      target: ${env:AIRFLOW_CDC_DATA}/delta     # Delta root; default: the delta.root property
       schedule: "*/5 * * * *"
       cdc_conn_id: cdc_postgres_default
       spark_conf: {spark.sql.shuffle.partitions: "4"}
@@ -39,9 +39,8 @@ OPTIONS: dict[str, Any] = {
     "cdc_conn_id": None,
     "spark_conn_id": "spark_default",
     "spark_conf": {},
-    "delete_mode": "delete",
-    "history": False,
-    "bronze": True,
+    "delete_mode": None,
+    "bronze": None,
     "tables": None,
     "sense": True,
     "check": "wal",
@@ -122,6 +121,20 @@ def expand_env(value: Any, name: str) -> Any:
     if isinstance(value, Mapping):
         return {k: expand_env(v, f"{name}.{k}") for k, v in value.items()}
     return value
+
+
+def delta_settings(spec: PipelineSpec) -> tuple[str | None, str, bool]:
+    """``(target, delete_mode, bronze)``: the ``airflow:`` options, else the ``delta.root``,
+    ``delta.delete.mode`` and ``delta.bronze.enabled`` properties, else the defaults."""
+    props = spec.properties
+    target = spec.option("target") or expand_env(props.get("delta.root"), "delta.root")
+    mode = spec.option("delete_mode") or props.get("delta.delete.mode") or "delete"
+    bronze = spec.option("bronze")
+    if bronze is None:
+        bronze = props.get("delta.bronze.enabled", True)
+    if isinstance(bronze, str):
+        bronze = bronze.strip().lower() in ("true", "1", "yes", "on")
+    return (str(target) if target else None), str(mode), bool(bronze)
 
 
 def literal_tables(spec: PipelineSpec) -> list[str]:

@@ -24,18 +24,15 @@ from spark_jobs.cdc_apply.layout import DELTA_CONF, DELTA_PACKAGE, JARS_ENV, LAY
 log = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True)
 class ApplyOptions:
     """How a batch lands in Delta.
 
     :param delete_mode: ``delete`` removes silver rows; ``soft`` keeps them with ``__deleted = true``.
-    :param history: also maintain an SCD type 2 history table per source table.
     :param bronze: append every event to the bronze change log.
     """
 
     delete_mode: str = "delete"
-    history: bool = False
     bronze: bool = True
 
     def __post_init__(self) -> None:
@@ -44,8 +41,6 @@ class ApplyOptions:
 
     def args(self) -> list[str]:
         out = ["--delete-mode", self.delete_mode]
-        if self.history:
-            out.append("--history")
         if not self.bronze:
             out.append("--no-bronze")
         return out
@@ -183,4 +178,3 @@ __all__ = ["LAYERS", "table_path"]
 
 def silver_table_path(target: str, connector: str, table: str) -> str:
     return table_path(target, "silver", connector, table)
-

@@ -306,6 +306,17 @@ COMMON_PROPERTIES: tuple[Property, ...] = (
         "staging.piece.rows", "int", 65_536, "Rows buffered per table before a Parquet row group.", minimum=16
     ),
     Property("staging.retention.batches", "int", 50, "Committed batches kept on disk.", minimum=0),
+    Property(
+        "delta.root", "str", None, "Delta root for bronze/silver tables: `<root>/<layer>/<name>/<table>`."
+    ),
+    Property(
+        "delta.delete.mode",
+        "enum",
+        "delete",
+        "Silver deletes: `delete` removes rows, `soft` flags them.",
+        choices=("delete", "soft"),
+    ),
+    Property("delta.bronze.enabled", "bool", True, "Append every event to the bronze change log."),
 )
 
 

@@ -16,7 +16,6 @@ from .staged import StagedTable
 from .writes import Commit
 
 PARTITION = "__date"
-PROPERTIES = {"delta.enableTypeWidening": "true"}
 
 
 def events(spark: SparkSession, table: StagedTable, batch_id: str) -> DataFrame:
@@ -32,10 +31,4 @@ def events(spark: SparkSession, table: StagedTable, batch_id: str) -> DataFrame:
 def append_bronze(spark: SparkSession, path: str, table: StagedTable, commit: Commit) -> None:
     """Append every event of ``table`` in this batch (marked write; a re-run is a no-op)."""
     frame = events(spark, table, commit.batch_id)
-    from delta.tables import DeltaTable
-
-    if not DeltaTable.isDeltaTable(spark, path):
-        # the first write creates the table with type widening on, so later ALTER TABLEs widen
-        (frame.limit(0).write.format("delta").partitionBy(PARTITION)
-         .option("delta.enableTypeWidening", "true").mode("append").save(path))
     commit.append(frame, path, partition_by=[PARTITION])

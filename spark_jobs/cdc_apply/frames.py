@@ -54,7 +54,9 @@ def silver_columns(table: StagedTable) -> tuple[dict[str, T.DataType], dict[int,
     for i, field in table.after_fields():
         nat = natural(field)
         per_group.setdefault(i, {})[field.name] = nat
-        columns[field.name] = wider(columns[field.name], nat.spark_type) if field.name in columns else nat.spark_type
+        columns[field.name] = (
+            wider(columns[field.name], nat.spark_type) if field.name in columns else nat.spark_type
+        )
     return columns, per_group
 
 
@@ -70,7 +72,10 @@ def _image(group: dict[str, Natural], columns: dict[str, T.DataType], side: str)
 
 
 def _group_actions(
-    spark: SparkSession, group: SchemaGroup, conv: dict[str, Natural], columns: dict[str, T.DataType],
+    spark: SparkSession,
+    group: SchemaGroup,
+    conv: dict[str, Natural],
+    columns: dict[str, T.DataType],
     keys: list[str],
 ) -> DataFrame:
     events = spark.read.parquet(*group.files).where(F.col("op").isin("c", "u", "r", "d"))
@@ -84,10 +89,13 @@ def _group_actions(
         F.lit("upsert").alias(ACTION), *meta, unavailable.alias(UNAVAILABLE), *_image(conv, columns, "after")
     )
     removed = events.where(
-        (F.col("op") == "d")
-        | ((F.col("op") == "u") & F.col("before").isNotNull() & _key_changed(conv, keys))
-    ).select(F.lit("delete").alias(ACTION), *meta, F.array().cast("array<string>").alias(UNAVAILABLE),
-             *_image(conv, columns, "before"))
+        (F.col("op") == "d") | ((F.col("op") == "u") & F.col("before").isNotNull() & _key_changed(conv, keys))
+    ).select(
+        F.lit("delete").alias(ACTION),
+        *meta,
+        F.array().cast("array<string>").alias(UNAVAILABLE),
+        *_image(conv, columns, "before"),
+    )
     return after.unionByName(removed.select(*after.columns))
 
 
@@ -139,19 +147,27 @@ def fill_unavailable(frame: TableFrame) -> DataFrame:
     actions = frame.actions
     if actions.where(F.size(UNAVAILABLE) > 0).limit(1).count() == 0:
         return actions
-    from pyspark.sql.window import Window
+    from pyspark.sql.window import Window  # only needed when a batch has TOAST placeholders
 
-    window = Window.partitionBy(*(F.col(quoted(k)) for k in frame.keys)).orderBy(POSITION).rowsBetween(Window.unboundedPreceding, 0)
-    still = []
+    window = (
+        Window.partitionBy(*(F.col(quoted(k)) for k in frame.keys))
+        .orderBy(POSITION)
+        .rowsBetween(Window.unboundedPreceding, 0)
+    )
+    still: list[Column] = []
     for name in frame.columns:
         if name in frame.keys:
             continue
         missing = F.array_contains(UNAVAILABLE, name)
-        known = F.last(F.when(~missing, F.struct(F.col(quoted(name)).alias("v"))), ignorenulls=True).over(window)
+        known = F.last(F.when(~missing, F.struct(F.col(quoted(name)).alias("v"))), ignorenulls=True).over(
+            window
+        )
         slot = f"__known_{len(still)}"
         actions = actions.withColumn(slot, known)
         still.append(F.when(missing & F.col(slot).isNull(), F.lit(name)))
-        actions = actions.withColumn(name, F.when(missing, F.col(slot).getField("v")).otherwise(F.col(quoted(name))))
+        actions = actions.withColumn(
+            name, F.when(missing, F.col(slot).getField("v")).otherwise(F.col(quoted(name)))
+        )
     actions = actions.withColumn(UNAVAILABLE, F.filter(F.array(*still), lambda x: x.isNotNull()))
     return actions.drop(*[c for c in actions.columns if c.startswith("__known_")])
 
@@ -160,5 +176,9 @@ def latest_per_key(actions: DataFrame, keys: list[str]) -> DataFrame:
     """Only the newest action per key counts (MERGE needs one source row per target row)."""
     others = [c for c in actions.columns if c not in keys]
     struct = F.struct(*(F.col(quoted(c)) for c in others))
-    picked = actions.groupBy(*(F.col(quoted(k)) for k in keys)).agg(F.max_by(struct, F.col(POSITION)).alias("__last"))
-    return picked.select(*(F.col(quoted(k)) for k in keys), *[F.col("__last").getField(c).alias(c) for c in others])
+    picked = actions.groupBy(*(F.col(quoted(k)) for k in keys)).agg(
+        F.max_by(struct, F.col(POSITION)).alias("__last")
+    )
+    return picked.select(
+        *(F.col(quoted(k)) for k in keys), *[F.col("__last").getField(c).alias(c) for c in others]
+    )

@@ -17,6 +17,7 @@ from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 
 from . import bronze, delta_log, frames, silver
+from .crash import crash_point
 from .layout import table_path
 from .staged import StagedBatch, StagedTable
 from .writes import Commit
@@ -28,13 +29,17 @@ log = logging.getLogger("airflow_cdc.apply")
 class ApplySettings:
     delete_mode: str = "delete"
     bronze: bool = True
-    history: bool = False
 
 
-def apply_batch(spark: SparkSession, batch_path: str, target: str, settings: ApplySettings | None = None
-                ) -> dict[str, Any]:
+def apply_batch(
+    spark: SparkSession, batch_path: str, target: str, settings: ApplySettings | None = None
+) -> dict[str, Any]:
     """Apply the batch at ``batch_path`` to the Delta root ``target``; returns a small report."""
     settings = settings or ApplySettings()
+    # tables this job creates (bronze included) widen column types in place on schema changes, and
+    # map columns by name so source names with spaces, commas or braces are valid Delta columns
+    spark.conf.set("spark.databricks.delta.properties.defaults.enableTypeWidening", "true")
+    spark.conf.set("spark.databricks.delta.properties.defaults.columnMapping.mode", "name")
     staged = StagedBatch(batch_path)
     commit = Commit(staged.connector, staged.batch_id, staged.commit_metadata())
     tables = staged.tables()
@@ -57,13 +62,21 @@ def _path(target: str, layer: str, staged: StagedBatch, table: StagedTable) -> s
     return table_path(target, layer, staged.connector, table.name)
 
 
-def _apply_table(spark: SparkSession, staged: StagedBatch, table: StagedTable, frame: frames.TableFrame,
-                 target: str, commit: Commit, settings: ApplySettings) -> dict[str, Any]:
+def _apply_table(
+    spark: SparkSession,
+    staged: StagedBatch,
+    table: StagedTable,
+    frame: frames.TableFrame,
+    target: str,
+    commit: Commit,
+    settings: ApplySettings,
+) -> dict[str, Any]:
     out: dict[str, Any] = {"events": table.rows, "ops": table.ops}
     bronze_path = _path(target, "bronze", staged, table)
     if settings.bronze and not delta_log.has_applied(bronze_path, commit.app_id):
         bronze.append_bronze(spark, bronze_path, table, commit)
         out["bronze"] = "appended"
+        crash_point("apply_after_bronze")
     silver_path = _path(target, "silver", staged, table)
     if delta_log.has_applied(silver_path, commit.app_id):
         out["silver"] = "already applied"
@@ -73,12 +86,18 @@ def _apply_table(spark: SparkSession, staged: StagedBatch, table: StagedTable, f
         silver.append_keyless(spark, silver_path, frame, commit)
         out["silver"] = "appended (no key)"
         return out
-    actions = silver.drop_superseded(spark, frame.actions, _path(target, "tombstones", staged, table),
-                                     table.key_columns)
-    actions = frames.fill_unavailable(frames.TableFrame(actions, frame.columns, frame.keys, frame.truncate_at))
+    actions = silver.drop_superseded(
+        spark, frame.actions, _path(target, "tombstones", staged, table), table.key_columns
+    )
+    actions = frames.fill_unavailable(
+        frames.TableFrame(actions, frame.columns, frame.keys, frame.truncate_at)
+    )
     latest = frames.latest_per_key(actions, table.key_columns).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        silver.record_tombstones(spark, _path(target, "tombstones", staged, table), latest, frame, commit, soft)
+        silver.record_tombstones(
+            spark, _path(target, "tombstones", staged, table), latest, frame, commit, soft
+        )
+        crash_point("apply_after_tombstones")
         silver.merge_silver(spark, silver_path, latest, frame, commit, soft)
     finally:
         latest.unpersist()
@@ -90,5 +109,13 @@ def _progress(i: int, n: int, name: str, done: int, total: int, started: float) 
     elapsed = max(time.monotonic() - started, 1e-6)
     rate = done / elapsed
     eta = (total - done) / rate if rate else 0.0
-    log.info("applied %s (%d/%d tables): %d/%d events, %.0f events/s, ETA %.0fs",
-             name, i, n, done, total, rate, eta)
+    log.info(
+        "applied %s (%d/%d tables): %d/%d events, %.0f events/s, ETA %.0fs",
+        name,
+        i,
+        n,
+        done,
+        total,
+        rate,
+        eta,
+    )

@@ -16,7 +16,7 @@ DELTA_CONF = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     "spark.sql.session.timeZone": "UTC",
 }
-LAYERS = ("bronze", "silver", "history", "tombstones")
+LAYERS = ("bronze", "silver", "tombstones")
 
 
 def table_path(target: str, layer: str, connector: str, table: str) -> str:

@@ -30,7 +30,7 @@ from .types import widening
 from .writes import Commit, create_table, ensure_columns
 
 TRUNCATE = "__truncate"
-TABLE_PROPERTIES = {"delta.enableTypeWidening": "true"}
+TABLE_PROPERTIES = {"delta.enableTypeWidening": "true", "delta.columnMapping.mode": "name"}
 
 
 def _meta_fields(soft: bool) -> list[T.StructField]:
@@ -79,7 +79,9 @@ def drop_superseded(spark: SparkSession, actions: DataFrame, tombstones: str, ke
     if truncated is not None:
         actions = actions.where(F.col(POSITION) > F.lit(bytes(truncated)))
     keyed = stones.where(~F.col(TRUNCATE)).select(
-        *(F.col(quoted(k)).alias(f"__stone_key{i}") for i, k in enumerate(keys)), F.col(POSITION).alias("__stone"))
+        *(F.col(quoted(k)).alias(f"__stone_key{i}") for i, k in enumerate(keys)),
+        F.col(POSITION).alias("__stone"),
+    )
     cond = [actions[quoted(k)].eqNullSafe(keyed[f"__stone_key{i}"]) for i, k in enumerate(keys)]
     cond.append(keyed["__stone"] > actions[POSITION])
     return actions.join(keyed, on=_and(cond), how="left_anti")
@@ -98,14 +100,24 @@ def record_tombstones(
     """Store the newest delete per key (delete mode) and the batch's truncate (both modes)."""
     key_types = {k: frame.columns[k] for k in frame.keys}
     schema = T.StructType(
-        [*(T.StructField(k, t, True) for k, t in key_types.items()),
-         T.StructField(POSITION, T.BinaryType(), False), T.StructField(TRUNCATE, T.BooleanType(), False)]
+        [
+            *(T.StructField(k, t, True) for k, t in key_types.items()),
+            T.StructField(POSITION, T.BinaryType(), False),
+            T.StructField(TRUNCATE, T.BooleanType(), False),
+        ]
     )
-    rows = None if soft else latest.where(F.col(ACTION) == "delete").select(
-        *frame.keys, POSITION, F.lit(False).alias(TRUNCATE))
+    rows = (
+        None
+        if soft
+        else latest.where(F.col(ACTION) == "delete").select(
+            *frame.keys, POSITION, F.lit(False).alias(TRUNCATE)
+        )
+    )
     if frame.truncate_at is not None:
         marker = spark.createDataFrame([(frame.truncate_at, True)], f"{POSITION} binary, {TRUNCATE} boolean")
-        marker = marker.select(*(F.lit(None).cast(t).alias(k) for k, t in key_types.items()), POSITION, TRUNCATE)
+        marker = marker.select(
+            *(F.lit(None).cast(t).alias(k) for k, t in key_types.items()), POSITION, TRUNCATE
+        )
         rows = marker if rows is None else rows.unionByName(marker)
     if rows is None:
         return
@@ -115,12 +127,20 @@ def record_tombstones(
     if frame.truncate_at is not None:
         with commit.conf(spark, txn=False):
             stones.delete((F.col(POSITION) < F.lit(frame.truncate_at)) & ~F.col(TRUNCATE))
-    match = f"({_key_match(frame.keys, 't', 's')} AND NOT t.{TRUNCATE} AND NOT s.{TRUNCATE}) " \
-            f"OR (t.{TRUNCATE} AND s.{TRUNCATE})" if frame.keys else f"t.{TRUNCATE} AND s.{TRUNCATE}"
+    match = (
+        f"({_key_match(frame.keys, 't', 's')} AND NOT t.{TRUNCATE} AND NOT s.{TRUNCATE}) "
+        f"OR (t.{TRUNCATE} AND s.{TRUNCATE})"
+        if frame.keys
+        else f"t.{TRUNCATE} AND s.{TRUNCATE}"
+    )
     with commit.conf(spark, txn=False):
-        (stones.alias("t").merge(rows.alias("s"), match)
-         .whenMatchedUpdate(condition=f"s.{POSITION} > t.{POSITION}", set={POSITION: f"s.{POSITION}"})
-         .whenNotMatchedInsertAll().execute())
+        (
+            stones.alias("t")
+            .merge(rows.alias("s"), match)
+            .whenMatchedUpdate(condition=f"s.{POSITION} > t.{POSITION}", set={POSITION: f"s.{POSITION}"})
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
 
 
 def merge_silver(
@@ -137,11 +157,20 @@ def merge_silver(
             table.delete(F.col(POSITION) < F.lit(frame.truncate_at))
     data = [n for n in frame.columns]
     source = latest.select(
-        *(F.col(quoted(n)).cast(current[n]).alias(n) for n in data), ACTION, POSITION, OP, TS_MS, UNAVAILABLE,
-        F.lit(commit.batch_id).alias(BATCH))
+        *(F.col(quoted(n)).cast(current[n]).alias(n) for n in data),
+        ACTION,
+        POSITION,
+        OP,
+        TS_MS,
+        UNAVAILABLE,
+        F.lit(commit.batch_id).alias(BATCH),
+    )
     newer = f"s.{POSITION} > t.{POSITION}"
-    values = {quoted(n): f"CASE WHEN array_contains(s.{UNAVAILABLE}, '{_lit(n)}') THEN t.{quoted(n)} "
-              f"ELSE s.{quoted(n)} END" for n in data}
+    values = {
+        quoted(n): f"CASE WHEN array_contains(s.{UNAVAILABLE}, '{_lit(n)}') THEN t.{quoted(n)} "
+        f"ELSE s.{quoted(n)} END"
+        for n in data
+    }
     meta = {POSITION: f"s.{POSITION}", OP: f"s.{OP}", TS_MS: f"s.{TS_MS}", BATCH: f"s.{BATCH}"}
     inserts = {quoted(n): f"s.{quoted(n)}" for n in data} | meta
     builder = table.alias("t").merge(source.alias("s"), _key_match(frame.keys, "t", "s"))
@@ -150,8 +179,7 @@ def merge_silver(
         builder = builder.whenMatchedUpdate(condition=f"s.{ACTION} = 'delete' AND {newer}", set=flag)
         update = values | meta | {DELETED: "false"}
         builder = builder.whenMatchedUpdate(condition=f"s.{ACTION} = 'upsert' AND {newer}", set=update)
-        builder = builder.whenNotMatchedInsert(
-            values=inserts | {DELETED: f"s.{ACTION} = 'delete'"})
+        builder = builder.whenNotMatchedInsert(values=inserts | {DELETED: f"s.{ACTION} = 'delete'"})
     else:
         builder = builder.whenMatchedDelete(condition=f"s.{ACTION} = 'delete' AND {newer}")
         update = values | meta
@@ -168,8 +196,12 @@ def append_keyless(spark: SparkSession, path: str, frame: TableFrame, commit: Co
     ensure_columns(spark, path, schema)
     current = {f.name: f.dataType for f in spark.read.format("delta").load(path).schema.fields}
     rows = frame.actions.select(
-        *(F.col(quoted(n)).cast(current[n]).alias(n) for n in frame.columns), POSITION, OP, TS_MS,
-        F.lit(commit.batch_id).alias(BATCH))
+        *(F.col(quoted(n)).cast(current[n]).alias(n) for n in frame.columns),
+        POSITION,
+        OP,
+        TS_MS,
+        F.lit(commit.batch_id).alias(BATCH),
+    )
     commit.append(rows, path)
 
 

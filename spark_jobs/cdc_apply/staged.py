@@ -109,7 +109,13 @@ class StagedBatch:
     def commit_metadata(self) -> str:
         """What goes into the Delta commit info (``userMetadata``): batch id and end offset."""
         return json.dumps(
-            {"airflow_cdc": {"batch_id": self.batch_id, "connector": self.connector, "to_offset": self.to_offset}},
+            {
+                "airflow_cdc": {
+                    "batch_id": self.batch_id,
+                    "connector": self.connector,
+                    "to_offset": self.to_offset,
+                }
+            },
             sort_keys=True,
             default=str,
         )

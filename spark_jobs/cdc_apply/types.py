@@ -103,20 +103,28 @@ def natural(field: pa.Field) -> Natural:
         element = natural(arrow.value_field)
         if element.convert is _same:
             return Natural(T.ArrayType(element.spark_type, True), _same, name)
-        return Natural(
-            T.ArrayType(element.spark_type, True), lambda c: F.transform(c, element.convert), name
-        )
+        return Natural(T.ArrayType(element.spark_type, True), lambda c: F.transform(c, element.convert), name)
     return Natural(arrow_to_spark(arrow), _same, name)
 
 
 def arrow_to_spark(arrow: pa.DataType) -> T.DataType:
     """The Spark type Spark's Parquet reader gives an Arrow type (no semantic conversion)."""
     simple: dict[pa.DataType, T.DataType] = {
-        pa.bool_(): T.BooleanType(), pa.int8(): T.ByteType(), pa.int16(): T.ShortType(),
-        pa.int32(): T.IntegerType(), pa.int64(): T.LongType(), pa.float32(): T.FloatType(),
-        pa.float64(): T.DoubleType(), pa.string(): T.StringType(), pa.large_string(): T.StringType(),
-        pa.binary(): T.BinaryType(), pa.large_binary(): T.BinaryType(), pa.date32(): T.DateType(),
-        pa.uint8(): T.ShortType(), pa.uint16(): T.IntegerType(), pa.uint32(): T.LongType(),
+        pa.bool_(): T.BooleanType(),
+        pa.int8(): T.ByteType(),
+        pa.int16(): T.ShortType(),
+        pa.int32(): T.IntegerType(),
+        pa.int64(): T.LongType(),
+        pa.float32(): T.FloatType(),
+        pa.float64(): T.DoubleType(),
+        pa.string(): T.StringType(),
+        pa.large_string(): T.StringType(),
+        pa.binary(): T.BinaryType(),
+        pa.large_binary(): T.BinaryType(),
+        pa.date32(): T.DateType(),
+        pa.uint8(): T.ShortType(),
+        pa.uint16(): T.IntegerType(),
+        pa.uint32(): T.LongType(),
     }
     if arrow in simple:
         return simple[arrow]
@@ -127,9 +135,7 @@ def arrow_to_spark(arrow: pa.DataType) -> T.DataType:
     if pa.types.is_map(arrow):
         return T.MapType(arrow_to_spark(arrow.key_type), arrow_to_spark(arrow.item_type), True)
     if pa.types.is_struct(arrow):
-        return T.StructType(
-            [T.StructField(f.name, arrow_to_spark(f.type), True) for f in arrow]
-        )
+        return T.StructType([T.StructField(f.name, arrow_to_spark(f.type), True) for f in arrow])
     if pa.types.is_timestamp(arrow):
         return T.TimestampNTZType() if arrow.tz is None else T.TimestampType()
     if pa.types.is_uint64(arrow):
@@ -140,9 +146,17 @@ def arrow_to_spark(arrow: pa.DataType) -> T.DataType:
 #: Type changes Delta's type widening applies in place; anything else between two versions of
 #: a column is refused before any table is written.
 _WIDENS = {
-    ("byte", "short"), ("byte", "integer"), ("byte", "long"), ("short", "integer"),
-    ("short", "long"), ("integer", "long"), ("float", "double"), ("byte", "double"),
-    ("short", "double"), ("integer", "double"), ("date", "timestamp_ntz"),
+    ("byte", "short"),
+    ("byte", "integer"),
+    ("byte", "long"),
+    ("short", "integer"),
+    ("short", "long"),
+    ("integer", "long"),
+    ("float", "double"),
+    ("byte", "double"),
+    ("short", "double"),
+    ("integer", "double"),
+    ("date", "timestamp_ntz"),
 }
 
 

@@ -1,4 +1,4 @@
-"""Delta writes shared by bronze, silver, tombstones and history: create, evolve, commit marks.
+"""Delta writes shared by bronze, silver and tombstones: create, evolve, commit marks.
 
 Every table a batch touches gets its last write of that batch marked with the Delta idempotent
 transaction ``(appId, version)`` = ``(airflow-cdc:<connector>:<batch id>, 1)``: a re-run finds
@@ -56,17 +56,25 @@ class Commit:
     def append(self, frame: DataFrame, path: str, partition_by: list[str] | None = None) -> None:
         """Append ``frame`` to ``path`` as the batch's marked write (merging new columns)."""
         writer = (
-            frame.write.format("delta").mode("append")
-            .option("txnAppId", self.app_id).option("txnVersion", self.version)
-            .option("userMetadata", self.metadata).option("mergeSchema", "true")
+            frame.write.format("delta")
+            .mode("append")
+            .option("txnAppId", self.app_id)
+            .option("txnVersion", self.version)
+            .option("userMetadata", self.metadata)
+            .option("mergeSchema", "true")
         )
         if partition_by:
             writer = writer.partitionBy(*partition_by)
         writer.save(path)
 
 
-def create_table(spark: SparkSession, path: str, schema: T.StructType, properties: dict[str, str],
-                 partition_by: list[str] | None = None) -> None:
+def create_table(
+    spark: SparkSession,
+    path: str,
+    schema: T.StructType,
+    properties: dict[str, str],
+    partition_by: list[str] | None = None,
+) -> None:
     """Create an empty Delta table at ``path`` unless one exists (concurrent creators: one wins)."""
     if DeltaTable.isDeltaTable(spark, path):
         return

@@ -276,6 +276,22 @@ def test_dag_factory_shape(tmp_path):
     assert dag.get_task("apply")._conn_id == "spark_default"
 
 
+def test_dag_factory_delta_settings_from_properties(tmp_path, monkeypatch):
+    from airflow_cdc.airflow.dag_factory import cdc_dag
+
+    monkeypatch.setenv("CDC_T_DATA", str(tmp_path))
+    f = tmp_path / "d.yaml"
+    f.write_text("name: shop\nconnector: postgresql\ntable.include.list: public.orders\nstaging.path: /tmp/s\n"
+                 "delta.root: ${env:CDC_T_DATA}/lake\ndelta.delete.mode: soft\ndelta.bronze.enabled: 'false'\n")
+    apply = cdc_dag(f).get_task("apply")
+    assert apply.target == f"{tmp_path}/lake"
+    assert apply.options.delete_mode == "soft" and apply.options.bronze is False
+    assert cdc_dag(f, target="/elsewhere").get_task("apply").target == "/elsewhere"
+    f.write_text("name: shop\nconnector: postgresql\nstaging.path: /tmp/s\n")
+    with pytest.raises(ConfigError, match="delta.root"):
+        cdc_dag(f)
+
+
 def test_dag_factory_options(tmp_path):
     from airflow_cdc.airflow.dag_factory import cdc_dag
 
@@ -287,7 +303,7 @@ def test_dag_factory_options(tmp_path):
         cdc_dag(_pipeline(tmp_path), retires=1)
     f = tmp_path / "nt.yaml"
     f.write_text("name: shop\nconnector: postgresql\nstaging.path: /tmp/s\n")
-    with pytest.raises(ConfigError, match="target"):
+    with pytest.raises(ConfigError, match="Delta root"):
         cdc_dag(f)
 
 

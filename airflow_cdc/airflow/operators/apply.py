@@ -43,7 +43,6 @@ class CdcApplyOperator(SparkSubmitOperator):
     :param target: the Delta root (``<target>/<layer>/<connector>/<table>``). (templated)
     :param spark_conf: extra Spark conf; overrides the Delta defaults. (templated)
     :param delete_mode: ``delete`` or ``soft`` (keep rows flagged ``__deleted``).
-    :param history: also maintain SCD type 2 history tables.
     :param bronze: append events to the bronze change log.
     :param skip_empty: do not start Spark for a batch with nothing in it.
     """
@@ -63,7 +62,6 @@ class CdcApplyOperator(SparkSubmitOperator):
         target: str,
         spark_conf: dict[str, str] | None = None,
         delete_mode: str = "delete",
-        history: bool = False,
         bronze: bool = True,
         skip_empty: bool = True,
         **kwargs: Any,
@@ -72,7 +70,7 @@ class CdcApplyOperator(SparkSubmitOperator):
         self.batch_path = batch_path
         self.target = target
         self.spark_conf = spark_conf
-        self.options = ApplyOptions(delete_mode=delete_mode, history=history, bronze=bronze)
+        self.options = ApplyOptions(delete_mode=delete_mode, bronze=bronze)
         self.skip_empty = skip_empty
 
     def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]

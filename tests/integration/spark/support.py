@@ -91,8 +91,14 @@ def semantic_names(config: dict[str, Any], table: str) -> dict[str, pa.Field]:
     raise AssertionError(f"no staged batch has {table}")
 
 
-def silver_rows(spark: Any, target: str, config: dict[str, Any], table: str, keys: list[str],
-                include_deleted: bool = False) -> dict[tuple, dict[str, Any]]:
+def silver_rows(
+    spark: Any,
+    target: str,
+    config: dict[str, Any],
+    table: str,
+    keys: list[str],
+    include_deleted: bool = False,
+) -> dict[tuple, dict[str, Any]]:
     names = semantic_names(config, table)
     frame = spark.read.format("delta").load(table_path(target, "silver", config["name"], table))
     arrow: pa.Table = frame.toArrow()
@@ -105,7 +111,9 @@ def silver_rows(spark: Any, target: str, config: dict[str, Any], table: str, key
     return out
 
 
-def normalised_rows(rows: dict[tuple, dict[str, Any]], names: dict[str, pa.Field]) -> dict[tuple, dict[str, Any]]:
+def normalised_rows(
+    rows: dict[tuple, dict[str, Any]], names: dict[str, pa.Field]
+) -> dict[tuple, dict[str, Any]]:
     return {k: {c: normalise(v, names.get(c)) for c, v in row.items()} for k, row in rows.items()}
 
 
@@ -115,7 +123,23 @@ def diff(expected: dict[tuple, dict[str, Any]], got: dict[tuple, dict[str, Any]]
     wrong = [k for k in expected.keys() & got.keys() if expected[k] != got[k]]
     if not (missing or extra or wrong):
         return ""
-    sample = [(k, {c: (expected[k].get(c), got[k].get(c)) for c in expected[k] if expected[k].get(c) != got[k].get(c)})
-              for k in sorted(wrong)[:3]]
-    return (f"{len(missing)} missing, {len(extra)} extra, {len(wrong)} different of {len(expected)}; "
-            f"missing {sorted(missing)[:3]}, extra {sorted(extra)[:3]}, different {sample}")
+
+    def short(v: Any) -> str:
+        text = repr(v)
+        return text if len(text) < 80 else text[:60] + f"...({len(text)} chars)"
+
+    sample = [
+        (
+            k,
+            {
+                c: (short(expected[k].get(c)), short(got[k].get(c)))
+                for c in expected[k]
+                if expected[k].get(c) != got[k].get(c)
+            },
+        )
+        for k in sorted(wrong)[:3]
+    ]
+    return (
+        f"{len(missing)} missing, {len(extra)} extra, {len(wrong)} different of {len(expected)}; "
+        f"missing {sorted(missing)[:3]}, extra {sorted(extra)[:3]}, different {sample}"
+    )

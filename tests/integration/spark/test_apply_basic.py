@@ -47,9 +47,14 @@ def test_types_ops_and_key_changes(spark, pg_db, tmp_path):
     _exec(pg_db, TYPES_DDL, "INSERT INTO v VALUES " + ROW % 1, "INSERT INTO v VALUES " + ROW % 2)
     config = pipeline(pg_db, tmp_path / "staging")
     run_capture(config)
-    _exec(pg_db, "INSERT INTO v VALUES " + ROW % 3, "UPDATE v SET txt = 'y', n = 99.99 WHERE id = 1",
-          "UPDATE v SET id = 20 WHERE id = 2", "DELETE FROM v WHERE id = 3",
-          "INSERT INTO v (id, nv, tstz) VALUES (4, -12345678901234567890.123456789, '1970-01-01 00:00:00+00')")
+    _exec(
+        pg_db,
+        "INSERT INTO v VALUES " + ROW % 3,
+        "UPDATE v SET txt = 'y', n = 99.99 WHERE id = 1",
+        "UPDATE v SET id = 20 WHERE id = 2",
+        "DELETE FROM v WHERE id = 3",
+        "INSERT INTO v (id, nv, tstz) VALUES (4, -12345678901234567890.123456789, '1970-01-01 00:00:00+00')",
+    )
     run_capture(config)
     target = str(tmp_path / "delta")
     apply_all(spark, config, target)
@@ -60,12 +65,18 @@ def test_types_ops_and_key_changes(spark, pg_db, tmp_path):
     assert types["n"] == "decimal(10,2)" and types["j"] == "string" and types["by"] == "binary"
     assert types["t"] == "string" and types["arr"] == "array<int>" and types["tsa"] == "array<timestamp_ntz>"
     bronze = spark.read.format("delta").load(table_path(target, "bronze", config["name"], "public.v"))
-    assert bronze.count() == sum(b.manifest["tables"].get("public.v", {}).get("rows", 0)
-                                 for b in list_batches(config["staging.path"], config["name"]))
+    assert bronze.count() == sum(
+        b.manifest["tables"].get("public.v", {}).get("rows", 0)
+        for b in list_batches(config["staging.path"], config["name"])
+    )
 
 
 def test_reapply_changes_nothing(spark, pg_db, tmp_path):
-    _exec(pg_db, "CREATE TABLE k (id int PRIMARY KEY, v text)", "INSERT INTO k SELECT g, 'v' || g FROM generate_series(1, 50) g")
+    _exec(
+        pg_db,
+        "CREATE TABLE k (id int PRIMARY KEY, v text)",
+        "INSERT INTO k SELECT g, 'v' || g FROM generate_series(1, 50) g",
+    )
     config = pipeline(pg_db, tmp_path / "staging")
     run_capture(config)
     _exec(pg_db, "UPDATE k SET v = 'new' WHERE id < 10", "DELETE FROM k WHERE id > 45")
@@ -88,3 +99,31 @@ def _version(spark, path):
     from delta.tables import DeltaTable
 
     return DeltaTable.forPath(spark, path).history(1).collect()[0]["version"]
+
+
+def test_cli_apply_commit_and_verify_with_message_key_columns(pg_db, tmp_path):
+    """`airflow-cdc apply --commit` (spark-submit) then `airflow-cdc verify`, on a table keyed by
+    ``message.key.columns`` (no primary key)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from airflow_cdc.core.pipeline import build_config, build_store
+
+    _exec(pg_db, "CREATE TABLE nk (code text NOT NULL, v int)", "ALTER TABLE nk REPLICA IDENTITY FULL",
+          "INSERT INTO nk SELECT 'c' || g, g FROM generate_series(1, 30) g")
+    config = pipeline(pg_db, tmp_path / "staging", **{"message.key.columns": "public.nk:code",
+                                                       "delta.root": str(tmp_path / "lake")})
+    run_capture(config, commit=False)
+    path = tmp_path / "pipeline.json"
+    path.write_text(json.dumps(config))
+    cli = [sys.executable, "-m", "airflow_cdc.cli"]
+    done = subprocess.run([*cli, "apply", "--config", str(path), "--commit"], capture_output=True, timeout=900,
+                          env=dict(os.environ))
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert build_store(build_config(config)).load(config["name"]) is not None, "apply --commit must commit"
+    _exec(pg_db, "UPDATE nk SET v = -1 WHERE code = 'c3'")
+    check = subprocess.run([*cli, "verify", "--config", str(path)], capture_output=True, timeout=900)
+    report = json.loads(check.stdout)
+    assert check.returncode == 1 and report["tables"]["public.nk"]["different"] == 1, report

@@ -1,0 +1,215 @@
+"""Benchmark: apply 1M staged events (300k inserts, then 700k updates of those 300k keys) into a
+silver Delta table on local[2], against a plain Delta overwrite of the same final rows read from
+the same Parquet, in the same Spark session.
+
+The batches are synthesised in the staged format (manifest + envelope Parquet, the columns of
+bench/_common.TABLE_DDL as the PostgreSQL capture encodes them), so the benchmark needs no
+database.  Headline (last line): ``delta_apply: <events/s> events/s; ratio <x> vs plain Delta overwrite``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from _common import REPO, fmt, log, median  # noqa: I001
+
+from airflow_cdc.core.events import TRANSACTION_TYPE, envelope_schema
+from airflow_cdc.sources.postgres.tables import SOURCE_TYPE
+
+os.environ.setdefault("AIRFLOW_CDC_DELTA_JARS", str(REPO / ".jars"))
+
+KAFKA_DECIMAL = {
+    b"connect.type": b"bytes",
+    b"connect.name": b"org.apache.kafka.connect.data.Decimal",
+    b"connect.parameters": b'{"scale": "2", "connect.decimal.precision": "12"}',
+}
+COLUMNS = [
+    pa.field("id", pa.int64(), metadata={b"connect.type": b"int64"}),
+    pa.field("qty", pa.int32(), metadata={b"connect.type": b"int32"}),
+    pa.field("price", pa.decimal128(12, 2), metadata=KAFKA_DECIMAL),
+    pa.field("label", pa.string(), metadata={b"connect.type": b"string"}),
+    pa.field(
+        "created",
+        pa.string(),
+        metadata={b"connect.type": b"string", b"connect.name": b"io.debezium.time.ZonedTimestamp"},
+    ),
+    pa.field("active", pa.bool_(), metadata={b"connect.type": b"boolean"}),
+    pa.field(
+        "attrs", pa.string(), metadata={b"connect.type": b"string", b"connect.name": b"io.debezium.data.Json"}
+    ),
+]
+
+
+def _rows(ids: pa.Array, version: int) -> pa.StructArray:
+    n = len(ids)
+    qty = pc.cast(pc.add(pc.bit_wise_and(ids, 1023), version), pa.int32())
+    price = pa.array([Decimal(i % 100000) / 100 + version for i in ids.to_pylist()], pa.decimal128(12, 2))
+    label = pc.binary_join_element_wise(
+        pa.array(["customer-"] * n), pc.cast(ids, pa.string()), f"-v{version}", ""
+    )
+    created = pa.array(["2024-01-01T00:00:00Z"] * n)
+    active = pc.equal(pc.bit_wise_and(ids, 1), version % 2)
+    attrs = pa.array([f'{{"k": {version}}}'] * n)
+    return pa.StructArray.from_arrays([ids, qty, price, label, created, active, attrs], fields=COLUMNS)
+
+
+def _positions(start: int, n: int) -> pa.Array:
+    return pa.array([(start + i).to_bytes(8, "big") + b"\0" * 8 for i in range(n)], pa.binary())
+
+
+def write_batch(
+    root: Path, batch_id: str, op: str, ids: pa.Array, version: int, pos0: int, piece: int
+) -> Path:
+    schema = envelope_schema(COLUMNS, SOURCE_TYPE)
+    path = root / "bench" / "batches" / batch_id
+    (path / "tables" / "public.items").mkdir(parents=True)
+    parts = []
+    for k, lo in enumerate(range(0, len(ids), piece)):
+        chunk = ids.slice(lo, piece)
+        n = len(chunk)
+        after = _rows(chunk, version)
+        before = _rows(chunk, version - 1) if op == "u" else pa.nulls(n, after.type)
+        source = pa.array(
+            [
+                {
+                    "version": "bench",
+                    "connector": "postgresql",
+                    "name": "bench",
+                    "ts_ms": 0,
+                    "snapshot": "false",
+                    "db": "bench",
+                    "schema": "public",
+                    "table": "items",
+                }
+            ]
+            * n,
+            SOURCE_TYPE,
+        )
+        table = pa.Table.from_arrays(
+            [
+                pa.array([op] * n),
+                pa.array([1_700_000_000_000] * n, pa.int64()),
+                pa.array([1_700_000_000_000_000] * n, pa.int64()),
+                pa.array([1_700_000_000_000_000_000] * n, pa.int64()),
+                before,
+                after,
+                source,
+                pa.nulls(n, TRANSACTION_TYPE),
+                _positions(pos0 + lo, n),
+                pa.nulls(n, pa.list_(pa.string())),
+            ],
+            schema=schema,
+        )
+        rel = f"tables/public.items/part-{k:05d}.parquet"
+        pq.write_table(table, path / rel)
+        parts.append({"file": rel, "rows": n, "kind": "stream", "schema_version": "v1", "ops": {op: n}})
+    manifest = {
+        "format": 1,
+        "batch_id": batch_id,
+        "connector": "bench",
+        "messages": [],
+        "tables": {
+            "public.items": {
+                "schema": "public",
+                "table": "items",
+                "key_columns": ["id"],
+                "parts": parts,
+                "rows": len(ids),
+            }
+        },
+        "from_offset": {},
+        "to_offset": {"lsn": batch_id},
+    }
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    return path
+
+
+def make_batches(root: Path, keys: int, updates: int) -> list[Path]:
+    import random
+
+    rng = random.Random(7)
+    first = write_batch(
+        root, "20260101T000000000000Z-000001", "c", pa.array(range(keys), pa.int64()), 1, 0, 100_000
+    )
+    upd = pa.array([rng.randrange(keys) for _ in range(updates)], pa.int64())
+    second = write_batch(root, "20260101T000000000001Z-000002", "u", upd, 2, keys, 100_000)
+    return [first, second]
+
+
+def run_apply(spark, batches: list[Path], target: str, bronze: bool) -> float:
+    from spark_jobs.cdc_apply.job import ApplySettings, apply_batch
+
+    start = time.perf_counter()
+    for b in batches:
+        apply_batch(spark, str(b), target, ApplySettings(bronze=bronze))
+    return time.perf_counter() - start
+
+
+def run_overwrite(spark, batches: list[Path], target: str) -> float:
+    from pyspark.sql import functions as F
+
+    start = time.perf_counter()
+    files = [str(p) for b in batches for p in sorted((b / "tables" / "public.items").glob("*.parquet"))]
+    events = spark.read.parquet(*files).select("__position", "after.*")
+    final = (
+        events.groupBy("id")
+        .agg(F.max_by(F.struct(*[c for c in events.columns if c != "id"]), "__position").alias("r"))
+        .select("id", "r.*")
+        .drop("__position")
+    )
+    final.write.format("delta").mode("overwrite").save(target)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--keys", type=int, default=300_000)
+    p.add_argument("--updates", type=int, default=700_000)
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args()
+    from spark_jobs.cdc_apply import session
+
+    work = Path(tempfile.mkdtemp(prefix="bench-delta-"))
+    try:
+        log(f"synthesising {args.keys:,} inserts + {args.updates:,} updates as staged Parquet")
+        batches = make_batches(work / "staging", args.keys, args.updates)
+        events = args.keys + args.updates
+        spark = session.build(app_name="bench-delta-apply", **{"spark.driver.memory": "4g"})
+        silver, full, base = [], [], []
+        for i in range(args.repeats):
+            base.append(run_overwrite(spark, batches, str(work / f"overwrite{i}")))
+            silver.append(run_apply(spark, batches, str(work / f"silver{i}"), bronze=False))
+            full.append(run_apply(spark, batches, str(work / f"full{i}"), bronze=True))
+            log(
+                f"round {i + 1}: overwrite {base[-1]:.1f}s, apply silver {silver[-1]:.1f}s, "
+                f"apply bronze+silver {full[-1]:.1f}s"
+            )
+        rate = events / median(silver)
+        log(
+            f"plain Delta overwrite of the {args.keys:,} final rows: {fmt(base, 1)} s, median {median(base):.1f}s"
+        )
+        log(f"apply (silver MERGE): {fmt(silver, 1)} s -> {rate:,.0f} events/s")
+        log(
+            f"apply (bronze + silver): {fmt(full, 1)} s -> {events / median(full):,.0f} events/s, "
+            f"ratio {median(base) / median(full):.2f}"
+        )
+        spark.stop()
+        print(
+            f"delta_apply: {rate:,.0f} events/s; ratio {median(base) / median(silver):.2f} vs plain Delta overwrite"
+        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

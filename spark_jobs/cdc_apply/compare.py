@@ -1,0 +1,102 @@
+"""Silver-versus-source comparison used by ``airflow-cdc verify`` (Spark side).
+
+Source rows arrive as Arrow chunks in the staged (Debezium) encoding; they go through the same
+conversions as the apply job, are cast to the silver column types and hashed; silver rows with
+the same keys are hashed the same way.  Keys seen are appended to a scratch Parquet folder so the
+final "extra rows in silver" check is an anti-join, not a set held in memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from .frames import DELETED, quoted
+from .types import natural
+
+SAMPLE = 20
+
+
+@dataclass
+class ChunkResult:
+    matched: int = 0
+    missing: list[Any] = field(default_factory=list)
+    different: list[Any] = field(default_factory=list)
+
+
+def load_silver(spark: SparkSession, path: str) -> DataFrame | None:
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        return None
+    silver = spark.read.format("delta").load(path)
+    if DELETED in silver.columns:
+        silver = silver.where(~F.coalesce(F.col(DELETED), F.lit(False)))
+    return silver
+
+
+def _row_hash(columns: list[str]) -> Column:
+    return F.sha2(F.to_json(F.struct(*(F.col(quoted(c)) for c in columns))), 256)
+
+
+def natural_frame(spark: SparkSession, rows: pa.Table, silver: DataFrame | None) -> DataFrame:
+    """The chunk in silver's natural types (cast to silver's column types where it has the column)."""
+    raw = spark.createDataFrame(rows.rename_columns([f"c{i}" for i in range(rows.num_columns)]))
+    types = {f.name: f.dataType for f in silver.schema.fields} if silver is not None else {}
+    cols = []
+    for i, f in enumerate(rows.schema):
+        value = natural(f).convert(F.col(f"c{i}"))
+        cols.append((value.cast(types[f.name]) if f.name in types else value).alias(f.name))
+    return raw.select(*cols)
+
+
+def compare_chunk(
+    spark: SparkSession, silver: DataFrame | None, rows: pa.Table, keys: list[str], seen_keys: str
+) -> ChunkResult:
+    """Compare one source chunk with silver; append its keys to the ``seen_keys`` folder."""
+    src = natural_frame(spark, rows, silver)
+    columns = src.columns
+    src = src.select(*(F.col(quoted(k)) for k in keys), _row_hash(columns).alias("__src_hash"))
+    src.select(*(F.col(quoted(k)) for k in keys)).write.mode("append").parquet(seen_keys)
+    if silver is None:
+        return ChunkResult(0, [list(r) for r in src.select(*keys).limit(SAMPLE).collect()], [])
+    dst = silver.select(*(F.col(quoted(k)) for k in keys), _row_hash(columns).alias("__dst_hash"))
+    joined = src.join(dst, on=keys, how="left")
+    stats = joined.agg(
+        F.sum(F.when(F.col("__dst_hash").isNull(), 1).otherwise(0)).alias("missing"),
+        F.sum(
+            F.when(
+                F.col("__dst_hash").isNotNull() & (F.col("__dst_hash") != F.col("__src_hash")), 1
+            ).otherwise(0)
+        ).alias("different"),
+        F.count(F.col("__dst_hash")).alias("matched"),
+    ).collect()[0]
+    result = ChunkResult(int(stats["matched"] or 0))
+    if stats["missing"]:
+        result.missing = [
+            list(r) for r in joined.where("__dst_hash IS NULL").select(*keys).limit(SAMPLE).collect()
+        ]
+    if stats["different"]:
+        result.different = [
+            list(r) for r in joined.where("__dst_hash != __src_hash").select(*keys).limit(SAMPLE).collect()
+        ]
+    return result
+
+
+def extra_keys(
+    spark: SparkSession, silver: DataFrame | None, keys: list[str], seen_keys: str, any_seen: bool
+) -> tuple[int, list[Any], int]:
+    """``(count, sample, silver_rows)`` of silver keys the source no longer has."""
+    if silver is None:
+        return 0, [], 0
+    total = silver.count()
+    if not any_seen:
+        return total, [list(r) for r in silver.select(*keys).limit(SAMPLE).collect()], total
+    seen = spark.read.parquet(seen_keys)
+    extra = silver.select(*keys).join(seen, on=keys, how="left_anti")
+    count = extra.count()
+    return count, [list(r) for r in extra.limit(SAMPLE).collect()] if count else [], total
