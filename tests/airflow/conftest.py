@@ -70,6 +70,22 @@ class AirflowCli:
             stdin=subprocess.DEVNULL,
         )
 
+    def popen_dags_test(
+        self, dag_id: str, *, env: dict[str, str], dags_folder: Path
+    ) -> subprocess.Popen[str]:
+        """Start ``airflow dags test`` in the background (stdout and stderr merged)."""
+        full_env = {**os.environ, **AIRFLOW_ENV, **env, "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder)}
+        full_env["PATH"] = f"{Path(sys.executable).parent}:{full_env.get('PATH', '')}"
+        return subprocess.Popen(
+            [AIRFLOW_BIN, "dags", "test", dag_id],
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=self.home,
+            stdin=subprocess.DEVNULL,
+        )
+
     def dags_test(
         self,
         dag_id: str,

@@ -5,6 +5,7 @@ the deferrable sensor's trigger inside a DAG run."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 from airflow_cdc.core.batch import list_batches
@@ -93,17 +94,32 @@ def test_deferred_sensor_waits_in_trigger_until_changes(pg_db, tmp_path, airflow
     airflow_cli.dags_test(dag_id, env=env, dags_folder=dags)
     assert len(list_batches(staging, props["name"])) == 1
     proc = airflow_cli.popen_dags_test(dag_id, env=env, dags_folder=dags)
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in proc.stdout or []:
+            lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
-        time.sleep(12)  # the run starts, finds nothing to capture and defers to the trigger
-        assert proc.poll() is None, "the run should be waiting for changes"
+        deadline = time.monotonic() + 240
+        while not any("running trigger in line" in line for line in list(lines)):  # sense deferred
+            assert proc.poll() is None, "".join(lines)[-5000:]
+            assert time.monotonic() < deadline, "the sensor never deferred:\n" + "".join(lines)[-5000:]
+            time.sleep(0.5)
+        time.sleep(3)  # the trigger polls (every second) and finds nothing
+        assert proc.poll() is None, "the run should be waiting for changes:\n" + "".join(lines)[-5000:]
         assert len(list_batches(staging, props["name"])) == 1
         with pg_db.connect(autocommit=True) as conn:
             conn.execute("INSERT INTO public.orders VALUES (9999, 1, 'new', 1.5, 'late')")
-        out, _ = proc.communicate(timeout=300)
+        proc.wait(timeout=300)
+        reader.join(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
+    out = "".join(lines)
     assert "state=success" in out, out[-5000:]
-    assert "deferr" in out.lower()
+    assert "Trigger completed" in out
     batch = newest_batch(staging, props["name"])
     assert [(r["op"], r["after"]["id"]) for r in batch_rows(batch, "public.orders")] == [("c", 9999)]

@@ -281,8 +281,10 @@ def test_dag_factory_delta_settings_from_properties(tmp_path, monkeypatch):
 
     monkeypatch.setenv("CDC_T_DATA", str(tmp_path))
     f = tmp_path / "d.yaml"
-    f.write_text("name: shop\nconnector: postgresql\ntable.include.list: public.orders\nstaging.path: /tmp/s\n"
-                 "delta.root: ${env:CDC_T_DATA}/lake\ndelta.delete.mode: soft\ndelta.bronze.enabled: 'false'\n")
+    f.write_text(
+        "name: shop\nconnector: postgresql\ntable.include.list: public.orders\nstaging.path: /tmp/s\n"
+        "delta.root: ${env:CDC_T_DATA}/lake\ndelta.delete.mode: soft\ndelta.bronze.enabled: 'false'\n"
+    )
     apply = cdc_dag(f).get_task("apply")
     assert apply.target == f"{tmp_path}/lake"
     assert apply.options.delete_mode == "soft" and apply.options.bronze is False
