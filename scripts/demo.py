@@ -128,6 +128,28 @@ def change_rows(server: PostgresServer) -> None:
     print("    inserted 1 customer + 25 orders, updated 40 orders + 1 customer, deleted 10 orders")
 
 
+def verify_silver(server: PostgresServer, spark: object) -> bool:
+    """The apply issue's verify (row counts + per-row hashes) on the example pipeline's config."""
+    from airflow_cdc.airflow.pipeline import load_pipeline
+    from airflow_cdc.apply.verify import verify
+    from airflow_cdc.core.pipeline import build_config
+
+    spec = load_pipeline(ROOT / "dags" / "pipelines" / "postgres_shop.yaml")
+    config = build_config(
+        {
+            **spec.properties,
+            "database.hostname": server.host,
+            "database.port": server.port,
+            "database.user": server.superuser,
+            "database.password": server.password,
+            "database.dbname": "shop",
+        }
+    )
+    result = verify(config, str(DEMO / "data" / "delta"), spark=spark)
+    print(f"    verify (row counts + per-row hashes): {'equal' if result.ok else result.differences}")
+    return bool(result.ok)
+
+
 def report(server: PostgresServer, env: dict[str, str]) -> None:
     import psycopg
 
@@ -145,6 +167,8 @@ def report(server: PostgresServer, env: dict[str, str]) -> None:
             silver = spark.read.format("delta").load(path).count()
             ok &= source == silver
             print(f"    {table:<20} {source:>12} {silver:>12}   {path}")
+    verified = verify_silver(server, spark)
+    ok &= verified
     spark.stop()
     proc = subprocess.run(
         [str(BIN / "airflow"), "variables", "get", f"airflow_cdc_state.{CONNECTOR}"],
