@@ -31,7 +31,7 @@ CONNECTOR = "shop"
 TABLES = ["public.customers", "public.orders"]
 BIN = Path(sys.executable).parent
 SHOWN = (
-    "[DAG TEST] start task",
+    "[DAG TEST] starting task",
     "[DAG TEST] end task",
     "batch ",
     "applying batch",
