@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,6 +155,8 @@ def report(server: PostgresServer, env: dict[str, str]) -> None:
     import psycopg
 
     os.environ.update({k: v for k, v in env.items() if k.startswith(("AIRFLOW_CDC", "SPARK_"))})
+    warnings.filterwarnings("ignore", category=FutureWarning)  # pyspark's notes on pandas versions
+    warnings.filterwarnings("ignore", category=UserWarning)
     from airflow_cdc.apply.submit import silver_table_path
     from spark_jobs.cdc_apply import session
 
