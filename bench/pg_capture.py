@@ -15,6 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import argparse  # noqa: E402
 import tempfile  # noqa: E402
 
 import psycopg  # noqa: E402
@@ -54,9 +55,22 @@ def bare_peek(dsn: str) -> int:
     return rows
 
 
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--inserts", type=int, default=INSERTS, help="rows inserted (half are then updated)")
+    ap.add_argument("--repeats", type=int, default=REPEATS, help="repetitions of baseline and capture")
+    ap.add_argument("--no-rss", action="store_true", help="skip the subprocess peak-RSS run")
+    ap.add_argument("--no-profile", action="store_true", help="skip the cProfile run")
+    return ap.parse_args()
+
+
 def main() -> None:
+    args = parse_args()
     from airflow_cdc.core.pipeline import build_capture
+    from airflow_cdc.sources.postgres.columnar import native_available
     from airflow_cdc.testing.servers import PostgresServer
+
+    log(f"pgoutput row decoder: {'compiled (columnar)' if native_available() else 'pure Python'}")
 
     with PostgresServer() as server, tempfile.TemporaryDirectory(prefix="bench_capture_") as tmp:
         server.start()
@@ -71,19 +85,20 @@ def main() -> None:
         first = build_capture(config).run(commit=True)
         log(f"initial capture committed: {first.events} events, offset {first.to_offset}")
 
-        log(f"generating {INSERTS:,} inserts + {INSERTS // 2:,} updates")
+        inserts = args.inserts
+        log(f"generating {inserts:,} inserts + {inserts // 2:,} updates")
         with psycopg.connect(dsn) as conn:
-            dt, _ = timed(lambda: insert_range(conn, TABLE, 1, INSERTS, STEP))
+            dt, _ = timed(lambda: insert_range(conn, TABLE, 1, inserts, STEP))
             log(f"  inserts: {dt:.1f}s")
             update = f"UPDATE {TABLE} SET qty = qty + 1, active = NOT active WHERE id % 2 = 0"  # noqa: S608
             dt, _ = timed(lambda: (conn.execute(update), conn.commit()))
             log(f"  updates: {dt:.1f}s")
             conn.execute("CHECKPOINT")
-        expected = INSERTS + INSERTS // 2
+        expected = inserts + inserts // 2
 
         bare_times, bare_rows = [], 0
         cap_times, cap_events = [], 0
-        for i in range(REPEATS):
+        for i in range(args.repeats):
             dt, bare_rows = timed(lambda: bare_peek(dsn))
             bare_times.append(dt)
             log(f"bare peek #{i + 1}: {bare_rows:,} rows in {dt:.2f}s = {bare_rows / dt:,.0f} rows/s")
@@ -98,16 +113,19 @@ def main() -> None:
                 log(f"  WARNING: expected {expected:,} events, got {res.events:,}")
         clear_batches(staging, keep={first.batch_id})
 
-        log("peak RSS: capture in a fresh subprocess (python -m airflow_cdc.cli capture)")
-        wall, child_rss, _ = run_cli_capture(config, Path(tmp))
-        log(f"  subprocess capture: {wall:.2f}s wall (incl. interpreter start), "
-            f"peak RSS {child_rss:,.0f} MiB")
-        clear_batches(staging, keep={first.batch_id})
+        child_rss = float("nan")
+        if not args.no_rss:
+            log("peak RSS: capture in a fresh subprocess (python -m airflow_cdc.cli capture)")
+            wall, child_rss, _ = run_cli_capture(config, Path(tmp))
+            log(f"  subprocess capture: {wall:.2f}s wall (incl. interpreter start), "
+                f"peak RSS {child_rss:,.0f} MiB")
+            clear_batches(staging, keep={first.batch_id})
 
-        log("profiling one in-process capture (cProfile, tottime)")
-        _, prof = profile(lambda: build_capture(config).run(commit=False))
-        print(prof, flush=True)
-        clear_batches(staging, keep={first.batch_id})
+        if not args.no_profile:
+            log("profiling one in-process capture (cProfile, tottime)")
+            _, prof = profile(lambda: build_capture(config).run(commit=False))
+            print(prof, flush=True)
+            clear_batches(staging, keep={first.batch_id})
 
         bare_med = median(bare_times)
         cap_med = median(cap_times)

@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -157,7 +158,16 @@ def build_apply_job(
         packages=packages,
         jars=jars,
         py_files=job_library_zip(),
+        env=_python_env(),
     )
+
+
+def _python_env() -> dict[str, str]:
+    """Run the job's Python with this interpreter (it has pyarrow and pyspark), unless the
+    environment already chooses one.  On a cluster, drop ``env`` or point it at the cluster's
+    Python."""
+    chosen = {k: os.environ[k] for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON") if k in os.environ}
+    return {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, **chosen}
 
 
 def run_apply_job(job: SparkApplyJob, *, master: str = "local[2]", timeout: float | None = None) -> None:

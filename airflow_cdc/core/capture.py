@@ -103,6 +103,9 @@ class Capture:
         mode = self.config["snapshot.mode"]
         self.source.open()
         try:
+            restore = getattr(self.source, "restore_state", None)
+            if restore is not None:  # sources keeping more than an offset (MySQL schema history)
+                restore(data)
             self.source.heartbeat()
             from_lsn, reason = self.source.start_offset(data.get("offset"), mode == "when_needed")
             tables = self.source.tables()
@@ -160,26 +163,34 @@ class Capture:
         snap_rows = self._reconcile(writer, ctx, chunks, tracker, end_lsn, notes)
         if not any(p.origin == "initial" for p in ctx.pending):
             ctx.initial_done = True
-        to_offset = {"lsn": format_pg_lsn(end_lsn)}
-        if window is not None and window.last_commit_lsn is not None:
-            to_offset.update(
-                txId=window.last_xid,
-                last_commit_lsn=format_pg_lsn(window.last_commit_lsn),
-                ts_usec=window.last_commit_ts_us,
-            )
-        elif data.get("offset"):
-            to_offset.update({k: v for k, v in data["offset"].items() if k != "lsn"})
+        offset_at = getattr(self.source, "offset_at", None)
+        if offset_at is not None:  # source-specific offset (e.g. MySQL file/pos/GTID set)
+            to_offset: dict[str, Any] = offset_at(end_lsn, window, data.get("offset"))
+        else:
+            to_offset = {"lsn": format_pg_lsn(end_lsn)}
+            if window is not None and window.last_commit_lsn is not None:
+                to_offset.update(
+                    txId=window.last_xid,
+                    last_commit_lsn=format_pg_lsn(window.last_commit_lsn),
+                    ts_usec=window.last_commit_ts_us,
+                )
+            elif data.get("offset"):
+                to_offset.update({k: v for k, v in data["offset"].items() if k != "lsn"})
         state_after = {
             "source": self.source.kind,
             "offset": to_offset,
             "snapshot": ctx.to_json(),
             "last_batch": writer.batch_id,
         }
+        extra_state = getattr(self.source, "extra_state", None)
+        if extra_state is not None:
+            state_after.update(extra_state())
         events = window.events if window else 0
         tables = dict(window.per_table) if window else {}
         manifest: dict[str, Any] = {
             "source": self.source.kind,
-            "from_offset": data.get("offset") or {"lsn": format_pg_lsn(from_lsn)},
+            "from_offset": data.get("offset") or (offset_at(from_lsn, None, None) if offset_at else
+                                                  {"lsn": format_pg_lsn(from_lsn)}),
             "to_offset": to_offset,
             "state_version": version,
             "state_after": state_after,
@@ -192,6 +203,7 @@ class Capture:
             "capture_seconds": round(time.time() - started, 3),
             "notes": notes,
         }
+        manifest.update(getattr(window, "manifest_extra", None) or {})
         path = writer.finish(manifest)
         for table, n in self._snapshot_counts.items():
             tables.setdefault(table, {})["r"] = n
@@ -200,8 +212,8 @@ class Capture:
             writer.batch_id,
             events,
             snap_rows,
-            manifest["from_offset"].get("lsn"),
-            to_offset["lsn"],
+            manifest["from_offset"].get("lsn", manifest["from_offset"]),
+            to_offset.get("lsn", to_offset),
         )
         return CaptureResult(
             writer.batch_id, str(path), data.get("offset"), to_offset, events, snap_rows, tables, notes
@@ -260,7 +272,7 @@ class Capture:
         log.info(
             "committed batch %s at offset %s (state version %d)",
             batch.batch_id,
-            m["to_offset"]["lsn"],
+            m["to_offset"].get("lsn", m["to_offset"]),
             version,
         )
         return version

@@ -26,10 +26,13 @@ from airflow_cdc.core.config import ConnectorConfig
 from airflow_cdc.core.errors import ConfigError
 from airflow_cdc.core.state import StateStore, open_state_store
 
-SOURCES = ("postgresql",)
+SOURCES = ("postgresql", "mysql")
 _CLASS_ALIASES = {
     "io.debezium.connector.postgresql.PostgresConnector": "postgresql",
     "postgres": "postgresql",
+    "io.debezium.connector.mysql.MySqlConnector": "mysql",
+    "io.debezium.connector.mariadb.MariaDbConnector": "mysql",
+    "mariadb": "mysql",
 }
 
 
@@ -70,6 +73,10 @@ def build_config(raw: Mapping[str, Any]) -> ConnectorConfig:
         from airflow_cdc.sources.postgres.config import pg_config
 
         return pg_config(values)
+    if kind == "mysql":
+        from airflow_cdc.sources.mysql.config import mysql_config
+
+        return mysql_config(values)
     raise AssertionError(kind)
 
 
@@ -78,6 +85,10 @@ def build_source(config: ConnectorConfig) -> ChangeSource:
         from airflow_cdc.sources.postgres.source import PostgresSource
 
         return PostgresSource(config)
+    if config["connector"] == "mysql":
+        from airflow_cdc.sources.mysql.source import MySqlSource
+
+        return MySqlSource(config)
     raise ConfigError(f"no source for connector {config['connector']!r}")
 
 

@@ -90,3 +90,58 @@ class PgPosition:
 
     def __str__(self) -> str:
         return f"{format_pg_lsn(self.commit_lsn)}#{self.seq}"
+
+
+_BINLOG_FILE_RE = re.compile(r".*\.([0-9]+)")
+
+
+def binlog_file_number(name: str) -> int:
+    """The sequence number of a binlog file name (``binlog.000042`` -> 42).
+
+    :raises ValueError: when the name has no numeric extension.
+    """
+    match = _BINLOG_FILE_RE.fullmatch(name) if isinstance(name, str) else None
+    if match is None:
+        raise ValueError(f"not a binlog file name: {name!r}")
+    return int(match[1])
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class MySqlPosition:
+    """Position of a MySQL/MariaDB event: binlog file number, start position of its rows event,
+    row inside that event.
+
+    Binlog coordinates of one server order every event (the binlog is written in commit order).
+    Snapshot rows of a chunk sit at ``(window end file, window end pos, 0)``: after every event
+    of the window (whose rows events start below the window end) and before any later one (a
+    later transaction's rows events start after its GTID/BEGIN event, i.e. above the window end).
+    The GTID of the transaction is carried in the event's ``source.gtid``, not in the position:
+    GTID sets are not totally ordered.
+    """
+
+    kind: ClassVar[str] = "mysql"
+    file_no: int
+    pos: int
+    row: int = 0
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.file_no < 1 << 32 and 0 <= self.pos < 1 << 64 and 0 <= self.row < 1 << 32):
+            raise ValueError(f"binlog position out of range: {self.file_no}/{self.pos}/{self.row}")
+
+    def sort_key(self) -> bytes:
+        return self.file_no.to_bytes(4, "big") + self.pos.to_bytes(8, "big") + self.row.to_bytes(4, "big")
+
+    @classmethod
+    def from_sort_key(cls, key: bytes) -> MySqlPosition:
+        return cls(int.from_bytes(key[:4], "big"), int.from_bytes(key[4:12], "big"),
+                   int.from_bytes(key[12:16], "big"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file_no": self.file_no, "pos": self.pos, "row": self.row}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MySqlPosition:
+        return cls(int(data["file_no"]), int(data["pos"]), int(data.get("row", 0)))
+
+    def __str__(self) -> str:
+        return f"{self.file_no:06d}:{self.pos}#{self.row}"

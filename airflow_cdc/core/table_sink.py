@@ -4,6 +4,8 @@ Sources hand over row images as tuples of *text* values (``bytes``/``str``, ``No
 NULL, any other object for "value not sent", e.g. PostgreSQL's unchanged-TOAST marker).
 Conversion to the Debezium encoding happens column-wise per piece, through the column codecs,
 so the per-event cost in Python is a few list appends.  Memory is bounded by the piece size.
+Compiled decoders hand over whole pieces column-wise instead (:class:`ColumnarPiece`); both
+routes meet in the same conversion and produce identical rows.
 """
 
 from __future__ import annotations
@@ -15,11 +17,16 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from airflow_cdc.core.errors import ProtocolError
 from airflow_cdc.core.events import POSITION_COLUMN, TRANSACTION_TYPE, envelope_schema, now_us
 
 
 class Codec(Protocol):
-    """Converts a column of text values into its Debezium-encoded Arrow array."""
+    """Converts a column of text values into its Debezium-encoded Arrow array.
+
+    A codec may also define ``convert_values(values: list) -> pa.Array``: the sink then hands it
+    the buffered values as they are (decoded Python values, ``None`` for NULL) instead of text.
+    """
 
     field: pa.Field
     placeholder: pa.Scalar | None
@@ -35,21 +42,54 @@ class SourceLayout:
     constants: dict[str, Any]
     varying: tuple[str, ...]
 
-    def build(self, n: int, varying_rows: list[tuple] | tuple) -> pa.StructArray:
-        """The ``source`` column: ``varying_rows`` per event, or one tuple shared by all ``n``."""
+    def build(self, n: int, varying_rows: list[tuple] | tuple | dict[str, pa.Array]) -> pa.StructArray:
+        """The ``source`` column: ``varying_rows`` per event, one tuple shared by all ``n``, or
+        the varying fields' arrays by name."""
         arrays = []
         index = {name: i for i, name in enumerate(self.varying)}
         shared = isinstance(varying_rows, tuple)
         for f in self.type:
             if f.name in index:
                 i = index[f.name]
-                if shared:
+                if isinstance(varying_rows, dict):
+                    arrays.append(varying_rows[f.name].cast(f.type))
+                elif shared:
                     arrays.append(pa.repeat(pa.scalar(varying_rows[i], type=f.type), n))
                 else:
                     arrays.append(pa.array([r[i] for r in varying_rows], type=f.type))
             else:
                 arrays.append(pa.repeat(pa.scalar(self.constants.get(f.name), type=f.type), n))
         return pa.StructArray.from_arrays(arrays, fields=list(self.type))
+
+
+@dataclass
+class RowImages:
+    """One row image (``before`` or ``after``) of a piece, column-wise.
+
+    ``present`` is false where the event has no such image; ``texts`` holds one string array
+    of text output per captured column (null for SQL NULL and for values not sent), or the
+    converted array for codecs with ``convert_values`` (sources that decode binary values);
+    ``unchanged`` marks per column the values not sent (``None``: none in this piece).
+    """
+
+    present: pa.BooleanArray
+    texts: list[pa.Array]
+    unchanged: list[pa.BooleanArray | None]
+
+
+@dataclass
+class ColumnarPiece:
+    """A piece of events given column-wise, as compiled decoders hand them over.
+
+    ``source`` holds the arrays of the layout's varying ``source`` fields by name.
+    """
+
+    ops: pa.Array
+    op_counts: dict[str, int]
+    positions: pa.Array
+    source: dict[str, pa.Array]
+    before: RowImages
+    after: RowImages
 
 
 @dataclass
@@ -157,20 +197,42 @@ class TableSink:
             self.flush()
 
     def _image(self, rows: list[tuple | None], want_unavailable: bool) -> tuple[pa.Array, list | None]:
-        n = len(rows)
-        valid = [r is not None for r in rows]
+        texts, unchanged = [], []
+        for idx in self._select:
+            try:
+                values = [r[idx] if r is not None else None for r in rows]
+            except IndexError:
+                raise ProtocolError(f"{self.rel_path}: a row image has fewer columns than the table "
+                                    f"(column index {idx})") from None
+            native = getattr(self._codecs[len(texts)], "convert_values", None)
+            if native is not None:  # sources that decode binary values themselves (MySQL binlog)
+                texts.append(native(values))
+                unchanged.append(None)
+                continue
+            text, mask = text_array(values)
+            texts.append(text)
+            unchanged.append(None if mask is None else pa.array(mask, type=pa.bool_()))
+        present = pa.array([r is not None for r in rows], type=pa.bool_())
+        return self._struct(RowImages(present, texts, unchanged), want_unavailable)
+
+    def _struct(self, image: RowImages, want_unavailable: bool) -> tuple[pa.Array, list | None]:
+        """Convert a row image's text columns into the row struct; also the names of the
+        columns not sent, per row, when ``want_unavailable`` and some were not sent."""
+        n = len(image.present)
         children: list[pa.Array] = []
         unavailable: list[list[str]] | None = None
-        for codec, idx in zip(self._codecs, self._select, strict=True):
-            text, mask = text_array([r[idx] if r is not None else None for r in rows])
+        for codec, text, mask in zip(self._codecs, image.texts, image.unchanged, strict=True):
+            if getattr(codec, "convert_values", None) is not None:  # already converted in _image
+                children.append(text)
+                continue
             arr = codec.convert(text)
             if mask is not None:
                 if codec.placeholder is not None:
-                    arr = pa.compute.if_else(pa.array(mask), codec.placeholder, arr)
+                    arr = pa.compute.if_else(mask, codec.placeholder, arr)
                 if want_unavailable:
                     unavailable = unavailable or [[] for _ in range(n)]
                     name = codec.field.name
-                    for i, m in enumerate(mask):
+                    for i, m in enumerate(mask.to_pylist()):
                         if m:
                             unavailable[i].append(name)
             children.append(arr)
@@ -178,7 +240,7 @@ class TableSink:
             a if a.type == f.type else a.cast(f.type) for a, f in zip(children, self._fields, strict=True)
         ]
         struct = pa.StructArray.from_arrays(
-            children, fields=self._fields, mask=pa.array([not v for v in valid])
+            children, fields=self._fields, mask=pa.compute.invert(image.present)
         )
         return struct, unavailable
 
@@ -191,16 +253,27 @@ class TableSink:
         before, _ = self._image([r[1] for r in rows], False)
         after, unavailable = self._image([r[2] for r in rows], True)
         positions, src, txn = self._expand(rows)
-        self._write(ops, before, after, positions, src, txn, unavailable)
+        counts = {op: ops.count(op) for op in set(ops)}
+        self._write(pa.array(ops, type=pa.string()), counts, before, after,
+                    pa.array(positions, type=pa.binary()), src, txn, unavailable)
         self._reset()
+
+    def write_piece(self, piece: ColumnarPiece) -> None:
+        """Write a piece given column-wise as one row group (after any buffered events)."""
+        self.flush()
+        before, _ = self._struct(piece.before, False)
+        after, unavailable = self._struct(piece.after, True)
+        self._write(piece.ops, piece.op_counts, before, after, piece.positions, piece.source, None,
+                    unavailable)
 
     def _write(
         self,
-        ops: list[str],
+        ops: pa.Array,
+        op_counts: dict[str, int],
         before: pa.Array,
         after: pa.Array,
-        positions: list[bytes],
-        src_rows: list[tuple] | tuple,
+        positions: pa.Array,
+        src_rows: list[tuple] | tuple | dict[str, pa.Array],
         txn: list[tuple | None] | None,
         unavailable: list | None,
     ) -> None:
@@ -226,7 +299,7 @@ class TableSink:
         )
         table = pa.Table.from_arrays(
             [
-                pa.array(ops, type=pa.string()),
+                ops,
                 pa.repeat(pa.scalar(ts_us // 1000, pa.int64()), n),
                 pa.repeat(pa.scalar(ts_us, pa.int64()), n),
                 pa.repeat(pa.scalar(ts_us * 1000, pa.int64()), n),
@@ -234,18 +307,18 @@ class TableSink:
                 after,
                 self._source.build(n, src_rows),
                 txn_arr,
-                pa.array(positions, type=pa.binary()),
+                positions,
                 unavail_arr,
             ],
             schema=self.schema,
         )
         self._writer.write_table(table, row_group_size=max(n, 1))
         self.rows += n
-        for op in set(ops):
-            self.ops[op] = self.ops.get(op, 0) + ops.count(op)
+        for op, count in op_counts.items():
+            self.ops[op] = self.ops.get(op, 0) + count
         if self.first_position is None:
-            self.first_position = positions[0]
-        self.last_position = positions[-1]
+            self.first_position = positions[0].as_py()
+        self.last_position = positions[n - 1].as_py()
 
     def write_columnar(
         self, op: str, columns: Sequence[pa.Array], position: bytes, source_values: tuple
@@ -263,7 +336,8 @@ class TableSink:
         ]
         after = pa.StructArray.from_arrays(children, fields=self._fields)
         row_type = pa.struct(self._fields)
-        self._write([op] * n, pa.nulls(n, row_type), after, [position] * n, source_values, None, None)
+        self._write(pa.array([op] * n, type=pa.string()), {op: n}, pa.nulls(n, row_type), after,
+                    pa.array([position] * n, type=pa.binary()), source_values, None, None)
 
     def close(self) -> PartInfo:
         """Flush and close the file; returns what the manifest records about this part."""

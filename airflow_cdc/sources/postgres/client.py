@@ -7,6 +7,9 @@ Passwords never appear in messages: we build the connection from parts and repor
 from __future__ import annotations
 
 import logging
+import queue
+import threading
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +71,47 @@ def connect(config: ConnectorConfig, *, autocommit: bool = True) -> psycopg.Conn
             f"cannot connect to PostgreSQL at {host}:{port}: "
             f"{text.splitlines()[0] if text else type(e).__name__}"
         ) from e
+
+
+def prefetch(cursor: psycopg.Cursor, size: int, depth: int = 2) -> Generator[list[Any], None, None]:
+    """Yield ``cursor.fetchmany(size)`` batches until exhausted, fetched by a helper thread.
+
+    The thread keeps up to ``depth`` batches ahead, so the server produces (and psycopg waits,
+    without the GIL) while the caller decodes the previous batch: on two cores both run at once.
+    Only the helper thread touches the cursor until it is done.  When the caller stops early
+    (an exception, or closing the generator), the thread finishes its current fetch and exits
+    before this generator returns, so the cursor can be closed safely afterwards.
+
+    :raises: whatever ``fetchmany`` raised, in the caller's thread, after the batches before it.
+    """
+    batches: queue.Queue[list[Any] | BaseException | None] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            while not stop.is_set():
+                batch = cursor.fetchmany(size)
+                batches.put(batch or None)
+                if not batch:
+                    return
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which re-raises it
+            batches.put(exc)
+
+    worker = threading.Thread(target=produce, name="airflow-cdc-prefetch", daemon=True)
+    worker.start()
+    try:
+        while (item := batches.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while worker.is_alive():  # unblock a producer waiting for queue space
+            try:
+                batches.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        worker.join()
 
 
 def check_server(conn: psycopg.Connection) -> dict[str, Any]:

@@ -1,10 +1,11 @@
 """Read one change window from the slot into a staged batch (the hot path).
 
 One streamed call of ``pg_logical_slot_peek_binary_changes`` per run (server-side cursor, fixed
-fetch size): peeking never consumes, and re-decodes from the slot's confirmed position on every
-call, so the slot is advanced only when the batch is committed.  The window covers every
-transaction whose commit record starts below the window end; the next window starts there.
-Transactions below the stored offset (the slot was not advanced after a commit) are skipped.
+fetch size, batches fetched ahead by a helper thread while this one decodes): peeking never
+consumes, and re-decodes from the slot's confirmed position on every call, so the slot is
+advanced only when the batch is committed.  The window covers every transaction whose commit
+record starts below the window end; the next window starts there.  Transactions below the stored
+offset (the slot was not advanced after a commit) are skipped.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +30,8 @@ from airflow_cdc.core.progress import Progress
 from airflow_cdc.core.snapshot import ChunkTracker
 from airflow_cdc.sources.postgres import protocol as proto
 from airflow_cdc.sources.postgres import sql as q
+from airflow_cdc.sources.postgres.client import prefetch
+from airflow_cdc.sources.postgres.columnar import native_decoder, to_piece
 from airflow_cdc.sources.postgres.tables import SOURCE_TYPE, RelationState, source_constants
 
 log = logging.getLogger(__name__)
@@ -73,6 +77,13 @@ class WindowReader:
         self.consts = source_constants(connector_name, dbname)
         self.messages: list[dict[str, Any]] = []
         self.tracked = tracker.tables() if tracker else frozenset()
+        # the compiled decoder takes the row changes of relations whose events need no per-event
+        # Python work (no snapshot key tracking, no transaction blocks); None: pure Python only
+        self.native = None if provide_txn else native_decoder(writer.piece_rows, skipped)
+        self.native_rels: dict[int, RelationState] = {}
+        self.events = 0
+        self.last_commit_end: int | None = None
+        self.last_nontx: int | None = None
 
     def read(
         self,
@@ -86,61 +97,111 @@ class WindowReader:
         """Stream the window ``[from_lsn, upto_lsn)`` (at most ``max_events`` rows, whole transactions)."""
         res = WindowResult(end_lsn=upto_lsn)
         progress = Progress("change window", total=max(upto_lsn - from_lsn, 1), unit="WAL bytes")
-        rows = events = 0
-        last_commit_end = last_nontx = None
+        rows = 0
         st = _TxnState()
         with conn.transaction(), conn.cursor(name="airflow_cdc_window", binary=True) as cur:
             cur.execute(q.peek_changes(slot, format_pg_lsn(upto_lsn), max_events, publication))
-            while True:
-                batch = cur.fetchmany(FETCH_ROWS)
-                if not batch:
-                    break
-                rows += len(batch)
-                for change_lsn, data in batch:
-                    kind = data[0]
-                    if kind == _C:
-                        commit = _decode(data)
-                        if st.active:
-                            res.transactions += 1
-                            res.last_commit_lsn, res.last_xid = st.commit_lsn, st.xid
-                            res.last_commit_ts_us = st.ts_us
-                        last_commit_end = commit.end_lsn
-                        st.active = False
-                    elif kind == _B:
-                        begin = _decode(data)
-                        st.begin(begin, from_lsn, res.last_commit_lsn)
-                    elif kind == _I or kind == _U or kind == _D:
-                        if st.active:
-                            events += self._change(data, kind, change_lsn, st)
-                    elif kind == _R:
-                        rel = _decode(data)
-                        self._relation(rel)
-                    elif kind == _T:
-                        if st.active:
-                            self._truncate(_decode(data), change_lsn, st, res)
-                    elif kind == _M:
-                        msg = _decode(data)
-                        if not msg.transactional:
-                            last_nontx = msg.lsn
-                        self._message(msg, change_lsn, st, from_lsn, res)
-                    elif kind not in (_Y, _O):
-                        raise ProtocolError(
-                            f"unexpected pgoutput message type {chr(kind)!r} at {format_pg_lsn(change_lsn)}"
-                        )
-                progress.update(rows=events, done=max(0, batch[-1][0] - from_lsn))
-                failpoint("mid_window")
+            # closed explicitly: the fetching thread must be gone before the cursor closes
+            with closing(prefetch(cur, FETCH_ROWS)) as batches:
+                for batch in batches:
+                    rows += len(batch)
+                    self.consume(batch, st, res, from_lsn)
+                    progress.update(rows=self._events(), done=max(0, batch[-1][0] - from_lsn))
+                    failpoint("mid_window")
+        self.drain_all()
         if rows >= max_events:
             res.bounded = True
-            ends = [x for x in (last_commit_end, None if last_nontx is None else last_nontx + 1) if x]
+            nontx_end = None if self.last_nontx is None else self.last_nontx + 1
+            ends = [x for x in (self.last_commit_end, nontx_end) if x]
             res.end_lsn = max(ends) if ends else upto_lsn
             self.messages = [m for m in self.messages if not (m["_nontx"] and m["_lsn"] >= res.end_lsn)]
         self._flush_messages()
-        res.events += events
+        res.events += self._events()
         res.per_table.update(self.writer.op_counts("stream"))
         progress.finish(rows=res.events)
         return res
 
+    def _events(self) -> int:
+        return self.events + (self.native.events if self.native is not None else 0)
+
+    def consume(self, batch: list[tuple[int, bytes]], st: _TxnState, res: WindowResult,
+                from_lsn: int) -> None:
+        """Decode one fetched batch of ``(lsn, data)`` rows, in order.
+
+        The compiled decoder takes the row changes it can; every other row (and any row it finds
+        malformed) goes through :meth:`dispatch`, with the transaction's event counter handed
+        back and forth so both number events alike.
+        """
+        native = self.native
+        if native is None:
+            for change_lsn, data in batch:
+                self.dispatch(change_lsn, data, st, res, from_lsn)
+            return
+        i, n = 0, len(batch)
+        while i < n:
+            i = native.feed(batch, i)
+            if native.full is not None:
+                self._drain(native.full)
+            elif i < n:
+                st.seq = native.seq
+                change_lsn, data = batch[i]
+                self.dispatch(change_lsn, data, st, res, from_lsn)
+                native.set_txn(st.active, st.commit_lsn, st.ts_us, st.xid,
+                               st.prev_commit if st.prev_commit != "" else None, st.seq)
+                i += 1
+
+    def dispatch(self, change_lsn: int, data: bytes, st: _TxnState, res: WindowResult, from_lsn: int) -> None:
+        """Decode one pgoutput message of the window (the pure-Python path).
+
+        :raises ProtocolError: the message is malformed or of an unexpected type.
+        """
+        kind = data[0] if data else -1
+        if kind == _C:
+            commit = _decode(data)
+            if st.active:
+                res.transactions += 1
+                res.last_commit_lsn, res.last_xid = st.commit_lsn, st.xid
+                res.last_commit_ts_us = st.ts_us
+            self.last_commit_end = commit.end_lsn
+            st.active = False
+        elif kind == _B:
+            st.begin(_decode(data), from_lsn, res.last_commit_lsn)
+        elif kind == _I or kind == _U or kind == _D:
+            if st.active:
+                self.events += self._change(data, kind, change_lsn, st)
+        elif kind == _R:
+            self._relation(_decode(data))
+        elif kind == _T:
+            if st.active:
+                self._truncate(_decode(data), change_lsn, st, res)
+        elif kind == _M:
+            msg = _decode(data)
+            if not msg.transactional:
+                self.last_nontx = msg.lsn
+            self._message(msg, change_lsn, st, from_lsn, res)
+        elif kind not in (_Y, _O):
+            shown = repr(chr(kind)) if kind >= 0 else "(empty)"
+            raise ProtocolError(f"unexpected pgoutput message type {shown} at {format_pg_lsn(change_lsn)}")
+
+    def drain_all(self) -> None:
+        """Write every event the compiled decoder still buffers (end of the window)."""
+        for relid in list(self.native_rels):
+            self._drain(relid)
+
+    def _drain(self, relid: int) -> None:
+        """Write the compiled decoder's buffered events of a relation (keeps event order)."""
+        taken = self.native.take(relid)  # type: ignore[union-attr]
+        if taken is not None:
+            rs = self.native_rels[relid]
+            sink = rs.sink or rs.open_sink(self.writer, expand=expand_events)
+            sink.write_piece(to_piece(taken))
+
     def _relation(self, rel: proto.Relation) -> None:
+        if rel.relid in self.native_rels:
+            self._drain(rel.relid)
+            del self.native_rels[rel.relid]
+        if self.native is not None:
+            self.native.unregister(rel.relid)
         old = self.rels.get(rel.relid)
         state = self._relation_state(rel)
         if old is not None and old.sink is not None and old.signature != state.signature:
@@ -148,29 +209,42 @@ class WindowReader:
         elif old is not None and old.signature == state.signature:
             state = old
         self.rels[rel.relid] = state
+        if self.native is None:
+            return
+        if not state.included:  # changes of tables not captured are skipped unread either way
+            self.native.register(rel.relid, (), True)
+        elif state.name not in self.tracked:
+            self.native.register(rel.relid, state.select)
+            self.native_rels[rel.relid] = state
 
     def _change(self, data: bytes, kind: int, change_lsn: int, st: _TxnState) -> int:
         """Decode an Insert/Update/Delete without building message objects (hot path)."""
-        rs = self.rels.get(_U32(data, 1)[0])
-        if rs is None or not rs.included:
-            return 0
-        marker = data[5]
-        if kind == _I:
-            op, before = "c", None
-            after = parse_tuple(data, 6)[0] if marker == _N else _bad(data, change_lsn)
-        elif kind == _U:
-            op = "u"
-            if marker == _N:
-                before, after = None, parse_tuple(data, 6)[0]
+        try:
+            relid = _U32(data, 1)[0]
+            rs = self.rels.get(relid)
+            if rs is None or not rs.included:
+                return 0
+            marker = data[5]
+            if kind == _I:
+                op, before = "c", None
+                after = parse_tuple(data, 6)[0] if marker == _N else _bad(data, change_lsn)
+            elif kind == _U:
+                op = "u"
+                if marker == _N:
+                    before, after = None, parse_tuple(data, 6)[0]
+                else:
+                    before, off = parse_tuple(data, 6) if marker in (_K, _O) else _bad(data, change_lsn)
+                    marker = data[off] if off < len(data) else -1
+                    after = parse_tuple(data, off + 1)[0] if marker == _N else _bad(data, change_lsn)
             else:
-                before, off = parse_tuple(data, 6) if marker in (_K, _O) else _bad(data, change_lsn)
-                after = parse_tuple(data, off + 1)[0] if data[off] == _N else _bad(data, change_lsn)
-        else:
-            op, after = "d", None
-            before = parse_tuple(data, 6)[0] if marker in (_K, _O) else _bad(data, change_lsn)
+                op, after = "d", None
+                before = parse_tuple(data, 6)[0] if marker in (_K, _O) else _bad(data, change_lsn)
+        except (IndexError, struct.error):
+            raise ProtocolError(f"truncated pgoutput {chr(data[0])!r} message of {len(data)} bytes "
+                                f"at {format_pg_lsn(change_lsn)}") from None
         if op in self.skipped:
             return 0
-        self._emit(rs, op, before, after, change_lsn, st)
+        self._emit(relid, rs, op, before, after, change_lsn, st)
         if rs.name in self.tracked:
             for image in (before, after):
                 if image is not None:
@@ -179,8 +253,10 @@ class WindowReader:
                         self.tracker.observe(rs.name, key, st.xid)  # type: ignore[union-attr]
         return 1
 
-    def _emit(self, rs: RelationState, op: str, before: tuple | None, after: tuple | None, change_lsn: int,
-              st: _TxnState) -> None:
+    def _emit(self, relid: int, rs: RelationState, op: str, before: tuple | None, after: tuple | None,
+              change_lsn: int, st: _TxnState) -> None:
+        if relid in self.native_rels:
+            self._drain(relid)  # the compiled decoder's earlier events of this table go first
         st.seq += 1
         block = st.txn_block(rs.name) if self.provide_txn else None
         sink = rs.sink or rs.open_sink(self.writer, expand=expand_events)
@@ -195,7 +271,7 @@ class WindowReader:
                 self.tracker.observe_truncate(rs.name, st.xid)  # type: ignore[union-attr]
             if "t" in self.skipped:
                 continue
-            self._emit(rs, "t", None, None, change_lsn, st)
+            self._emit(relid, rs, "t", None, None, change_lsn, st)
             res.events += 1
 
     def _message(
@@ -267,6 +343,7 @@ class _TxnState:
         self.active = False
         self.prev_commit: int | str = ""
         self.seq = 0
+        self.xid = self.commit_lsn = self.ts_us = 0
 
     def begin(self, begin: proto.Begin, from_lsn: int, last_commit: int | None) -> None:
         # final_lsn is the commit record's start: below the offset means already committed

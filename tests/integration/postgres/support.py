@@ -9,11 +9,13 @@ from typing import Any
 import psycopg
 import pyarrow as pa
 
-from airflow_cdc.core.batch import list_batches
-from airflow_cdc.core.pipeline import build_capture, build_config
+from airflow_cdc.core.pipeline import build_config
 from airflow_cdc.sources.postgres import sql as q
 from airflow_cdc.sources.postgres.source import PostgresSource, _parse_csv
 from tests.support.oracle import ReferenceApplier
+from tests.support.pipeline import assert_rows_equal, replay, run_capture
+
+__all__ = ["assert_converged", "pipeline", "replay", "run_capture", "source_rows"]
 
 
 def pipeline(db: Any, staging: Path, **props: Any) -> dict[str, Any]:
@@ -25,16 +27,6 @@ def pipeline(db: Any, staging: Path, **props: Any) -> dict[str, Any]:
             "staging.path": str(staging), "slot.name": f"slot_{db.name}", "publication.name": f"pub_{db.name}"}
     base.update({k.replace("__", "."): v for k, v in props.items()})
     return base
-
-
-def run_capture(config: dict[str, Any], commit: bool = True, signals: list | None = None) -> Any:
-    return build_capture(config).run(signals=signals, commit=commit)
-
-
-def replay(config: dict[str, Any]) -> ReferenceApplier:
-    oracle = ReferenceApplier()
-    oracle.apply_batches(list_batches(config["staging.path"], config["name"]))
-    return oracle
 
 
 def source_rows(config: dict[str, Any], table: str) -> dict[tuple, dict[str, Any]]:
@@ -67,12 +59,5 @@ def assert_converged(config: dict[str, Any], tables: list[str]) -> ReferenceAppl
     oracle = replay(config)
     for table in tables:
         expected = source_rows(config, table)
-        got = oracle.rows(table)
-        missing = expected.keys() - got.keys()
-        extra = got.keys() - expected.keys()
-        wrong = [k for k in expected.keys() & got.keys() if expected[k] != got[k]]
-        assert not missing and not extra and not wrong, (
-            f"{table}: {len(missing)} missing, {len(extra)} extra, {len(wrong)} different of {len(expected)}; "
-            f"e.g. missing {sorted(missing)[:3]}, extra {sorted(extra)[:3]}, "
-            f"different {[(k, expected[k], got[k]) for k in wrong[:2]]}")
+        assert_rows_equal(table, expected, oracle.rows(table))
     return oracle

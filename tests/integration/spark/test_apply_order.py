@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 
 import pytest
 
 from airflow_cdc.apply.submit import build_apply_job
 from airflow_cdc.core.batch import list_batches
+from spark_jobs.cdc_apply import delta_log
 from spark_jobs.cdc_apply.job import ApplySettings, apply_batch
-from spark_jobs.cdc_apply.layout import table_path
+from spark_jobs.cdc_apply.layout import app_id, table_path
 from tests.integration.postgres.support import pipeline, run_capture
 from tests.integration.spark.test_apply_basic import _exec, assert_silver_matches
 
@@ -91,14 +93,7 @@ def test_out_of_order_and_repeated_applies_converge(spark, pg_db, tmp_path):
         assert _state(spark, shuffled, config, table) == _state(spark, in_order, config, table), table
     big = spark.read.format("delta").load(table_path(in_order, "silver", config["name"], "public.o"))
     assert big.where("id = 30").collect()[0]["big"] == BIG, "unchanged TOAST value must be kept"
-    bronze = spark.read.format("delta").load(table_path(shuffled, "bronze", config["name"], "public.o"))
-    assert (
-        bronze.count()
-        == bronze.select("__position").distinct().count()
-        == sum(
-            b.manifest["tables"]["public.o"]["rows"] for b in batches if "public.o" in b.manifest["tables"]
-        )
-    )
+    assert_bronze_exact(spark, shuffled, config, batches)
 
 
 def test_soft_delete_keeps_flagged_rows(spark, pg_db, tmp_path):
@@ -132,11 +127,15 @@ def test_sigkill_mid_apply_then_rerun(spark, pg_db, tmp_path):
     for b in batches[:-1]:
         apply_batch(spark, str(b.path), target)
     job = build_apply_job(batches[-1].path, target)
-    env = dict(os.environ, AIRFLOW_CDC_FAILPOINTS="apply_after_tombstones")
+    env = dict(os.environ, **job.env, AIRFLOW_CDC_FAILPOINTS="apply_after_tombstones")
     proc = subprocess.run(
         job.command("local[1]"), env=env, start_new_session=True, capture_output=True, timeout=600
     )
-    assert proc.returncode != 0, proc.stdout.decode()[-2000:]
+    assert proc.returncode == -signal.SIGKILL, (proc.stdout + proc.stderr).decode()[-3000:]
+    bronze_last = table_path(target, "bronze", config["name"], "public.o")
+    assert delta_log.has_applied(bronze_last, app_id(config["name"], batches[-1].batch_id)), "killed too early"
+    assert not delta_log.has_applied(table_path(target, "silver", config["name"], "public.o"),
+                                     app_id(config["name"], batches[-1].batch_id)), "killed too late"
     apply_batch(spark, str(batches[-1].path), target)
     apply_batch(spark, str(batches[-1].path), target)
     for table in ("public.o", "public.t"):

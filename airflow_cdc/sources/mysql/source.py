@@ -1,0 +1,318 @@
+"""The MySQL / MariaDB change source: binlog windows, schema history, chunked snapshots.
+
+Offsets are JSON: ``{"file", "pos", "gtids", "server_id"}``.  Inside a run, binlog coordinates
+are one integer (file number << 32 | position) so the source-independent capture can compare
+them.  The window is read as a replica (non-blocking binlog dump) from the committed
+coordinate to the head read at the start of the run.  Nothing is acknowledged on the server:
+the binlog is kept by the server's own retention, and a purged offset is detected at start.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_cdc.core.batch import BatchWriter, list_batches
+from airflow_cdc.core.config import ConnectorConfig, skipped_ops
+from airflow_cdc.core.errors import OffsetUnavailable, SchemaError, ServerMisconfigured
+from airflow_cdc.core.events import now_us
+from airflow_cdc.core.filters import IncludeExclude, TableFilter
+from airflow_cdc.core.position import MySqlPosition, binlog_file_number
+from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot
+from airflow_cdc.sources.mysql import client, snapshot
+from airflow_cdc.sources.mysql.schema import SchemaHistory, load_tables
+from airflow_cdc.sources.mysql.stream import WindowReader, WindowResult
+from airflow_cdc.sources.mysql.tables import TableResolver, TableState, source_constants
+from airflow_cdc.sources.mysql.types import Modes
+
+log = logging.getLogger(__name__)
+
+
+class MySqlSource:
+    """One MySQL or MariaDB server captured from its binlog."""
+
+    kind = "mysql"
+
+    def __init__(self, config: ConnectorConfig) -> None:
+        self.config, self.name = config, config["name"]
+        self.filters = TableFilter(config)
+        self.modes = Modes(
+            config["decimal.handling.mode"],
+            config["time.precision.mode"],
+            config["bigint.unsigned.handling.mode"],
+            config["binary.handling.mode"],
+            _tinyint_boolean(config),
+            config["include.unknown.datatypes"],
+        )
+        self.gtid_filter = IncludeExclude(
+            "gtid.source.includes",
+            config["gtid.source.includes"],
+            "gtid.source.excludes",
+            config["gtid.source.excludes"],
+        )
+        self.conn: Any = None
+        self.history = SchemaHistory()
+        self.files: dict[int, str] = {}
+        self._start: tuple[str, int, str] = ("", 0, "")
+        self._head_gtids = ""
+        self._tables: dict[str, Any] = {}
+        self._snapshot_sinks: dict[tuple, Any] = {}
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def open(self) -> None:
+        """Connect, check the server settings and privileges, list captured tables."""
+        self.conn = client.connect(self.config)
+        self.info = client.check_server(self.conn)
+        self.flavour = self.info.flavour
+        client.check_privileges(self.conn, self.flavour)
+        tables = load_tables(self.conn)
+        self._tables = {n: t for n, t in tables.items() if self.filters.includes_table(_tid(t))}
+        self.resolver = TableResolver(
+            self.conn,
+            self.filters,
+            self.modes,
+            self.history,
+            source_constants(self.config["topic.prefix"] or self.name),
+            self.flavour.json_decoder(),
+            self.config["inconsistent.schema.handling.mode"],
+            self.files,
+        )
+        for tdef in self._tables.values():
+            self.resolver.build(tdef)  # no key / unsupported type: fail before anything is read
+        self._snapshot_sinks = {}
+
+    def restore_state(self, data: dict[str, Any]) -> None:
+        """Load the schema history kept in the connector state."""
+        self.history.__init__(data.get("schema_history"))  # type: ignore[misc]
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"schema_history": self.history.to_json()}
+
+    def heartbeat(self) -> None:
+        sql = self.config["heartbeat.action.query"]
+        if sql and self.conn is not None:
+            client.query(self.conn, sql)  # the operator's own SQL, by definition
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def tables(self) -> list[str]:
+        return sorted(self._tables)
+
+    # -- offsets ----------------------------------------------------------------------------
+    def _coord(self, file: str, pos: int) -> int:
+        self.files[binlog_file_number(file)] = file
+        return client.coordinate(file, pos)
+
+    def start_offset(self, offset: dict[str, Any] | None, when_needed: bool) -> tuple[int, str | None]:
+        """Resolve the window start; check the stored position is still in the binlog.
+
+        :raises OffsetUnavailable: the stored binlog file was purged and ``snapshot.mode`` is not
+            ``when_needed``.
+        """
+        file, pos, gtids = client.head(self.conn, self.flavour)
+        self._coord(file, pos)
+        self._head_gtids = gtids
+        reason = None
+        if offset is None:
+            offset = self._uncommitted_start()
+            reason = "no stored offset"
+        if offset is not None:
+            available = client.binlog_files(self.conn)
+            if offset["file"] in available:
+                self._start = (offset["file"], int(offset["pos"]), offset.get("gtids") or "")
+                start = self._coord(offset["file"], int(offset["pos"]))
+                self._init_history(start, only_missing=reason is None)
+                return start, reason
+            problem = (
+                f"binlog file {offset['file']} of the stored offset is no longer on the server "
+                f"(oldest: {available[0] if available else 'none'}); the binlog was purged"
+            )
+            if reason is not None:
+                pass  # an uncommitted first batch's start is gone: start at the head
+            elif not when_needed:
+                raise OffsetUnavailable(
+                    f"{problem}: changes since {offset['file']}:{offset['pos']} cannot be read"
+                )
+            else:
+                log.warning(
+                    "%s; snapshot.mode=when_needed: restarting from the head and re-snapshotting", problem
+                )
+                reason = problem
+        self._start = (file, pos, gtids)
+        start = self._coord(file, pos)
+        self.history.versions.clear()
+        self._init_history(start, only_missing=False)
+        return start, reason or "no stored offset"
+
+    def _uncommitted_start(self) -> dict[str, Any] | None:
+        """The start of the oldest published batch when nothing was committed yet.
+
+        Without a stored offset a window starts at the head; a first batch that was staged (and
+        maybe applied) but never committed must be re-captured from the same start, or the changes
+        between its end and a later head would be missing from every batch.
+        """
+        for batch in list_batches(self.config["staging.path"], self.name):
+            start = batch.manifest.get("from_offset") or {}
+            if "file" in start and "pos" in start:
+                return dict(start)
+        return None
+
+    def _init_history(self, coord: int, only_missing: bool) -> None:
+        for name, tdef in self._tables.items():
+            if not only_missing or name not in self.history.versions:
+                self.history.record(name, coord, tdef)
+        self.history.prune(coord)
+
+    def head(self) -> tuple[int, int]:
+        file, pos, gtids = client.head(self.conn, self.flavour)
+        self._head_gtids = gtids
+        coord = self._coord(file, pos)
+        return coord, coord
+
+    def wait_flushed(self, lsn: int, timeout: float = 10.0) -> int:
+        deadline = time.monotonic() + timeout
+        while True:
+            coord, _ = self.head()
+            if coord >= lsn:
+                return coord
+            if time.monotonic() > deadline:
+                raise ServerMisconfigured(f"binlog did not reach coordinate {lsn} within {timeout}s")
+            time.sleep(0.01)
+
+    def offset_at(
+        self, lsn: int, window: WindowResult | None, previous: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """The JSON offset of coordinate ``lsn`` (the window end, or the start before any window)."""
+        if window is not None:
+            gtids = window.gtids
+        elif previous is not None:
+            gtids = previous.get("gtids", "")
+        else:
+            gtids = self._start[2]
+        return {
+            "file": self.resolver.file_name(lsn >> 32),
+            "pos": lsn & 0xFFFFFFFF,
+            "gtids": gtids,
+            "server_id": self.info.server_id,
+        }
+
+    def acknowledge(self, offset: dict[str, Any]) -> None:
+        """Nothing to release: the server keeps its binlog by its own retention settings."""
+
+    # -- snapshot chunks --------------------------------------------------------------------
+    def table_state(self, table: str) -> TableState:
+        return self.resolver.build(self._tables[table])
+
+    def read_chunks(self, pending: list[TableSnapshot], max_rows: int, chunk_size: int) -> list[ChunkRead]:
+        chunks: list[ChunkRead] = []
+        budget = max_rows
+        for snap in pending:
+            if snap.table not in self._tables:
+                log.warning("snapshot of %s skipped: table is not captured (filters or dropped)", snap.table)
+                continue
+            cursor = snap.last_key
+            while budget > 0:
+                chunk = self._read_chunk(snap, cursor, min(chunk_size, budget))
+                chunks.append(chunk)
+                budget -= max(chunk.data.num_rows, 1)
+                cursor = chunk.next_cursor()
+                if chunk.last:
+                    break
+            if budget <= 0:
+                break
+        return chunks
+
+    def _read_chunk(self, snap: TableSnapshot, cursor: list | None, limit: int) -> ChunkRead:
+        for attempt in range(3):
+            tdef = self._tables[snap.table]
+            state = self.table_state(snap.table)
+            try:
+                return snapshot.read_chunk(
+                    self.conn,
+                    self.flavour.snapshot_watermark_sql(),
+                    tdef,
+                    snap,
+                    cursor,
+                    state.key_columns,
+                    limit,
+                    self.flavour.status_sql,
+                )
+            except Exception as e:
+                if not snapshot.is_missing_column(e) or attempt == 2:
+                    raise
+                log.info("table %s changed during a chunk read; reloading its structure", snap.table)
+                fresh = load_tables(self.conn, names=[(tdef.db, tdef.table)])
+                if snap.table not in fresh:
+                    raise SchemaError(f"table {snap.table} was dropped during its snapshot") from e
+                self._tables[snap.table] = fresh[snap.table]
+        raise AssertionError("unreachable")
+
+    def reflects(self, watermark: snapshot.Watermark, txn_start: int) -> bool:
+        return watermark.coord is not None and txn_start < watermark.coord
+
+    def write_snapshot_rows(
+        self, writer: BatchWriter, chunk: ChunkRead, rows: pa.Table, end_lsn: int
+    ) -> None:
+        """Append a chunk's surviving rows as ``op=r`` positioned at the window end."""
+        assert isinstance(chunk, snapshot.MySqlChunk)
+        state = self.table_state(chunk.snapshot.table)
+        key = (id(writer), state.name, state.signature)
+        sink = self._snapshot_sinks.get(key)
+        if sink is None or sink.closed:
+            sink = self._snapshot_sinks[key] = state.open_sink(writer, "snapshot")
+        position = MySqlPosition(end_lsn >> 32, end_lsn & 0xFFFFFFFF, 0).sort_key()
+        ts_ms = now_us() // 1000
+        src = (
+            ts_ms,
+            self.info.server_id,
+            None,
+            self.resolver.file_name(end_lsn >> 32),
+            end_lsn & 0xFFFFFFFF,
+            0,
+            None,
+            None,
+        )
+        for i in rows.column("__row").to_pylist():
+            sink.append("r", None, chunk.rows[i], position, src)
+
+    # -- the change window ------------------------------------------------------------------
+    def read_window(
+        self, from_lsn: int, upto_lsn: int, writer: BatchWriter, tracker: ChunkTracker | None, max_events: int
+    ) -> WindowResult:
+        start_file = self.resolver.file_name(from_lsn >> 32)
+        options = {
+            "skipped": skipped_ops(self.config),
+            "provide_txn": self.config["provide.transaction.metadata"],
+            "include_query": self.config["include.query"],
+            "gtid_filter": self.gtid_filter,
+        }
+        reader = WindowReader(self.resolver, self.flavour, writer, tracker, options)
+        if upto_lsn <= from_lsn:
+            return WindowResult(from_lsn, start_file, self._start[2] or self._head_gtids)
+        stream = client.BinlogStream(
+            self.config, self.info, start_file, from_lsn & 0xFFFFFFFF, self.config["include.query"]
+        )
+        try:
+            result = reader.read(stream, start_file, from_lsn, upto_lsn, self._start[2], max_events)
+        finally:
+            stream.close()
+        if not self.config["include.schema.changes"]:
+            result.manifest_extra = {}
+        self.history.prune(from_lsn)
+        return result
+
+
+def _tid(tdef: Any) -> Any:
+    from airflow_cdc.core.filters import TableId
+
+    return TableId(tdef.db, tdef.table)
+
+
+def _tinyint_boolean(config: ConnectorConfig) -> bool:
+    return "TinyIntOneToBooleanConverter" in str(config["boolean.type"] or "")

@@ -1,0 +1,262 @@
+"""Read one binlog window into a staged batch (the hot path).
+
+The window runs from the committed coordinate to the head read at the start of the run; it
+ends on a transaction boundary (``run.max.events`` bounds it at the first commit past the
+limit).  Row images are decoded by generated readers (:mod:`rowcodec`) with the structure that
+applied when they were written (:class:`TableResolver`), buffered per table and converted
+column-wise by the table sinks.  DDL statements update the schema history and become schema
+change events; ``TRUNCATE`` becomes an ``op=t`` event.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_cdc.core.batch import BatchWriter
+from airflow_cdc.core.failpoints import failpoint
+from airflow_cdc.core.position import binlog_file_number
+from airflow_cdc.core.progress import Progress
+from airflow_cdc.core.snapshot import ChunkTracker
+from airflow_cdc.sources.mysql import protocol as p
+from airflow_cdc.sources.mysql.client import BinlogStream
+from airflow_cdc.sources.mysql.flavour import Flavour, GtidSet
+from airflow_cdc.sources.mysql.tables import TableResolver, TableState
+from airflow_cdc.sources.mysql.types import key_text
+
+log = logging.getLogger(__name__)
+_HEADER = p.HEADER.unpack_from
+_POS = struct.Struct(">IQI").pack
+_ROWS = p.ROWS_TYPES
+_BEGIN, _COMMIT = "BEGIN", "COMMIT"
+
+
+@dataclass
+class WindowResult:
+    end_lsn: int
+    end_file: str
+    gtids: str
+    events: int = 0
+    transactions: int = 0
+    bounded: bool = False
+    messages: int = 0
+    last_commit_lsn: int | None = None
+    per_table: dict[str, dict[str, int]] = field(default_factory=dict)
+    manifest_extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _Txn:
+    __slots__ = ("active", "start", "gtid", "info", "seq", "per_table", "id", "standalone", "query")
+
+    def __init__(self) -> None:
+        self.active, self.start, self.seq, self.standalone = False, 0, 0, False
+        self.gtid: str | None = None
+        self.info: tuple = ()
+        self.per_table: dict[str, int] = {}
+        self.id = ""
+        self.query: str | None = None
+
+    def block(self, table: str) -> tuple[str, int, int]:
+        self.per_table[table] = n = self.per_table.get(table, 0) + 1
+        return (self.id, self.seq, n)
+
+
+def expand_events(rows: list[tuple]) -> tuple[list[bytes], list[tuple], list | None]:
+    """Positions, ``source`` values and transaction blocks for a piece of buffered events.
+
+    A row is ``(op, before, after, info, pos, row, block)``; ``info`` is shared by a transaction's
+    events: ``(ts_ms, server_id, gtid, file, file_no, thread, query)``.
+    """
+    positions = [_POS(r[3][4], r[4], r[5]) for r in rows]
+    source = [(i[0], i[1], i[2], i[3], r[4], r[5], i[5], i[6]) for r in rows for i in (r[3],)]
+    return positions, source, [r[6] for r in rows]
+
+
+class WindowReader:
+    """Decodes binlog events of one window and appends change events to the batch."""
+
+    def __init__(
+        self,
+        resolver: TableResolver,
+        flavour: Flavour,
+        writer: BatchWriter,
+        tracker: ChunkTracker | None,
+        options: dict[str, Any],
+    ) -> None:
+        self.resolver, self.flavour, self.writer, self.tracker = resolver, flavour, writer, tracker
+        self.skipped: frozenset[str] = options["skipped"]
+        self.provide_txn, self.include_query = options["provide_txn"], options["include_query"]
+        self.gtid_filter = options["gtid_filter"]
+        self.tracked = tracker.tables() if tracker else frozenset()
+        self.maps: dict[int, TableState | None] = {}
+        self.schema_changes: list[dict[str, Any]] = []
+
+    def read(
+        self, stream: BinlogStream, file: str, from_lsn: int, upto_lsn: int, gtids: str, max_events: int
+    ) -> WindowResult:
+        """Stream the window ``[from_lsn, upto_lsn)``: at most ``max_events`` rows, whole transactions."""
+        res = WindowResult(upto_lsn, file, gtids)
+        gset = GtidSet(gtids)
+        progress = Progress("binlog window", total=max(upto_lsn - from_lsn, 1), unit="binlog bytes")
+        file_no, txn, events, n = binlog_file_number(file), _Txn(), 0, 0
+        gtid_type = self.flavour.gtid_event
+        while True:
+            data = stream.read()
+            if data is None:
+                break
+            _, etype, server_id, size, log_pos, _ = _HEADER(data, 0)
+            if etype == p.ROTATE:
+                rot = p.parse_rotate(data[p.HEADER_SIZE :])
+                file, file_no = rot.next_file, binlog_file_number(rot.next_file)
+                continue
+            if not log_pos:
+                continue  # artificial events (format description resent at the start)
+            start = (file_no << 32) | (log_pos - size)
+            if start >= upto_lsn:
+                break
+            if etype in _ROWS:
+                if txn.active:
+                    events += self._rows(data, etype, file_no, log_pos - size, txn)
+            elif etype == p.TABLE_MAP:
+                tm = p.parse_table_map(data[p.HEADER_SIZE :])
+                self.maps[tm.table_id] = self.resolver.state_for(tm, start, self.writer)
+            elif etype == gtid_type:
+                gtid, standalone = self.flavour.parse_gtid(p.parse_header(data), data[p.HEADER_SIZE :])
+                gset.add(gtid)
+                self._begin(txn, start, gtid, data, server_id, file, file_no, standalone)
+            elif etype == p.XID:
+                self._commit(txn, res, (file_no << 32) | log_pos)
+            elif etype == p.QUERY:
+                self._query(data, txn, res, start, server_id, file, file_no, (file_no << 32) | log_pos)
+            elif etype == p.MARIA_ANNOTATE_ROWS or etype == p.ROWS_QUERY:
+                if self.include_query:
+                    body = data[p.HEADER_SIZE + (1 if etype == p.ROWS_QUERY else 0) :]
+                    txn.query = body.decode("utf-8", "replace")
+                    txn.info = txn.info[:6] + (txn.query,)
+            elif etype in (p.TRANSACTION_PAYLOAD, p.PARTIAL_UPDATE) or etype in p.MARIA_COMPRESSED:
+                raise self.resolver.unsupported_event(etype, file, log_pos - size)
+            n += 1
+            if n % 50_000 == 0:
+                progress.update(rows=events, done=max(0, start - from_lsn))
+                failpoint("mid_window")
+            if not txn.start and events >= max_events and res.last_commit_lsn is not None:
+                res.bounded, res.end_lsn = True, res.last_commit_lsn
+                break
+        res.events, res.gtids = events, str(gset)
+        res.end_file = self.resolver.file_name(res.end_lsn >> 32)
+        res.per_table.update(self.writer.op_counts("stream"))
+        res.manifest_extra = {"schema_changes": self.schema_changes}
+        progress.finish(rows=events)
+        return res
+
+    # -- transaction boundaries ---------------------------------------------------------------
+    def _begin(
+        self,
+        txn: _Txn,
+        start: int,
+        gtid: str | None,
+        data: bytes,
+        server_id: int,
+        file: str,
+        file_no: int,
+        standalone: bool,
+        thread: int | None = None,
+    ) -> None:
+        txn.active = gtid is None or self.gtid_filter(self.flavour.gtid_source(gtid))
+        txn.start, txn.gtid, txn.seq, txn.standalone, txn.query = start, gtid, 0, standalone, None
+        txn.per_table = {}
+        txn.id = gtid or f"file={file},pos={start & 0xFFFFFFFF}"
+        ts_ms = int.from_bytes(data[0:4], "little") * 1000
+        txn.info = (ts_ms, server_id, gtid, file, file_no, thread, None)
+
+    def _commit(self, txn: _Txn, res: WindowResult, end: int) -> None:
+        if txn.start:
+            res.transactions += 1
+        res.last_commit_lsn = end
+        txn.active, txn.start, txn.gtid = False, 0, None
+
+    def _query(
+        self,
+        data: bytes,
+        txn: _Txn,
+        res: WindowResult,
+        start: int,
+        server_id: int,
+        file: str,
+        file_no: int,
+        end: int,
+    ) -> None:
+        query = p.parse_query(data[p.HEADER_SIZE :])
+        text = query.query.strip()
+        if text == _BEGIN:
+            if txn.gtid is None:
+                self._begin(txn, start, None, data, server_id, file, file_no, False, query.thread_id)
+            else:
+                txn.info = txn.info[:5] + (query.thread_id, txn.info[6])
+            txn.standalone = False
+            return
+        if text == _COMMIT or text.startswith("XA "):
+            self._commit(txn, res, end)
+            return
+        if not txn.start:
+            self._begin(txn, start, None, data, server_id, file, file_no, True, query.thread_id)
+        else:
+            txn.info = txn.info[:5] + (query.thread_id, txn.info[6])
+        if txn.active:
+            self._ddl(query, txn, start, file, file_no)
+        if txn.standalone or txn.gtid is None:
+            self._commit(txn, res, end)
+
+    def _ddl(self, query: p.Query, txn: _Txn, start: int, file: str, file_no: int) -> None:
+        change = self.resolver.apply_ddl(query, start, txn.gtid, txn.info[0], file)
+        if change is None:
+            return
+        self.schema_changes.append(change)
+        for table in change["_truncated"]:
+            state = self.resolver.current_state(table, self.writer)
+            if state is None:
+                continue
+            if table in self.tracked:
+                self.tracker.observe_truncate(table, txn.start)  # type: ignore[union-attr]
+            if "t" not in self.skipped:
+                txn.seq += 1
+                block = txn.block(table) if self.provide_txn else None
+                state.stream_sink(self.writer, expand_events).add(
+                    ("t", None, None, txn.info, start & 0xFFFFFFFF, 0, block)
+                )
+        del change["_truncated"]
+
+    # -- rows --------------------------------------------------------------------------------
+    def _rows(self, data: bytes, etype: int, file_no: int, pos: int, txn: _Txn) -> int:
+        body = memoryview(data)[p.HEADER_SIZE :].tobytes()
+        table_id = int.from_bytes(body[0:6], "little")
+        state = self.maps.get(table_id)
+        if state is None:
+            return 0
+        op = _ROWS[etype]
+        if op in self.skipped and state.name not in self.tracked:
+            return 0
+        _, _, o, present, present_after = p.rows_body_start(etype, body)
+        images = state.decode(body, o, op, present, present_after, pos)
+        emit = op not in self.skipped
+        sink = state.stream_sink(self.writer, expand_events) if emit else None
+        info, track = txn.info, state.name in self.tracked
+        row = 0
+        for before, after in images:
+            if sink is not None:
+                txn.seq += 1
+                block = txn.block(state.name) if self.provide_txn else None
+                sink.add((op, before, after, info, pos, row, block))
+            if track:
+                self._observe(state, before, after, txn.start)
+            row += 1
+        return row if emit else 0
+
+    def _observe(self, state: TableState, before: Any, after: Any, txn_start: int) -> None:
+        for image in (before, after):
+            if image is not None:
+                key = tuple(key_text(image[i]) for i in state.key_index)
+                if None not in key:
+                    self.tracker.observe(state.name, key, txn_start)  # type: ignore[union-attr]

@@ -1,0 +1,319 @@
+/*
+ * Row decoding of the compiled pgoutput decoder: one Insert/Update/Delete message into the
+ * relation's Arrow-layout buffers (see _pgoutput.c for the contract).  Every read is bounds
+ * checked first; a malformed row returns -1 and leaves no trace, so Python can reject it.
+ */
+#include "_pgoutput.h"
+
+/* ---------------------------------------------------------------- growable byte buffers */
+
+int
+buf_reserve(Buf *b, Py_ssize_t extra)
+{
+    if (extra <= b->cap - b->len)
+        return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 256;
+    while (cap - b->len < extra) {
+        if (cap > PY_SSIZE_T_MAX / 2) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        cap *= 2;
+    }
+    char *p = PyMem_Realloc(b->p, (size_t)cap);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static int
+buf_put(Buf *b, const void *src, Py_ssize_t n)
+{
+    if (buf_reserve(b, n) < 0)
+        return -1;
+    memcpy(b->p + b->len, src, (size_t)n);
+    b->len += n;
+    return 0;
+}
+
+void
+buf_free(Buf *b)
+{
+    PyMem_Free(b->p);
+    b->p = NULL;
+    b->len = b->cap = 0;
+}
+
+/* Set or clear bit ``row`` of an LSB-first bitmap, growing it with zero bytes. */
+int
+bit_put(Buf *b, Py_ssize_t row, int on)
+{
+    Py_ssize_t need = row / 8 + 1;
+    if (b->len < need) {
+        if (buf_reserve(b, need - b->len) < 0)
+            return -1;
+        memset(b->p + b->len, 0, (size_t)(need - b->len));
+        b->len = need;
+    }
+    if (on)
+        b->p[row >> 3] |= (char)(1 << (row & 7));
+    else
+        b->p[row >> 3] &= (char)~(1 << (row & 7));
+    return 0;
+}
+
+Py_ssize_t
+bits_set(const Buf *b, Py_ssize_t n)
+{
+    Py_ssize_t count = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        count += (b->p[i >> 3] >> (i & 7)) & 1;
+    return count;
+}
+
+PyObject *
+buf_bytes(const Buf *b, Py_ssize_t len)
+{
+    return PyBytes_FromStringAndSize(len ? b->p : NULL, len);
+}
+
+/* ---------------------------------------------------------------- per-relation buffers */
+
+const char OPS[3] = {'c', 'u', 'd'};
+
+void
+rel_free(Rel *r)
+{
+    if (r == NULL)
+        return;
+    for (int k = 0; k < 2; k++) {
+        if (r->img[k].cols != NULL) {
+            for (int j = 0; j < r->nsel; j++) {
+                buf_free(&r->img[k].cols[j].off);
+                buf_free(&r->img[k].cols[j].data);
+                buf_free(&r->img[k].cols[j].valid);
+                buf_free(&r->img[k].cols[j].toast);
+            }
+            PyMem_Free(r->img[k].cols);
+        }
+        buf_free(&r->img[k].present);
+    }
+    Buf *bufs[] = {&r->ops, &r->pos, &r->ts, &r->xid, &r->lsn, &r->seqoff, &r->seqdata};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        buf_free(bufs[i]);
+    PyMem_Free(r->map);
+    PyMem_Free(r);
+}
+
+/* Store one value (state 0), SQL NULL (1) or unchanged TOAST (2) as row ``row`` of a column. */
+static int
+col_put(Col *c, Py_ssize_t row, const unsigned char *v, uint32_t vlen, int state)
+{
+    if (buf_reserve(&c->off, (row + 2) * 4 - c->off.len) < 0)
+        return -2;
+    int32_t *off = (int32_t *)c->off.p;
+    if (row == 0)
+        off[0] = 0;
+    int64_t end = (int64_t)off[row] + (state == 0 ? vlen : 0);
+    if (end > INT32_MAX)
+        return -1;  /* cannot be an Arrow string array: let the Python path take the row */
+    if (state == 0 && buf_put(&c->data, v, vlen) < 0)
+        return -2;
+    off[row + 1] = (int32_t)end;
+    c->off.len = (row + 2) * 4;
+    if (bit_put(&c->valid, row, state == 0) < 0 || bit_put(&c->toast, row, state == 2) < 0)
+        return -2;
+    return 0;
+}
+
+/* Parse one TupleData at ``pos`` into image ``img`` as row ``row``.
+ * Returns the offset after it, -1 when malformed (or unrepresentable), -2 on memory error. */
+static Py_ssize_t
+tuple_put(Rel *r, Image *img, const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos, Py_ssize_t row)
+{
+    if (len - pos < 2)
+        return -1;
+    int ncols = be16(buf + pos);
+    pos += 2;
+    if (ncols < r->need)
+        return -1;
+    for (int i = 0; i < ncols; i++) {
+        if (pos >= len)
+            return -1;
+        unsigned char kind = buf[pos];
+        int slot = i < r->need ? r->map[i] : -1;
+        int rc = 0;
+        if (kind == 't' || kind == 'b') {
+            if (len - pos < 5)
+                return -1;
+            uint32_t vlen = be32(buf + pos + 1);
+            if ((Py_ssize_t)vlen > len - pos - 5)
+                return -1;
+            if (slot >= 0)
+                rc = col_put(&img->cols[slot], row, buf + pos + 5, vlen, 0);
+            pos += 5 + (Py_ssize_t)vlen;
+        }
+        else if (kind == 'n' || kind == 'u') {
+            if (slot >= 0)
+                rc = col_put(&img->cols[slot], row, NULL, 0, kind == 'n' ? 1 : 2);
+            pos += 1;
+        }
+        else {
+            return -1;
+        }
+        if (rc < 0)
+            return rc;
+    }
+    if (bit_put(&img->present, row, 1) < 0)
+        return -2;
+    return pos;
+}
+
+/* Row ``row`` of an absent image: every column null. */
+static int
+image_absent(Rel *r, Image *img, Py_ssize_t row)
+{
+    for (int j = 0; j < r->nsel; j++)
+        if (col_put(&img->cols[j], row, NULL, 0, 1) < 0)
+            return -2;
+    return bit_put(&img->present, row, 0) < 0 ? -2 : 0;
+}
+
+/* Forget whatever a rejected row ``row`` wrote (its bits are rewritten by the next row). */
+void
+rel_rollback(Rel *r, Py_ssize_t row)
+{
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < r->nsel; j++) {
+            Col *c = &r->img[k].cols[j];
+            c->data.len = (row == 0 || c->off.len < (row + 1) * 4) ? 0 : ((int32_t *)c->off.p)[row];
+            c->off.len = row == 0 ? 0 : (row + 1) * 4;
+        }
+}
+
+static char *
+put_u64(char *out, uint64_t v)
+{
+    char tmp[24];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n)
+        *out++ = tmp[--n];
+    return out;
+}
+
+static char *
+put_i64(char *out, int64_t v)
+{
+    if (v < 0) {
+        *out++ = '-';
+        return put_u64(out, (uint64_t)0 - (uint64_t)v);
+    }
+    return put_u64(out, (uint64_t)v);
+}
+
+/* Envelope facts of an accepted event. */
+static int
+meta_put(Txn *tx, Rel *r, int op, int64_t change_lsn)
+{
+    unsigned char key[16];
+    uint64_t seq = (uint64_t)tx->seq;
+    for (int i = 0; i < 8; i++) {
+        key[i] = (unsigned char)(tx->final_lsn >> (56 - 8 * i));
+        key[8 + i] = (unsigned char)(seq >> (56 - 8 * i));
+    }
+    char text[64], *t = text;
+    *t++ = '[';
+    *t++ = '"';
+    if (tx->has_prev)
+        t = put_u64(t, tx->prev);
+    memcpy(t, "\",\"", 3);
+    t = put_i64(t + 3, change_lsn);
+    *t++ = '"';
+    *t++ = ']';
+    if (r->n == 0) {
+        int32_t zero = 0;
+        if (buf_put(&r->seqoff, &zero, 4) < 0)
+            return -2;
+    }
+    if (buf_put(&r->ops, &OPS[op], 1) < 0 || buf_put(&r->pos, key, 16) < 0
+        || buf_put(&r->ts, &tx->ts_us, 8) < 0 || buf_put(&r->xid, &tx->xid, 8) < 0
+        || buf_put(&r->lsn, &change_lsn, 8) < 0 || buf_put(&r->seqdata, text, t - text) < 0)
+        return -2;
+    if (r->seqdata.len > INT32_MAX)
+        return -1;
+    int32_t end = (int32_t)r->seqdata.len;
+    return buf_put(&r->seqoff, &end, 4) < 0 ? -2 : 0;
+}
+
+/* Decode one I/U/D message into the relation's buffers.
+ * Returns 1 (event added), 0 (skipped op), -1 (leave the row to Python) or -2 (error set). */
+int
+change_put(Txn *tx, Rel *r, const unsigned char *buf, Py_ssize_t len, int64_t change_lsn)
+{
+    Py_ssize_t row = r->n, p;
+    unsigned char kind = buf[0], marker = buf[5];
+    int op;
+    if (kind == 'I') {
+        op = 0;
+        p = marker == 'N' ? image_absent(r, &r->img[0], row) : -1;
+        if (p == 0)
+            p = tuple_put(r, &r->img[1], buf, len, 6, row);
+    }
+    else if (kind == 'U') {
+        op = 1;
+        if (marker == 'N') {
+            p = image_absent(r, &r->img[0], row);
+            if (p == 0)
+                p = tuple_put(r, &r->img[1], buf, len, 6, row);
+        }
+        else if (marker == 'K' || marker == 'O') {
+            p = tuple_put(r, &r->img[0], buf, len, 6, row);
+            if (p >= 0)
+                p = (p < len && buf[p] == 'N') ? tuple_put(r, &r->img[1], buf, len, p + 1, row) : -1;
+        }
+        else {
+            p = -1;
+        }
+    }
+    else {
+        op = 2;
+        p = (marker == 'K' || marker == 'O') ? tuple_put(r, &r->img[0], buf, len, 6, row) : -1;
+        if (p >= 0)
+            p = image_absent(r, &r->img[1], row);
+    }
+    if (p >= 0 && tx->skip[op]) {
+        rel_rollback(r, row);
+        return 0;
+    }
+    if (p >= 0) {
+        tx->seq++;
+        p = meta_put(tx, r, op, change_lsn);
+        if (p < 0)
+            tx->seq--;
+    }
+    if (p < 0) {
+        rel_rollback(r, row);
+        if (p == -1) {  /* the envelope buffers may hold part of this row: cut them back */
+            r->ops.len = row;
+            r->pos.len = row * 16;
+            r->ts.len = r->xid.len = r->lsn.len = row * 8;
+            r->seqoff.len = row ? (row + 1) * 4 : 0;
+            r->seqdata.len = row ? ((int32_t *)r->seqoff.p)[row] : 0;
+        }
+        return (int)p;
+    }
+    r->n++;
+    r->counts[op]++;
+    r->bytes += len;
+    tx->events++;
+    return 1;
+}
+

@@ -1,0 +1,107 @@
+"""Columnar fast path of the change window: the compiled pgoutput decoder and its Arrow hand-over.
+
+The compiled ``_pgoutput.Decoder`` (C, built by ``pip install``) decodes Insert/Update/Delete
+messages of registered relations straight into Arrow buffers: per captured column one string
+array per row image, plus the envelope facts.  Everything else -- transaction framing,
+relations, truncates, messages, and any row it finds malformed -- it leaves to the pure-Python
+decoder in :mod:`stream`, which stays the reference: both paths produce identical pieces, and a
+malformed row is rejected by the Python parser with its :class:`ProtocolError`.
+
+Set ``AIRFLOW_CDC_PG_DECODER=python`` to force the pure-Python path (it also runs when the
+extension is not built).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_cdc.core.table_sink import ColumnarPiece, RowImages
+from airflow_cdc.sources.postgres.types_base import floor_div
+
+try:
+    from airflow_cdc.sources.postgres._pgoutput import Decoder as _Decoder
+except ImportError:  # not built (e.g. a source checkout without pip install): pure Python
+    _Decoder = None
+
+DECODER_ENV = "AIRFLOW_CDC_PG_DECODER"
+#: Text bytes buffered per relation before a piece is handed over, whatever its row count:
+#: bounds memory for wide rows and keeps every string column within Arrow's 32-bit offsets.
+MAX_PIECE_BYTES = 64 << 20
+
+
+def native_available() -> bool:
+    """Whether the compiled decoder is built and not disabled through ``AIRFLOW_CDC_PG_DECODER``."""
+    return _Decoder is not None and os.environ.get(DECODER_ENV, "").lower() != "python"
+
+
+def native_decoder(piece_rows: int, skipped: frozenset[str], max_bytes: int | None = None) -> Any:
+    """A compiled decoder for one window, or ``None`` when only the pure-Python path is available.
+
+    :param piece_rows: events per relation handed over as one piece (``staging.piece.rows``).
+    :param skipped: operations not emitted (``c``, ``u``, ``d``; others are ignored here).
+    :param max_bytes: message bytes per relation after which a piece is handed over early
+        (default :data:`MAX_PIECE_BYTES`).
+    """
+    if not native_available():
+        return None
+    return _Decoder(piece_rows, max_bytes or MAX_PIECE_BYTES, "".join(sorted(skipped & {"c", "u", "d"})))  # type: ignore[misc]
+
+
+def _buf(data: bytes | None) -> pa.Buffer | None:
+    return None if data is None else pa.py_buffer(data)
+
+
+def _strings(n: int, offsets: bytes, data: bytes, valid: bytes | None = None) -> pa.Array:
+    arr = pa.Array.from_buffers(pa.string(), n, [_buf(valid), pa.py_buffer(offsets), pa.py_buffer(data)])
+    # the values are the server's bytes: reject invalid UTF-8 as pa.array() does on the Python path
+    arr.validate(full=True)
+    return arr
+
+
+def _bools(n: int, bitmap: bytes) -> pa.BooleanArray:
+    return pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(bitmap)])
+
+
+def _int64(n: int, data: bytes) -> pa.Array:
+    return pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(data)])
+
+
+def _images(n: int, taken: tuple[bytes, list[tuple]]) -> RowImages:
+    present, columns = taken
+    texts = [_strings(n, off, data, valid) for off, data, valid, _ in columns]
+    unchanged = [None if toast is None else _bools(n, toast) for *_, toast in columns]
+    return RowImages(_bools(n, present), texts, unchanged)
+
+
+def to_piece(taken: tuple) -> ColumnarPiece:
+    """Wrap what ``Decoder.take`` returned as Arrow arrays (no value is copied again).
+
+    The ``source`` values are the PostgreSQL varying fields: ``ts_ms/us/ns`` from the commit
+    time, ``sequence`` (``["<previous commit LSN>","<change LSN>"]``), ``txId`` and ``lsn``.
+
+    :raises pyarrow.ArrowInvalid: a text value is not valid UTF-8.
+    """
+    (n, counts, op_offsets, ops, pos_offsets, positions, ts, xid, lsn, seq_offsets, seq_data,
+     before, after) = taken
+    ts_us = _int64(n, ts)
+    source = {
+        "ts_ms": floor_div(ts_us, 1000),
+        "ts_us": ts_us,
+        "ts_ns": pc.multiply_checked(ts_us, 1000),
+        "sequence": _strings(n, seq_offsets, seq_data),
+        "txId": _int64(n, xid),
+        "lsn": _int64(n, lsn),
+    }
+    return ColumnarPiece(
+        ops=_strings(n, op_offsets, ops),
+        op_counts={op: k for op, k in counts.items() if k},
+        positions=pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(pos_offsets),
+                                                          pa.py_buffer(positions)]),
+        source=source,
+        before=_images(n, before),
+        after=_images(n, after),
+    )

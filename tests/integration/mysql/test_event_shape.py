@@ -1,0 +1,256 @@
+"""Event shape against the Debezium MySQL seed: envelope and ``source`` block per op, transaction
+metadata, truncate, schema change events, and each column type's encoding per handling mode."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_cdc.core.batch import Batch
+from tests.integration.mysql.support import execute, pipeline, run_capture
+
+SOURCE_FIELDS = [
+    "version",
+    "connector",
+    "name",
+    "ts_ms",
+    "snapshot",
+    "db",
+    "sequence",
+    "table",
+    "server_id",
+    "gtid",
+    "file",
+    "pos",
+    "row",
+    "thread",
+    "query",
+]
+TYPES_DDL = """CREATE TABLE v (id int PRIMARY KEY, ti tinyint, tu tinyint unsigned, t1 tinyint(1), si smallint,
+    su smallint unsigned, mi mediumint, iu int unsigned, bi bigint, bu bigint unsigned, fl float, db double,
+    dc decimal(12,4), dz decimal(40,10), dt date, dt3 datetime(3), dt6 datetime(6), ts timestamp(6) NULL,
+    ts0 timestamp NULL, tm time, tm6 time(6), yr year, ch char(5), vc varchar(300), tx text, bn binary(4),
+    vb varbinary(10), bl blob, en enum('small','medium','large'), st set('a','b','c'), b1 bit(1), b10 bit(10),
+    js json, g geometry, zd date NOT NULL DEFAULT '2000-01-01', zdt datetime NULL)"""
+TYPES_INSERT = """INSERT INTO v VALUES (1, -5, 250, 1, -300, 65000, -8000000, 4000000000, -9007199254740993,
+    18446744073709551615, 1.5, 0.1, 12345678.9012, 123456789012345678901234567890.0123456789, '2018-06-20',
+    '2018-06-20 15:13:16.945', '2018-06-20 15:13:16.945104', '2018-06-20 13:13:16.945104', '2018-06-20 13:13:16',
+    '-838:59:59', '15:13:16.945104', 2024, 'ab', 'héllo wörld', 'long text', x'0102', x'ff00', x'000102',
+    'medium', 'a,c', b'1', b'1010101010', '{"k": [1, 2]}', ST_GeomFromText('POINT(1 2)', 4326), '2000-01-01', NULL)"""
+
+
+def _events(result, table):
+    batch = Batch(result.batch_path)
+    if table not in batch.tables():
+        return []
+    return [row for rb in batch.iter_events(table) for row in rb.to_pylist()]
+
+
+@pytest.fixture
+def shape(mariadb_db, tmp_path):
+    execute(
+        mariadb_db,
+        "CREATE TABLE d (id int PRIMARY KEY, v varchar(20))",
+        "CREATE TABLE e (id int PRIMARY KEY)",
+        "INSERT INTO d VALUES (1, 'one')",
+    )
+    config = pipeline(
+        mariadb_db,
+        tmp_path / "staging",
+        **{"skipped.operations": "none", "include.query": "true", "provide.transaction.metadata": "true"},
+    )
+    return config, run_capture(config)
+
+
+def test_snapshot_rows_are_reads(mariadb_db, shape):
+    _, first = shape
+    rows = _events(first, f"{mariadb_db.name}.d")
+    assert [r["op"] for r in rows] == ["r"]
+    assert rows[0]["after"] == {"id": 1, "v": "one"} and rows[0]["before"] is None
+    src = rows[0]["source"]
+    assert list(src) == SOURCE_FIELDS and src["snapshot"] == "incremental" and src["connector"] == "mysql"
+    assert src["gtid"] is None and src["row"] == 0 and src["file"].startswith("binlog.")
+
+
+def test_ops_source_block_and_transactions(mariadb_db, shape):
+    config, _ = shape
+    db = mariadb_db.name
+    execute(
+        mariadb_db,
+        "BEGIN",
+        "INSERT INTO d VALUES (2, 'two'), (3, 'three')",
+        "INSERT INTO e VALUES (9)",
+        "COMMIT",
+        "UPDATE d SET v = 'TWO' WHERE id = 2",
+        "UPDATE d SET id = 4 WHERE id = 3",
+        "DELETE FROM d WHERE id = 4",
+        "TRUNCATE TABLE e",
+        "ALTER TABLE d ADD COLUMN extra int NULL",
+        "UPDATE d SET extra = 7 WHERE id = 1",
+    )
+    result = run_capture(config)
+    d, e = _events(result, f"{db}.d"), _events(result, f"{db}.e")
+    assert [x["op"] for x in d] == ["c", "c", "u", "u", "d", "u"]
+    assert [x["op"] for x in e] == ["c", "t"]
+    ins, ins2, upd, key_change, delete, after_ddl = d
+    assert ins["before"] is None and ins["after"] == {"id": 2, "v": "two"}
+    assert upd["before"] == {"id": 2, "v": "two"} and upd["after"] == {
+        "id": 2,
+        "v": "TWO",
+    }  # full before images
+    assert key_change["before"]["id"] == 3 and key_change["after"]["id"] == 4
+    assert delete["before"] == {"id": 4, "v": "three"} and delete["after"] is None
+    assert after_ddl["after"] == {"id": 1, "v": "one", "extra": 7}  # decoded with the structure after the DDL
+    src = ins["source"]
+    assert list(src) == SOURCE_FIELDS
+    assert (src["connector"], src["snapshot"], src["db"], src["table"], src["sequence"]) == (
+        "mysql",
+        "false",
+        db,
+        "d",
+        None,
+    )
+    assert src["server_id"] == 1 and src["file"].startswith("binlog.") and src["pos"] > 4
+    assert src["gtid"].startswith("0-1-") and src["query"].startswith("INSERT INTO d VALUES")
+    assert (ins["source"]["row"], ins2["source"]["row"]) == (0, 1) and ins["source"]["pos"] == ins2["source"][
+        "pos"
+    ]
+    assert src["ts_ms"] % 1000 == 0 and ins["ts_us"] == ins["ts_ms"] * 1000 + ins["ts_us"] % 1000
+    # transaction metadata: id is the GTID, total order across tables, order within each table
+    assert ins["transaction"] == {"id": src["gtid"], "total_order": 1, "data_collection_order": 1}
+    assert ins2["transaction"]["total_order"] == 2 and e[0]["transaction"]["total_order"] == 3
+    assert e[0]["transaction"]["data_collection_order"] == 1
+    positions = [x["__position"] for x in d]
+    assert positions == sorted(positions) and len(set(positions)) == len(positions)
+    # schema change events: DDL with its position and the table structure after it
+    changes = Batch(result.batch_path).manifest["schema_changes"]
+    alter = [c for c in changes if c["ddl"].startswith("ALTER")][0]
+    assert alter["databaseName"] == db and alter["source"]["pos"] > src["pos"]
+    table = alter["tableChanges"][0]
+    assert table["type"] == "ALTER" and table["id"] == f'"{db}"."d"'
+    assert [c["name"] for c in table["table"]["columns"]] == ["id", "v", "extra"]
+    assert table["table"]["primaryKeyColumnNames"] == ["id"]
+    assert any(c["ddl"].startswith("TRUNCATE") for c in changes)
+
+
+def test_skipped_operations_and_column_filter(mariadb_db, tmp_path):
+    execute(mariadb_db, "CREATE TABLE s (id int PRIMARY KEY, keep_me int, secret varchar(10))")
+    config = pipeline(
+        mariadb_db,
+        tmp_path / "st",
+        **{"skipped.operations": "u,d", "column.exclude.list": f"{mariadb_db.name}.s.secret"},
+    )
+    run_capture(config)
+    execute(
+        mariadb_db,
+        "INSERT INTO s VALUES (1, 1, 'x')",
+        "UPDATE s SET keep_me = 2",
+        "DELETE FROM s",
+        "TRUNCATE s",
+    )
+    events = _events(run_capture(config), f"{mariadb_db.name}.s")
+    assert [x["op"] for x in events] == ["c", "t"]  # u and d skipped; the list replaces the default "t"
+    assert events[0]["after"] == {"id": 1, "keep_me": 1}
+
+
+def _value_row(mariadb_db, tmp_path, name, **props):
+    config = pipeline(mariadb_db, tmp_path / name, name=f"{name}_{mariadb_db.name}", **props)
+    run_capture(config)
+    execute(mariadb_db, TYPES_INSERT.replace("VALUES (1,", f"VALUES ({len(name)},"))
+    result = run_capture(config)
+    row = _events(result, f"{mariadb_db.name}.v")[-1]["after"]
+    schema = pq.read_schema(Batch(result.batch_path).parts(f"{mariadb_db.name}.v")[0]).field("after").type
+    meta = {schema.field(i).name: schema.field(i).metadata or {} for i in range(schema.num_fields)}
+    return row, meta
+
+
+def test_value_encodings_default_modes(mariadb_db, tmp_path):
+    execute(mariadb_db, TYPES_DDL)
+    row, meta = _value_row(mariadb_db, tmp_path, "defaults")
+    expected = {
+        "ti": -5,
+        "tu": 250,
+        "t1": 1,
+        "si": -300,
+        "su": 65000,
+        "mi": -8000000,
+        "iu": 4000000000,
+        "bi": -9007199254740993,
+        "bu": -1,  # bigint.unsigned.handling.mode=long wraps like Java's long
+        "fl": 1.5,
+        "db": 0.1,
+        "dc": Decimal("12345678.9012"),
+        "dz": Decimal("123456789012345678901234567890.0123456789"),
+        "dt": 17702,
+        "dt3": 1529507596945,
+        "dt6": 1529507596945104,
+        "ts": "2018-06-20T13:13:16.945104Z",
+        "ts0": "2018-06-20T13:13:16Z",
+        "tm": -3020399000000,
+        "tm6": 54796945104,
+        "yr": 2024,
+        "ch": "ab",
+        "vc": "héllo wörld",
+        "tx": "long text",
+        "bn": b"\x01\x02\x00\x00",
+        "vb": b"\xff\x00",
+        "bl": b"\x00\x01\x02",
+        "en": "medium",
+        "st": "a,c",
+        "b1": True,
+        "b10": b"\xaa\x02",
+        "js": '{"k": [1, 2]}',
+        "zd": 10957,
+        "zdt": None,
+    }
+    assert {k: row[k] for k in expected} == expected
+    assert row["g"]["srid"] == 4326 and row["g"]["wkb"][:5] == b"\x01\x01\x00\x00\x00"
+    names = {k: m.get(b"connect.name") for k, m in meta.items()}
+    assert names["dt"] == b"io.debezium.time.Date" and names["dt3"] == b"io.debezium.time.Timestamp"
+    assert (
+        names["dt6"] == b"io.debezium.time.MicroTimestamp"
+        and names["ts"] == b"io.debezium.time.ZonedTimestamp"
+    )
+    assert names["tm"] == b"io.debezium.time.MicroTime" and names["yr"] == b"io.debezium.time.Year"
+    assert names["dc"] == b"org.apache.kafka.connect.data.Decimal" and names["en"] == b"io.debezium.data.Enum"
+    assert names["st"] == b"io.debezium.data.EnumSet" and names["b10"] == b"io.debezium.data.Bits"
+    assert names["g"] == b"io.debezium.data.geometry.Geometry"
+    assert json.loads(meta["en"][b"connect.parameters"]) == {"allowed": "small,medium,large"}
+    assert json.loads(meta["dc"][b"connect.parameters"]) == {"scale": "4", "connect.decimal.precision": "12"}
+    assert meta["t1"][b"connect.type"] == b"int16" and meta["iu"][b"connect.type"] == b"int64"
+    assert meta["fl"][b"connect.type"] == b"float32" and meta["t1"][b"mysql.type"] == b"tinyint(1)"
+
+
+def test_value_encodings_alternative_modes(mariadb_db, tmp_path):
+    execute(mariadb_db, TYPES_DDL)
+    row, meta = _value_row(
+        mariadb_db,
+        tmp_path,
+        "modes",
+        **{
+            "decimal.handling.mode": "string",
+            "time.precision.mode": "connect",
+            "binary.handling.mode": "hex",
+            "bigint.unsigned.handling.mode": "precise",
+            "converters": "boolean",
+            "boolean.type": "io.debezium.connector.mysql.converters.TinyIntOneToBooleanConverter",
+        },
+    )
+    assert row["dc"] == "12345678.9012" and row["bu"] == Decimal("18446744073709551615")
+    assert row["dt3"] == 1529507596945 and row["dt6"] == 1529507596945 and row["tm6"] == 54796945
+    assert meta["dt6"][b"connect.name"] == b"org.apache.kafka.connect.data.Timestamp"
+    assert row["vb"] == "ff00" and row["bn"] == "01020000" and row["t1"] is True
+
+
+def test_snapshot_and_binlog_encode_alike(mariadb_db, tmp_path):
+    execute(mariadb_db, TYPES_DDL, TYPES_INSERT)
+    config = pipeline(mariadb_db, tmp_path / "alike")
+    snap_row = _events(run_capture(config), f"{mariadb_db.name}.v")[0]["after"]
+    execute(mariadb_db, "UPDATE v SET id = 2")
+    stream_row = [e for e in _events(run_capture(config), f"{mariadb_db.name}.v") if e["op"] == "u"][0][
+        "after"
+    ]
+    assert {**snap_row, "id": 2} == stream_row
