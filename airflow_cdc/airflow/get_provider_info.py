@@ -72,7 +72,12 @@ def get_provider_info() -> dict[str, Any]:
                 "CDC source: MySQL / MariaDB",
                 "CdcMySqlHook",
                 3306,
-                {"server_id": _field("Server id", "database.server.id (unique replica id)", kind="integer")},
+                {
+                    "server_id": _field(
+                        "Server id", "database.server.id (unique replica id)", kind="integer"
+                    ),
+                    "ssl_mode": _field("SSL mode", "database.ssl.mode"),
+                },
             ),
             _conn_type(
                 "cdc_sqlserver",

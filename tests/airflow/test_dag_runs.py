@@ -123,3 +123,49 @@ def test_deferred_sensor_waits_in_trigger_until_changes(pg_db, tmp_path, airflow
     assert "Trigger completed" in out
     batch = newest_batch(staging, props["name"])
     assert [(r["op"], r["after"]["id"]) for r in batch_rows(batch, "public.orders")] == [("c", 9999)]
+
+
+def test_mysql_pipeline_through_airflow(mariadb_db, tmp_path, airflow_cli):
+    """The MySQL/MariaDB source behind a ``cdc_mysql`` Connection: snapshot run, then a change run."""
+    with mariadb_db.connect(autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE orders (id INT PRIMARY KEY, status VARCHAR(20) NOT NULL)")
+        cur.execute("INSERT INTO orders VALUES (1, 'new'), (2, 'paid'), (3, 'new')")
+    server, staging = mariadb_db.server, tmp_path / "staging"
+    props = {
+        "name": f"my_{mariadb_db.name}",
+        "connector": "mysql",
+        "table.include.list": f"{mariadb_db.name}.orders",
+        "staging.path": str(staging),
+        "state.store": "airflow-variable://?prefix=cdc_test.",
+    }
+    options = {
+        "dag_id": f"m_{mariadb_db.name}",
+        "cdc_conn_id": "cdc_my_test",
+        "apply": False,
+        "retries": 0,
+        "deferrable": True,
+        "poke_interval": 1,
+    }
+    pipeline = write_pipeline(tmp_path / "pipeline.yaml", props, options)
+    dags = tmp_path / "dags"
+    write_dag(dags, pipeline)
+    conn = {
+        "conn_type": "cdc_mysql",
+        "host": server.host,
+        "port": server.port,
+        "login": server.superuser,
+        "password": server.password,
+        "schema": mariadb_db.name,
+        "extra": {"server_id": 5999},
+    }
+    env = {"AIRFLOW_CONN_CDC_MY_TEST": json.dumps(conn)}
+    airflow_cli.dags_test(options["dag_id"], env=env, dags_folder=dags)
+    table = f"{mariadb_db.name}.orders"
+    first = newest_batch(staging, props["name"])
+    assert sorted(r["after"]["id"] for r in batch_rows(first, table) if r["op"] == "r") == [1, 2, 3]
+    with mariadb_db.connect(autocommit=True) as c, c.cursor() as cur:
+        cur.execute("UPDATE orders SET status = 'shipped' WHERE id = 2")
+    airflow_cli.dags_test(options["dag_id"], env=env, dags_folder=dags)
+    second = newest_batch(staging, props["name"])
+    assert [(r["op"], r["after"]["status"]) for r in batch_rows(second, table)] == [("u", "shipped")]
+    assert second.manifest["from_offset"] == first.manifest["to_offset"]

@@ -87,10 +87,15 @@ def test_airflow_is_wired_to_sources_spark_and_example_dags():
                 conn = json.loads(value)
                 host = re.sub(r"^\w+://", "", conn["host"])
                 assert host in SERVICES, f"{key} points at unknown service {host}"
-        # what the example pipeline file needs from the environment
-        pipeline = (ROOT / "dags" / "pipelines" / "postgres_shop.yaml").read_text()
-        for var in set(re.findall(r"\$\{env:(\w+)\}", pipeline)):
-            assert var in env, f"{name} lacks {var} used by the example pipeline"
+        # what the example pipeline files need from the environment: variables and Connections
+        for path in (ROOT / "dags" / "pipelines").glob("*.yaml"):
+            pipeline = path.read_text()
+            for var in set(re.findall(r"\$\{env:(\w+)\}", pipeline)):
+                assert var in env, f"{name} lacks {var} used by {path.name}"
+            for conn_id in re.findall(r"(?:cdc|spark)_conn_id: (\w+)", pipeline):
+                assert f"AIRFLOW_CONN_{conn_id.upper()}" in env, (
+                    f"{name} lacks Connection {conn_id} ({path.name})"
+                )
         assert mounts.get("cdc-data") == env["AIRFLOW_CDC_DATA"]
         assert {"airflow-metadb", "postgres"} <= set(_depends(SERVICES[name]))
     pg_conn = json.loads(SERVICES["airflow-scheduler"]["environment"]["AIRFLOW_CONN_CDC_POSTGRES_DEFAULT"])

@@ -228,6 +228,26 @@ def test_hook_connection_properties_keep_password_secret():
     )
 
 
+def test_hook_maps_the_database_field_per_source():
+    from airflow.sdk import Connection
+
+    from airflow_cdc.airflow.hooks.cdc import connection_properties
+    from airflow_cdc.core.pipeline import build_config
+
+    conn = Connection(
+        conn_id="m",
+        conn_type="cdc_mysql",
+        host="db",
+        port=3306,
+        login="cdc",
+        password="pw",
+        schema="shop",
+        extra=json.dumps({"server_id": 5401}),
+    )
+    config = build_config({**connection_properties(conn, "mysql"), "name": "m", "staging.path": "/tmp/x"})
+    assert config["database.include.list"] == ("shop",) and config["database.server.id"] == 5401
+
+
 # -- trigger serialization -----------------------------------------------------------------------
 def test_trigger_serialize_round_trip():
     from airflow_cdc.airflow.triggers.changes import CdcChangesTrigger
@@ -316,9 +336,14 @@ def test_example_dag_parses(monkeypatch, tmp_path):
     monkeypatch.setenv("AIRFLOW_CDC_STATE_STORE", "airflow-variable://")
     bag = DagBag(dag_folder=str(Path(__file__).resolve().parents[2] / "dags"))
     assert not bag.import_errors, bag.import_errors
-    dag = bag.dags.get("cdc_postgres_shop")
-    assert dag is not None and dag.max_active_runs == 1
-    assert {t.task_id for t in dag.tasks} == {"sense", "capture", "apply", "commit"}
+    for dag_id in ("cdc_postgres_shop", "cdc_mysql_shop"):
+        dag = bag.dags.get(dag_id)
+        assert dag is not None and dag.max_active_runs == 1
+        assert {t.task_id for t in dag.tasks} == {"sense", "capture", "apply", "commit"}
+    assert [a.name for a in bag.dags["cdc_mysql_shop"].get_task("commit").outlets] == [
+        "cdc.shop_mysql.shop.customers",
+        "cdc.shop_mysql.shop.orders",
+    ]
 
 
 # -- verify operator (against a stand-in of airflow_cdc.apply.verify; the real one: test_end_to_end) ---

@@ -23,24 +23,33 @@ from airflow_cdc.core.config import ConnectorConfig, Secret
 from airflow_cdc.core.pipeline import build_config, build_source, build_store
 from airflow_cdc.core.state import StateStore
 
-#: Connection form fields (extra) -> Debezium property.
+#: Connection form fields (extra) -> Debezium property, per source kind.
 FORM_PROPERTIES = {
     "slot_name": "slot.name",
     "publication_name": "publication.name",
     "sslmode": "database.sslmode",
+    "ssl_mode": "database.ssl.mode",
     "server_id": "database.server.id",
     "database_names": "database.names",
+}
+#: Where the Connection's *schema* field (the database) goes, per source kind.
+DATABASE_PROPERTY = {
+    "postgresql": "database.dbname",
+    "mysql": "database.include.list",
+    "mariadb": "database.include.list",
+    "sqlserver": "database.names",
 }
 
 
 def connection_properties(conn: Any, connector: str) -> dict[str, Any]:
     """Debezium properties from an Airflow Connection (fields and extra); empty values are skipped."""
     props: dict[str, Any] = {"connector": connector}
+    database = DATABASE_PROPERTY.get(connector.lower(), "database.dbname")
     for prop, value in (
         ("database.hostname", conn.host),
         ("database.port", conn.port),
         ("database.user", conn.login),
-        ("database.dbname", conn.schema),
+        (database, conn.schema),
     ):
         if value not in (None, ""):
             props[prop] = value
