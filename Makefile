@@ -5,6 +5,8 @@
 #   make test      system packages + .venv + `pytest` (override arguments with PYTEST_ARGS="...")
 #   make setup     the same set-up (incl. Delta jars into .jars/ via Maven), without running the tests
 #   make lint      ruff + mypy on airflow_cdc
+#   make demo      the example Airflow DAG end to end: throwaway PostgreSQL, `airflow dags test`,
+#                  Spark local[2], Delta under .local/demo/ (see scripts/demo.py)
 #   make clean     remove .venv and caches
 #
 # The system-package logic here is mirrored by airflow_cdc.testing.servers.ensure_installed();
@@ -18,7 +20,7 @@ SHELL := /bin/bash
 VENV        := .venv
 PY          := $(VENV)/bin/python
 PYTEST_ARGS ?=
-EXTRAS      ?= dev,mysql,spark
+EXTRAS      ?= dev,mysql,spark,airflow
 comma       := ,
 # Stamp name: .installed-<sha of pyproject.toml>, plus the extras when they are not the default.
 STAMP_SUFFIX := -$(subst $(comma),+,$(EXTRAS))
@@ -34,7 +36,7 @@ JARS_POM    := scripts/delta-jars/pom.xml
 # Spark finds the Delta jars here (spark_jobs.cdc_apply.layout.JARS_ENV).
 export AIRFLOW_CDC_DELTA_JARS := $(CURDIR)/$(JARS)
 
-.PHONY: test setup system-packages venv jars lint clean
+.PHONY: test setup system-packages venv jars lint clean demo
 
 test: setup
 	@echo ">>> running pytest $(PYTEST_ARGS)"
@@ -97,6 +99,9 @@ venv:
 	echo ">>> pip install -e '.[$(EXTRAS)]'"
 	$(PY) -m pip install --disable-pip-version-check -q -e '.[$(EXTRAS)]'
 	touch "$$stamp"
+
+demo: setup
+	@$(PY) scripts/demo.py
 
 lint: venv
 	@$(PY) -m ruff check airflow_cdc tests

@@ -12,6 +12,7 @@ from a URL with :func:`open_state_store`.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
@@ -20,6 +21,15 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 from airflow_cdc.core.errors import CdcError, ConfigError
 
 MAX_CONNECTOR_NAME = 255
+
+#: URL schemes contributed by integrations (the Airflow provider registers ``airflow-variable``),
+#: so this module never imports them.
+_EXTRA_SCHEMES: dict[str, Callable[[str], StateStore]] = {}
+
+
+def register_state_store(scheme: str, factory: Callable[[str], StateStore]) -> None:
+    """Make :func:`open_state_store` open URLs of ``scheme`` with ``factory(url)``."""
+    _EXTRA_SCHEMES[scheme.lower()] = factory
 
 
 class StateCorrupt(CdcError):
@@ -158,6 +168,8 @@ def open_state_store(url: str) -> StateStore:
         raise ConfigError("state store URL is empty")
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
+    if scheme in _EXTRA_SCHEMES:
+        return _EXTRA_SCHEMES[scheme](url)
     if scheme in ("", "file"):
         from airflow_cdc.core.state_file import FileStateStore
 
@@ -174,7 +186,9 @@ def open_state_store(url: str) -> StateStore:
     if scheme == "sqlite":
         return _open_sqlite(parts, table)
     raise ConfigError(
-        f"unsupported state store URL scheme {parts.scheme!r}; use file, postgresql, mysql or sqlite")
+        f"unsupported state store URL scheme {parts.scheme!r}; use file, postgresql, mysql or sqlite"
+        + (" (airflow-variable needs the Airflow provider: import airflow_cdc.airflow.state_variable)"
+           if scheme == "airflow-variable" else ""))
 
 
 def _redact(parts: Any, table: str) -> str:

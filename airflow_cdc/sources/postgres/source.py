@@ -22,7 +22,7 @@ import pyarrow.csv as pacsv
 
 from airflow_cdc.core.batch import BatchWriter
 from airflow_cdc.core.config import ConnectorConfig, skipped_ops
-from airflow_cdc.core.errors import OffsetUnavailable, ServerMisconfigured
+from airflow_cdc.core.errors import ConfigError, OffsetUnavailable, ServerMisconfigured
 from airflow_cdc.core.filters import TableFilter, TableId
 from airflow_cdc.core.position import PgPosition, format_pg_lsn, parse_pg_lsn
 from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot
@@ -174,6 +174,27 @@ class PostgresSource:
         assert self.conn is not None
         flush, insert = self.conn.execute(q.HEAD_LSNS).fetchone()  # type: ignore[misc]
         return parse_pg_lsn(flush), parse_pg_lsn(insert)
+
+    def changes_after(self, offset: dict[str, Any] | None, check: str = "wal") -> bool:
+        """Whether the source may hold changes past ``offset`` -- cheap, nothing decoded here.
+
+        ``check="wal"`` compares the flushed WAL position with the offset (any WAL, also of other
+        databases, counts: it may over-report, never under-reports); ``check="slot"`` lets the server
+        peek at the slot for one published change past the offset.  No offset means yes (a snapshot
+        is due).  Uses a connection of its own when the source is not open.
+        """
+        if check not in ("wal", "slot"):
+            raise ConfigError(f"changes check {check!r} is not supported; use 'wal' or 'slot'")
+        if offset is None:
+            return True
+        conn = self.conn or client.connect(self.config)
+        try:
+            query, args = changes_query(check, self.slot, self.publication, offset["lsn"])
+            row = conn.execute(query, args).fetchone()
+            return bool(row and row[0])
+        finally:
+            if conn is not self.conn:
+                conn.close()
 
     def wait_flushed(self, lsn: int, timeout: float = 10.0) -> int:
         """Wait until WAL is flushed up to ``lsn``; returns the flush LSN (>= lsn)."""
@@ -349,6 +370,13 @@ class PostgresSource:
             self.snapshot_position(end_lsn),
             (ts // 1000, ts, ts * 1000, None, None, end_lsn),
         )
+
+
+def changes_query(check: str, slot: str, publication: str, lsn: str) -> tuple[str, tuple[str, ...]]:
+    """The SQL and parameters of :meth:`PostgresSource.changes_after` (shared with async callers)."""
+    if check == "slot":
+        return q.CHANGES_SLOT, (slot, publication, lsn)
+    return q.CHANGES_WAL, (lsn,)
 
 
 def _parse_csv(data: bytes, ncols: int) -> pa.Table:

@@ -32,6 +32,15 @@ ADVANCE_SLOT = "SELECT end_lsn::text FROM pg_replication_slot_advance(%s, %s::pg
 
 HEAD_LSNS = "SELECT pg_current_wal_flush_lsn()::text, pg_current_wal_insert_lsn()::text"
 
+#: Cheap "is there anything past the offset" checks (sensor/trigger); neither decodes on our side.
+#: ``wal``: flushed WAL past the offset (any WAL counts: may over-report, never under-reports).
+CHANGES_WAL = "SELECT pg_current_wal_flush_lsn() > %s::pg_lsn"
+#: ``slot``: the server decodes up to the first transaction with a published change after the offset.
+CHANGES_SLOT = (
+    "SELECT EXISTS (SELECT 1 FROM pg_logical_slot_peek_binary_changes(%s, NULL, 1, 'proto_version', '1',"
+    " 'publication_names', %s) WHERE lsn > %s::pg_lsn)"
+)
+
 PUBLICATION_INFO = "SELECT puballtables, pubviaroot FROM pg_publication WHERE pubname = %s"
 
 PUBLICATION_TABLES = "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s"

@@ -1,0 +1,177 @@
+"""One call builds the standard CDC DAG from a pipeline file: sense -> capture -> apply -> commit.
+
+::
+
+    from airflow_cdc.airflow.dag_factory import cdc_dag
+
+    dag = cdc_dag("/opt/airflow/dags/pipelines/shop.yaml")
+
+Every option can come from the file's ``airflow:`` section (see :mod:`airflow_cdc.airflow.pipeline`)
+or from a keyword argument (which wins).  The DAG runs one pipeline run at a time
+(``max_active_runs=1``), retries each task, emits an Asset per silver table from the commit task
+(so downstream DAGs can be data-aware scheduled), and renders a trigger form for ad hoc snapshots.
+Nothing here touches the source at parse time: only the pipeline file is read.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import DAG, Asset, BaseOperator, Param
+
+from airflow_cdc.airflow.operators.apply import CdcApplyOperator
+from airflow_cdc.airflow.operators.capture import CdcCaptureOperator
+from airflow_cdc.airflow.operators.commit import CdcCommitOperator
+from airflow_cdc.airflow.operators.verify import CdcVerifyOperator
+from airflow_cdc.airflow.pipeline import (
+    OPTIONS,
+    PipelineSpec,
+    delta_location,
+    delta_settings,
+    literal_tables,
+    load_pipeline,
+)
+from airflow_cdc.airflow.sensors.changes import CdcChangesSensor
+from airflow_cdc.apply.submit import silver_table_path
+from airflow_cdc.core.errors import ConfigError
+
+BATCH_PATH = "{{ ti.xcom_pull(task_ids='capture')['batch_path'] }}"
+
+
+def snapshot_params(tables: list[str]) -> dict[str, Param]:
+    """The trigger form for ad hoc snapshots (Debezium ``execute-snapshot`` / ``stop-snapshot``)."""
+    table_param: dict[str, Any] = {"type": "array", "items": {"type": "string"}}
+    if tables:
+        table_param["examples"] = tables
+    return {
+        "snapshot_tables": Param(
+            [],
+            title="Ad hoc snapshot: tables",
+            section="Ad hoc snapshot",
+            description="Tables to re-snapshot (schema.table), one per line; leave empty for a normal run.",
+            **table_param,
+        ),
+        "snapshot_filter": Param(
+            "",
+            type="string",
+            title="Additional condition",
+            section="Ad hoc snapshot",
+            description="SQL condition limiting the snapshot rows, e.g. status = 'open' "
+            "(Debezium additional-conditions; applies to each table listed).",
+        ),
+        "surrogate_key": Param(
+            "",
+            type="string",
+            title="Surrogate key",
+            section="Ad hoc snapshot",
+            description="Column to chunk by instead of the primary key (Debezium surrogate-key).",
+        ),
+        "stop_snapshot": Param(
+            False,
+            type="boolean",
+            title="Stop snapshot",
+            section="Ad hoc snapshot",
+            description="Stop the running snapshots of the tables listed (all when none are listed).",
+        ),
+    }
+
+
+def silver_assets(spec: PipelineSpec, target: str, tables: list[str]) -> list[Asset]:
+    """One Asset per silver table, named ``cdc.<connector>.<table>``, URI = its Delta location."""
+    local = delta_location(target)
+    assets = []
+    for table in tables:
+        path = silver_table_path(str(local.absolute()) if local else target, spec.name, table)
+        uri = f"file://{path}" if local else path
+        assets.append(Asset(name=f"cdc.{spec.name}.{table}", uri=uri, extra={"table": table}))
+    return assets
+
+
+def _resolve(spec: PipelineSpec, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = set(overrides) - set(OPTIONS)
+    if unknown:
+        raise ConfigError(f"cdc_dag: unknown option(s) {sorted(unknown)}; known: {sorted(OPTIONS)}")
+    return {k: overrides[k] if overrides.get(k) is not None else spec.option(k) for k in OPTIONS}
+
+
+def cdc_dag(
+    pipeline: str | os.PathLike[str],
+    *,
+    default_args: Mapping[str, Any] | None = None,
+    dag_kwargs: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> DAG:
+    """Build the CDC DAG for one pipeline file.
+
+    :param pipeline: the pipeline file (YAML/JSON; Debezium properties plus an ``airflow:`` section).
+    :param default_args: extra task defaults (merged over retries/retry_delay from the options).
+    :param dag_kwargs: extra ``DAG`` arguments (e.g. ``start_date``, ``catchup``, ``doc_md``).
+    :param options: any ``airflow:`` section option (``target``, ``schedule``, ``cdc_conn_id``,
+        ``spark_conn_id``, ``spark_conf``, ``sense``, ``deferrable``, ``retries``, ``apply``, ...).
+    :raises ConfigError: unknown option, or ``apply`` without a ``target``.
+    """
+    path = str(pipeline)
+    spec = load_pipeline(path)
+    opt = _resolve(spec, options)
+    spec = replace(spec, options={k: v for k, v in opt.items() if v is not None})
+    target, delete_mode, bronze = delta_settings(spec)
+    if opt["apply"] and target is None:
+        raise ConfigError(
+            f"pipeline {path}: the Delta root is required to apply: set property 'delta.root' "
+            "(or option 'airflow.target')"
+        )
+    tables = literal_tables(spec)
+    outlets = silver_assets(spec, target, tables) if opt["apply"] and target else []
+    args = {"retries": int(opt["retries"]), "retry_delay": timedelta(seconds=int(opt["retry_delay_seconds"]))}
+    common = {"pipeline": path, "cdc_conn_id": opt["cdc_conn_id"]}
+    dag = DAG(
+        dag_id=opt["dag_id"] or f"cdc_{spec.name}",
+        schedule=opt["schedule"],
+        max_active_runs=1,
+        catchup=False,
+        default_args={**args, **(default_args or {})},
+        params=snapshot_params(tables),
+        tags=list(opt["tags"]),
+        doc_md=f"Change data capture for connector `{spec.name}` from `{path}`: "
+        "sense -> capture -> apply -> commit.  Trigger with a config to run an ad hoc snapshot.",
+        **(dag_kwargs or {}),
+    )
+    with dag:
+        capture = CdcCaptureOperator(task_id="capture", **common)
+        last: BaseOperator = capture
+        if opt["apply"] and target is not None:
+            apply = CdcApplyOperator(
+                task_id="apply",
+                batch_path=BATCH_PATH,
+                target=target,
+                spark_conf=opt["spark_conf"],
+                conn_id=opt["spark_conn_id"],
+                delete_mode=delete_mode,
+                bronze=bronze,
+            )
+            capture >> apply
+            last = apply
+        commit = CdcCommitOperator(task_id="commit", batch_path=BATCH_PATH, outlets=outlets, **common)
+        last >> commit
+        if opt["sense"]:
+            sense_kwargs: dict[str, Any] = {}
+            if opt["deferrable"] is not None:
+                sense_kwargs["deferrable"] = bool(opt["deferrable"])
+            sense = CdcChangesSensor(
+                task_id="sense",
+                check=opt["check"],
+                poke_interval=float(opt["poke_interval"]),
+                timeout=float(opt["sensor_timeout"]),
+                soft_fail=True,
+                mode="reschedule",
+                **sense_kwargs,
+                **common,
+            )
+            sense >> capture
+        if opt["verify"] and target is not None and opt["apply"]:
+            commit >> CdcVerifyOperator(task_id="verify", target=target, **common)
+    return dag

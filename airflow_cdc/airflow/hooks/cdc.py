@@ -1,0 +1,180 @@
+"""Hooks: build a connector's configuration, capture runner and cheap change checks from an Airflow
+Connection plus a pipeline file.
+
+The Connection supplies where and who (host, port, login, password, schema = database) and may
+carry further Debezium properties in its extra (``{"slot.name": "shop_cdc"}``; the form fields
+``slot_name``, ``publication_name``, ``sslmode`` map onto ``slot.name``, ``publication.name``,
+``database.sslmode``).  Properties in the pipeline file override the Connection.  The password
+only ever lives in a :class:`~airflow_cdc.core.config.Secret`: it is never logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from airflow.sdk import BaseHook
+
+import airflow_cdc.airflow.state_variable  # noqa: F401  (registers the airflow-variable:// store)
+from airflow_cdc.airflow.pipeline import PipelineSpec, load_pipeline
+from airflow_cdc.core.capture import Capture
+from airflow_cdc.core.config import ConnectorConfig, Secret
+from airflow_cdc.core.pipeline import build_config, build_source, build_store
+from airflow_cdc.core.state import StateStore
+
+#: Connection form fields (extra) -> Debezium property, per source kind.
+FORM_PROPERTIES = {
+    "slot_name": "slot.name",
+    "publication_name": "publication.name",
+    "sslmode": "database.sslmode",
+    "ssl_mode": "database.ssl.mode",
+    "server_id": "database.server.id",
+    "database_names": "database.names",
+}
+#: Where the Connection's *schema* field (the database) goes, per source kind.
+DATABASE_PROPERTY = {
+    "postgresql": "database.dbname",
+    "mysql": "database.include.list",
+    "mariadb": "database.include.list",
+    "sqlserver": "database.names",
+}
+
+
+def connection_properties(conn: Any, connector: str) -> dict[str, Any]:
+    """Debezium properties from an Airflow Connection (fields and extra); empty values are skipped."""
+    props: dict[str, Any] = {"connector": connector}
+    database = DATABASE_PROPERTY.get(connector.lower(), "database.dbname")
+    for prop, value in (
+        ("database.hostname", conn.host),
+        ("database.port", conn.port),
+        ("database.user", conn.login),
+        (database, conn.schema),
+    ):
+        if value not in (None, ""):
+            props[prop] = value
+    if conn.password:
+        props["database.password"] = Secret(conn.password)
+    for key, value in (conn.extra_dejson or {}).items():
+        if value in (None, ""):
+            continue
+        props[FORM_PROPERTIES.get(key, key)] = value
+    return props
+
+
+class CdcHook(BaseHook):
+    """Interact with a CDC source described by a pipeline file and (optionally) an Airflow Connection.
+
+    :param pipeline: pipeline file path or mapping of Debezium properties (``airflow:`` section allowed).
+    :param cdc_conn_id: Connection with host, port, credentials, database and extra properties;
+        ``None`` when the pipeline file holds everything (e.g. ``${env:...}`` references).
+    """
+
+    conn_name_attr = "cdc_conn_id"
+    default_conn_name = "cdc_postgres_default"
+    conn_type = "cdc_postgres"
+    hook_name = "CDC source: PostgreSQL"
+    connector = "postgresql"
+
+    def __init__(self, *, pipeline: str | Mapping[str, Any], cdc_conn_id: str | None = None) -> None:
+        super().__init__()
+        self.pipeline = pipeline
+        self.cdc_conn_id = cdc_conn_id
+        self._spec: PipelineSpec | None = None
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        return {
+            "hidden_fields": [],
+            "relabeling": {"schema": "Database", "login": "User"},
+            "placeholders": {
+                "host": "db.example.com",
+                "port": "5432",
+                "schema": "shop",
+                "extra": '{"slot.name": "shop_cdc", "publication.name": "shop_pub"}',
+            },
+        }
+
+    @property
+    def spec(self) -> PipelineSpec:
+        if self._spec is None:
+            self._spec = load_pipeline(self.pipeline)
+        return self._spec
+
+    def properties(self) -> dict[str, Any]:
+        """Connection properties overlaid with the pipeline's (the pipeline wins)."""
+        conn = self.get_connection(self.cdc_conn_id) if self.cdc_conn_id else None
+        return self._merge(self.spec, conn)
+
+    async def aproperties(self) -> dict[str, Any]:
+        """:meth:`properties` for async callers: the Connection through Airflow's async lookup, the
+        pipeline file read in a worker thread."""
+        spec = await asyncio.to_thread(lambda: self.spec)
+        conn = await self.aget_connection(self.cdc_conn_id) if self.cdc_conn_id else None
+        return self._merge(spec, conn)
+
+    def _merge(self, spec: PipelineSpec, conn: Any) -> dict[str, Any]:
+        props: dict[str, Any] = {}
+        if conn is not None:
+            kind = spec.properties.get("connector") or spec.properties.get("connector.class")
+            props.update(connection_properties(conn, str(kind or self._connector_for(conn.conn_type))))
+        props.update(spec.properties)
+        return props
+
+    @staticmethod
+    def _connector_for(conn_type: str | None) -> str:
+        return {"cdc_mysql": "mysql", "cdc_sqlserver": "sqlserver"}.get(conn_type or "", "postgresql")
+
+    def get_conn(self) -> ConnectorConfig:
+        """The validated connector configuration."""
+        return build_config(self.properties())
+
+    def get_store(self, config: ConnectorConfig | None = None) -> StateStore:
+        return build_store(config or self.get_conn())
+
+    def get_capture(self, config: ConnectorConfig | None = None) -> Capture:
+        config = config or self.get_conn()
+        return Capture(build_source(config), config, build_store(config))
+
+    def changes_after(self, offset: dict[str, Any] | None, check: str = "wal") -> bool:
+        """Whether the source may hold changes past ``offset`` (cheap; see the source's docs).
+
+        A source without a cheap check (``changes_after``) always answers yes: capture then decides.
+        """
+        return _source_changes_after(build_source(self.get_conn()), offset, check)
+
+    async def achanges_after(self, offset: dict[str, Any] | None, check: str = "wal") -> bool:
+        """:meth:`changes_after` without blocking the event loop: PostgreSQL through psycopg's
+        ``AsyncConnection``; other sources through a worker thread."""
+        config = build_config(await self.aproperties())
+        if config["connector"] != "postgresql":
+            source = build_source(config)
+            return await asyncio.to_thread(_source_changes_after, source, offset, check)
+        if offset is None:
+            return True
+        from airflow_cdc.airflow.hooks.pg_async import pg_changes_after
+
+        return await pg_changes_after(config, offset, check)
+
+
+def _source_changes_after(source: Any, offset: dict[str, Any] | None, check: str) -> bool:
+    check_fn = getattr(source, "changes_after", None)
+    return True if check_fn is None else bool(check_fn(offset, check))
+
+
+class CdcMySqlHook(CdcHook):
+    """:class:`CdcHook` for MySQL / MariaDB sources (binlog)."""
+
+    default_conn_name = "cdc_mysql_default"
+    conn_type = "cdc_mysql"
+    hook_name = "CDC source: MySQL / MariaDB"
+    connector = "mysql"
+
+
+class CdcSqlServerHook(CdcHook):
+    """:class:`CdcHook` for SQL Server sources (CDC change tables)."""
+
+    default_conn_name = "cdc_sqlserver_default"
+    conn_type = "cdc_sqlserver"
+    hook_name = "CDC source: SQL Server"
+    connector = "sqlserver"

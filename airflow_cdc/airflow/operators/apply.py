@@ -1,0 +1,101 @@
+"""Apply a staged batch to Delta Lake with ``spark-submit`` (a ``SparkSubmitOperator``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Context
+
+from airflow_cdc.airflow.errors import airflow_errors
+from airflow_cdc.apply.submit import ApplyOptions, build_apply_job
+from airflow_cdc.core.batch import Batch
+
+
+def _local_spark_env() -> dict[str, str]:
+    """Defaults for a pip-installed Spark: Python workers on this interpreter, and ``SPARK_HOME`` when
+    the ``spark-submit`` on PATH is pyspark's wrapper next to it (which cannot find Spark on its own
+    unless this interpreter is first on PATH)."""
+    env = {"PYSPARK_PYTHON": sys.executable}
+    found = shutil.which("spark-submit")
+    if "SPARK_HOME" not in os.environ and found and Path(found).parent == Path(sys.executable).parent:
+        spec = importlib.util.find_spec("pyspark")
+        if spec is not None and spec.submodule_search_locations:
+            env["SPARK_HOME"] = next(iter(spec.submodule_search_locations))
+    return env
+
+
+class CdcApplyOperator(SparkSubmitOperator):
+    """Run ``spark_jobs/apply_changes.py`` on one batch: bronze change log + silver MERGE.
+
+    The spark-submit arguments come from :func:`airflow_cdc.apply.submit.build_apply_job` at execute
+    time (the batch path is only known then); the Spark master comes from ``conn_id`` (a Spark
+    Connection, e.g. host ``local[2]`` or ``spark://master:7077``).  Re-running on an applied batch
+    changes nothing, so retries are safe.  A batch without events or snapshot rows is not submitted.
+
+    :param batch_path: the staged batch directory, usually the capture task's XCom. (templated)
+    :param target: the Delta root (``<target>/<layer>/<connector>/<table>``). (templated)
+    :param spark_conf: extra Spark conf; overrides the Delta defaults. (templated)
+    :param delete_mode: ``delete`` or ``soft`` (keep rows flagged ``__deleted``).
+    :param bronze: append events to the bronze change log.
+    :param skip_empty: do not start Spark for a batch with nothing in it.
+    """
+
+    template_fields: Sequence[str] = (
+        *SparkSubmitOperator.template_fields,
+        "batch_path",
+        "target",
+        "spark_conf",
+    )
+    ui_color = "#fdebd0"
+
+    def __init__(
+        self,
+        *,
+        batch_path: str,
+        target: str,
+        spark_conf: dict[str, str] | None = None,
+        delete_mode: str = "delete",
+        bronze: bool = True,
+        skip_empty: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.batch_path = batch_path
+        self.target = target
+        self.spark_conf = spark_conf
+        self.options = ApplyOptions(delete_mode=delete_mode, bronze=bronze)
+        self.skip_empty = skip_empty
+
+    def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
+        with airflow_errors("apply"):
+            batch = Batch(self.batch_path)
+            counts = batch.manifest.get("counts", {})
+            if self.skip_empty and not batch.tables() and not batch.manifest.get("messages"):
+                self.log.info("batch %s holds no events: nothing to apply", batch.batch_id)
+                return {"batch_id": batch.batch_id, "applied": False}
+            job = build_apply_job(batch.path, self.target, options=self.options, conf=self.spark_conf)
+        self.application = job.application
+        self.application_args = job.application_args
+        self.conf = dict(job.conf)
+        self.packages = job.packages
+        self.jars = job.jars
+        self.py_files = job.py_files
+        self.name = job.name
+        # the job's Python workers run on this interpreter unless the caller says otherwise
+        self.env_vars = {**_local_spark_env(), **(self.env_vars or {}), **job.env}
+        self.log.info(
+            "applying batch %s (%s events, %s snapshot rows) to %s",
+            batch.batch_id,
+            counts.get("events"),
+            counts.get("snapshot_rows"),
+            self.target,
+        )
+        super().execute(context)
+        return {"batch_id": batch.batch_id, "applied": True}

@@ -1,0 +1,99 @@
+"""Sensor: wait until the source has something to capture, without holding a worker slot."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator, Context
+from airflow.sdk.configuration import conf
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_cdc.airflow.errors import airflow_errors
+from airflow_cdc.airflow.hooks.cdc import CdcHook
+from airflow_cdc.airflow.pipeline import without_literal_secrets
+from airflow_cdc.airflow.signals import signals_from_run
+from airflow_cdc.airflow.triggers.changes import CdcChangesTrigger
+
+
+class CdcChangesSensor(BaseSensorOperator):
+    """Succeed once there is work for capture: no committed offset yet, snapshot chunks pending, an
+    ad hoc snapshot requested by the run, or the source moved past the committed offset (cheap
+    check, nothing decoded; ``check="wal"`` may over-report, which only costs an empty batch).
+
+    Deferrable (default from ``[operators] default_deferrable``): ``execute`` checks once, then
+    defers to :class:`CdcChangesTrigger`, which polls asynchronously in the triggerer.
+
+    :param pipeline: pipeline file path or mapping of Debezium properties. (templated)
+    :param cdc_conn_id: Airflow Connection of the source database. (templated)
+    :param check: ``wal`` or ``slot`` (see ``PostgresSource.changes_after``).
+    :param deferrable: wait in the triggerer instead of a worker slot.
+    """
+
+    template_fields: Sequence[str] = ("pipeline", "cdc_conn_id")
+    ui_color = "#fcf3cf"
+
+    def __init__(
+        self,
+        *,
+        pipeline: str | Mapping[str, Any],
+        cdc_conn_id: str | None = None,
+        check: str = "wal",
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.pipeline = pipeline
+        self.cdc_conn_id = cdc_conn_id
+        self.check = check
+        self.deferrable = deferrable
+
+    def _due(self, context: Context) -> tuple[bool, dict[str, Any] | None]:
+        """(work is due now, committed offset)."""
+        dag_run = context.get("dag_run")
+        if signals_from_run(getattr(dag_run, "conf", None), context.get("params")):
+            self.log.info("ad hoc snapshot requested by the run")
+            return True, None
+        hook = CdcHook(pipeline=self.pipeline, cdc_conn_id=self.cdc_conn_id)
+        config = hook.get_conn()
+        stored = hook.get_store(config).load(config["name"])
+        if stored is None:
+            self.log.info("no committed offset yet: the initial run is due")
+            return True, None
+        if (stored.data.get("snapshot") or {}).get("pending"):
+            self.log.info("snapshot chunks are pending")
+            return True, stored.data.get("offset")
+        offset = stored.data.get("offset")
+        return hook.changes_after(offset, self.check), offset
+
+    def poke(self, context: Context) -> bool:
+        with airflow_errors("sense"):
+            return self._due(context)[0]
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        with airflow_errors("sense"):
+            due, offset = self._due(context)
+        if due or offset is None:
+            return None
+        pipeline = self.pipeline if isinstance(self.pipeline, str) else without_literal_secrets(self.pipeline)
+        self.defer(
+            trigger=CdcChangesTrigger(
+                pipeline=pipeline,
+                offset=offset,
+                cdc_conn_id=self.cdc_conn_id,
+                check=self.check,
+                poll_interval=self.poke_interval,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout),
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> None:
+        if not event or event.get("status") != "changes":
+            raise AirflowException(f"waiting for changes failed: {(event or {}).get('message', event)}")
+        self.log.info(
+            "source moved past offset %s (after %s checks)", event.get("offset"), event.get("polls")
+        )
