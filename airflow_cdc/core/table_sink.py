@@ -197,7 +197,8 @@ class TableSink:
             self.flush()
 
     def _image(self, rows: list[tuple | None], want_unavailable: bool) -> tuple[pa.Array, list | None]:
-        texts, unchanged = [], []
+        texts: list[pa.Array] = []
+        unchanged: list[pa.BooleanArray | None] = []
         for idx in self._select:
             try:
                 values = [r[idx] if r is not None else None for r in rows]

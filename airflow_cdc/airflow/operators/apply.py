@@ -89,7 +89,7 @@ class CdcApplyOperator(SparkSubmitOperator):
         self.py_files = job.py_files
         self.name = job.name
         # the job's Python workers run on this interpreter unless the caller says otherwise
-        self.env_vars = {**_local_spark_env(), **(self.env_vars or {}), **job.env}
+        self.env_vars = {**_local_spark_env(), **job.env, **(self.env_vars or {})}
         self.log.info(
             "applying batch %s (%s events, %s snapshot rows) to %s",
             batch.batch_id,
