@@ -27,19 +27,7 @@ def _print(doc: Any) -> None:
 def cmd_capture(args: argparse.Namespace) -> int:
     capture = build_capture(read_pipeline_file(args.config))
     result = capture.run(signals=[json.loads(s) for s in args.signal], commit=args.commit)
-    _print(
-        {
-            "batch_id": result.batch_id,
-            "batch_path": result.batch_path,
-            "from_offset": result.from_offset,
-            "to_offset": result.to_offset,
-            "events": result.events,
-            "snapshot_rows": result.snapshot_rows,
-            "tables": result.tables,
-            "notes": result.notes,
-            "committed": result.committed,
-        }
-    )
+    _print(result.summary())
     return 0
 
 

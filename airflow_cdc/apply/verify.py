@@ -84,10 +84,6 @@ class VerifyReport:
 
 
 def _source_chunks(source: Any, table: str, chunk: int) -> Iterator[pa.Table]:
-    if type(source).__name__ == "PostgresSource":
-        from airflow_cdc.sources.postgres.rows import encoded_chunks
-
-        return encoded_chunks(source, table, chunk)
     reader = getattr(source, "encoded_chunks", None)
     if reader is None:
         raise ConfigError(f"verify does not support the {type(source).__name__} source yet")

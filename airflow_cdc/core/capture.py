@@ -63,6 +63,20 @@ class CaptureResult:
     notes: list[str] = field(default_factory=list)
     committed: bool = False
 
+    def summary(self, max_notes: int | None = None) -> dict[str, Any]:
+        """Small JSON-able facts about the run (CLI output, XCom): never rows."""
+        return {
+            "batch_id": self.batch_id,
+            "batch_path": self.batch_path,
+            "from_offset": self.from_offset,
+            "to_offset": self.to_offset,
+            "events": self.events,
+            "snapshot_rows": self.snapshot_rows,
+            "tables": self.tables,
+            "notes": self.notes[:max_notes],
+            "committed": self.committed,
+        }
+
 
 
 

@@ -20,7 +20,8 @@ _COMMIT = re.compile(r"^(\d{20})\.json$")
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(\.\d{10}\.\d{10})?\.parquet$")
 
 
-def _fs(path: str) -> tuple[pafs.FileSystem, str]:
+def filesystem(path: str) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem for ``path`` and the path within it (local for plain paths)."""
     if "://" in path and not path.startswith("file://"):
         return pafs.FileSystem.from_uri(path)
     return pafs.LocalFileSystem(), path.removeprefix("file://")
@@ -35,13 +36,13 @@ def _listing(fs: pafs.FileSystem, log_dir: str) -> list[str]:
 
 
 def table_exists(table_path: str) -> bool:
-    fs, local = _fs(table_path)
+    fs, local = filesystem(table_path)
     return any(_COMMIT.match(n) for n in _listing(fs, f"{local}/_delta_log"))
 
 
 def transactions(table_path: str) -> dict[str, int]:
     """``appId -> version`` of every idempotent write the table has recorded ({} if no table)."""
-    fs, local = _fs(table_path)
+    fs, local = filesystem(table_path)
     log_dir = f"{local}/_delta_log"
     names = _listing(fs, log_dir)
     checkpoints: dict[int, list[str]] = {}
@@ -75,7 +76,7 @@ def _actions(fs: pafs.FileSystem, path: str) -> list[dict[str, Any]]:
 
 def last_commit_info(table_path: str) -> dict[str, Any] | None:
     """The ``commitInfo`` of the newest commit, or None if there is no table."""
-    fs, local = _fs(table_path)
+    fs, local = filesystem(table_path)
     log_dir = f"{local}/_delta_log"
     commits = sorted(int(m.group(1)) for n in _listing(fs, log_dir) if (m := _COMMIT.match(n)))
     if not commits:

@@ -26,7 +26,7 @@ from .frames import (
     TableFrame,
     quoted,
 )
-from .types import widening
+from .types import refused
 from .writes import Commit, create_table, ensure_columns
 
 TRUNCATE = "__truncate"
@@ -57,9 +57,7 @@ def check_evolution(spark: SparkSession, path: str, frame: TableFrame) -> None:
         return
     current = {f.name: f.dataType for f in spark.read.format("delta").load(path).schema.fields}
     for name, new in frame.columns.items():
-        if name in current and widening(current[name], new) == "incompatible":
-            if widening(new, current[name]) == "widen":
-                continue  # an older batch with the narrower type: cast up on write
+        if name in current and refused(current[name], new):
             raise SchemaChangeError(
                 f"silver table {path}: column {name!r} changed type {current[name].simpleString()} -> "
                 f"{new.simpleString()}, which Delta cannot widen; recreate the table or cast upstream"

@@ -16,17 +16,13 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from .delta_log import filesystem
+
 SUPPORTED_FORMAT = 1
 
 
 class StagedBatchError(RuntimeError):
     """The batch is missing, incomplete or of a format this job does not read."""
-
-
-def _fs(path: str) -> tuple[pafs.FileSystem, str]:
-    if "://" in path and not path.startswith("file://"):
-        return pafs.FileSystem.from_uri(path)
-    return pafs.LocalFileSystem(), path.removeprefix("file://")
 
 
 @dataclass
@@ -87,7 +83,7 @@ class StagedBatch:
 
     def __init__(self, path: str) -> None:
         self.path = path.rstrip("/")
-        self.fs, self.local = _fs(self.path)
+        self.fs, self.local = filesystem(self.path)
         try:
             with self.fs.open_input_stream(f"{self.local}/manifest.json") as f:
                 self.manifest: dict[str, Any] = json.loads(f.read())

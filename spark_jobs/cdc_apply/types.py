@@ -179,6 +179,12 @@ def widening(old: T.DataType, new: T.DataType) -> str:
     return "incompatible"
 
 
+def refused(stored: T.DataType, incoming: T.DataType) -> bool:
+    """A change Delta cannot take: not the same, not a widening, and not an older, narrower
+    version of the column (which is cast up on write)."""
+    return widening(stored, incoming) == "incompatible" and widening(incoming, stored) != "widen"
+
+
 def wider(a: T.DataType, b: T.DataType) -> T.DataType:
     """The type both ``a`` and ``b`` widen to (``b`` when it is the newer, incompatible one)."""
     if widening(a, b) in ("same", "widen"):

@@ -20,7 +20,7 @@ from pyspark.sql import types as T
 
 from .frames import SchemaChangeError, quoted
 from .layout import app_id
-from .types import widening
+from .types import refused, widening
 
 TXN_APP = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -100,10 +100,9 @@ def ensure_columns(spark: SparkSession, path: str, schema: T.StructType) -> None
     for f in schema.fields:
         if f.name not in current:
             continue
-        kind = widening(current[f.name], f.dataType)
-        if kind == "widen":
+        if widening(current[f.name], f.dataType) == "widen":
             spark.sql(f"ALTER TABLE {target} ALTER COLUMN {quoted(f.name)} TYPE {f.dataType.simpleString()}")
-        elif kind == "incompatible" and widening(f.dataType, current[f.name]) != "widen":
+        elif refused(current[f.name], f.dataType):
             raise SchemaChangeError(
                 f"Delta table {path}: column {f.name!r} is {current[f.name].simpleString()}, the batch has "
                 f"{f.dataType.simpleString()}; Delta cannot change it in place"

@@ -62,13 +62,6 @@ class CdcCaptureOperator(BaseOperator):
             (result.from_offset or {}).get("lsn"),
             result.to_offset.get("lsn"),
         )
-        return {
-            "batch_id": result.batch_id,
-            "batch_path": result.batch_path,
-            "from_offset": result.from_offset,
-            "to_offset": result.to_offset,
-            "events": result.events,
-            "snapshot_rows": result.snapshot_rows,
-            "tables": result.tables,
-            "notes": result.notes[:20],
-        }
+        summary = result.summary(max_notes=20)
+        del summary["committed"]  # the commit task commits
+        return summary

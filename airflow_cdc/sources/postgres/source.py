@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -255,6 +256,12 @@ class PostgresSource:
         return state
 
     # -- snapshot chunks --------------------------------------------------------------------
+    def encoded_chunks(self, table: str, chunk_size: int) -> Iterator[pa.Table]:
+        """The live table in key order, encoded like captured rows (``verify``); no state is touched."""
+        from airflow_cdc.sources.postgres.rows import encoded_chunks  # rows builds on this class
+
+        return encoded_chunks(self, table, chunk_size)
+
     def read_chunks(self, pending: list[TableSnapshot], max_rows: int, chunk_size: int) -> list[ChunkRead]:
         """Read chunks of pending table snapshots, in order, up to ``max_rows`` rows in total."""
         chunks: list[ChunkRead] = []
