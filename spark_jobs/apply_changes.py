@@ -29,12 +29,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", required=True, help="Delta root: <target>/<layer>/<connector>/<table>")
     p.add_argument("--delete-mode", choices=["delete", "soft"], default="delete")
     p.add_argument("--no-bronze", action="store_true", help="skip the bronze change log")
+    p.add_argument(
+        "--rewrite-ratio",
+        type=float,
+        default=ApplySettings.rewrite_ratio,
+        help="rewrite a silver table instead of MERGE when events >= ratio x stored rows (0: never)",
+    )
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.appName(f"airflow-cdc-apply {os.path.basename(args.batch)}").getOrCreate()
-    settings = ApplySettings(delete_mode=args.delete_mode, bronze=not args.no_bronze)
+    settings = ApplySettings(args.delete_mode, not args.no_bronze, args.rewrite_ratio)
     report = apply_batch(spark, args.batch, args.target, settings)
     print(json.dumps(report, sort_keys=True, default=str))
     return 0

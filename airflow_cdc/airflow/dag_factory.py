@@ -118,7 +118,7 @@ def cdc_dag(
     spec = load_pipeline(path)
     opt = _resolve(spec, options)
     spec = replace(spec, options={k: v for k, v in opt.items() if v is not None})
-    target, delete_mode, bronze = delta_settings(spec)
+    target, apply_options = delta_settings(spec)
     if opt["apply"] and target is None:
         raise ConfigError(
             f"pipeline {path}: the Delta root is required to apply: set property 'delta.root' "
@@ -150,8 +150,7 @@ def cdc_dag(
                 target=target,
                 spark_conf=opt["spark_conf"],
                 conn_id=opt["spark_conn_id"],
-                delete_mode=delete_mode,
-                bronze=bronze,
+                options=apply_options,
             )
             capture >> apply
             last = apply

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_cdc.core.config import split_list
+from airflow_cdc.apply.submit import ApplyOptions
+from airflow_cdc.core.config import COMMON_PROPERTIES, split_list
 from airflow_cdc.core.errors import ConfigError
 from airflow_cdc.core.pipeline import read_pipeline_file
 
@@ -123,18 +124,25 @@ def expand_env(value: Any, name: str) -> Any:
     return value
 
 
-def delta_settings(spec: PipelineSpec) -> tuple[str | None, str, bool]:
-    """``(target, delete_mode, bronze)``: the ``airflow:`` options, else the ``delta.root``,
-    ``delta.delete.mode`` and ``delta.bronze.enabled`` properties, else the defaults."""
+def delta_settings(spec: PipelineSpec) -> tuple[str | None, ApplyOptions]:
+    """The Delta root and apply options: the ``airflow:`` options (``target``, ``delete_mode``,
+    ``bronze``), else the ``delta.*`` properties, else their defaults."""
     props = spec.properties
     target = spec.option("target") or expand_env(props.get("delta.root"), "delta.root")
-    mode = spec.option("delete_mode") or props.get("delta.delete.mode") or "delete"
-    bronze = spec.option("bronze")
-    if bronze is None:
-        bronze = props.get("delta.bronze.enabled", True)
-    if isinstance(bronze, str):
-        bronze = bronze.strip().lower() in ("true", "1", "yes", "on")
-    return (str(target) if target else None), str(mode), bool(bronze)
+    values = {}
+    for option, name in (("delete_mode", "delta.delete.mode"), ("bronze", "delta.bronze.enabled")):
+        raw = spec.option(option)
+        values[name] = props.get(name) if raw is None else raw
+    values["delta.rewrite.ratio"] = props.get("delta.rewrite.ratio")
+    parsed = {}
+    for prop in COMMON_PROPERTIES:
+        if prop.name in values:
+            raw = values[prop.name]
+            parsed[prop.name] = prop.default if raw is None else prop.parse(raw)
+    options = ApplyOptions(
+        parsed["delta.delete.mode"], parsed["delta.bronze.enabled"], parsed["delta.rewrite.ratio"]
+    )
+    return (str(target) if target else None), options
 
 
 def literal_tables(spec: PipelineSpec) -> list[str]:

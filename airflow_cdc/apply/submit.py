@@ -31,17 +31,22 @@ class ApplyOptions:
 
     :param delete_mode: ``delete`` removes silver rows; ``soft`` keeps them with ``__deleted = true``.
     :param bronze: append every event to the bronze change log.
+    :param rewrite_ratio: rewrite a silver table instead of MERGE into it when the batch has at
+        least this many events per stored row (``delta.rewrite.ratio``); 0 always MERGEs.
     """
 
     delete_mode: str = "delete"
     bronze: bool = True
+    rewrite_ratio: float = 0.5
 
     def __post_init__(self) -> None:
         if self.delete_mode not in ("delete", "soft"):
             raise ConfigError(f"delete mode must be 'delete' or 'soft', not {self.delete_mode!r}")
+        if not self.rewrite_ratio >= 0:
+            raise ConfigError(f"delta.rewrite.ratio must be >= 0, not {self.rewrite_ratio!r}")
 
     def args(self) -> list[str]:
-        out = ["--delete-mode", self.delete_mode]
+        out = ["--delete-mode", self.delete_mode, "--rewrite-ratio", repr(float(self.rewrite_ratio))]
         if not self.bronze:
             out.append("--no-bronze")
         return out

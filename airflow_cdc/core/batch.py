@@ -110,8 +110,17 @@ class BatchWriter:
         rel = f"tables/{safe_name(table)}/part-{n:05d}.parquet"
         (self.tmp / rel).parent.mkdir(parents=True, exist_ok=True)
         sink = TableSink(
-            str(self.tmp / rel), rel, codecs, select, source, kind, schema_version, self.piece_rows, metadata
-        , expand=expand)
+            str(self.tmp / rel),
+            rel,
+            codecs,
+            select,
+            source,
+            kind,
+            schema_version,
+            self.piece_rows,
+            metadata,
+            expand=expand,
+        )
         self._open[table] = sink
         self._tables.setdefault(table, {}).update(table_info)
         return sink

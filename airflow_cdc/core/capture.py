@@ -78,9 +78,6 @@ class CaptureResult:
         }
 
 
-
-
-
 def _plan_snapshots(
     ctx: SnapshotContext, mode: str, reason: str | None, tables: list[str], include: tuple[str, ...]
 ) -> list[str]:
@@ -203,8 +200,8 @@ class Capture:
         tables = dict(window.per_table) if window else {}
         manifest: dict[str, Any] = {
             "source": self.source.kind,
-            "from_offset": data.get("offset") or (offset_at(from_lsn, None, None) if offset_at else
-                                                  {"lsn": format_pg_lsn(from_lsn)}),
+            "from_offset": data.get("offset")
+            or (offset_at(from_lsn, None, None) if offset_at else {"lsn": format_pg_lsn(from_lsn)}),
             "to_offset": to_offset,
             "state_version": version,
             "state_after": state_after,

@@ -86,7 +86,7 @@ class Property:
     """One supported property: name, type, default, allowed values, and what it means."""
 
     name: str
-    kind: str  # "str" | "int" | "bool" | "enum" | "list" | "secret"
+    kind: str  # "str" | "int" | "float" | "bool" | "enum" | "list" | "secret"
     default: Any = None
     doc: str = ""
     choices: tuple[str, ...] = ()
@@ -127,9 +127,23 @@ def _parse_bool(prop: Property, raw: Any) -> bool:
 
 
 def _parse_int(prop: Property, raw: Any) -> int:
+    return _at_least(prop, _number(int, raw))
+
+
+def _parse_float(prop: Property, raw: Any) -> float:
+    value = _number(float, raw)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(raw)
+    return _at_least(prop, value)
+
+
+def _number(kind: Callable[[str], Any], raw: Any) -> Any:
     if isinstance(raw, bool):
         raise ValueError(raw)
-    value = int(str(raw).strip())
+    return kind(str(raw).strip())
+
+
+def _at_least(prop: Property, value: Any) -> Any:
     if prop.minimum is not None and value < prop.minimum:
         raise ConfigError(f"property {prop.name!r}: {value} is below the minimum {prop.minimum}")
     return value
@@ -159,6 +173,7 @@ _PARSERS: dict[str, Callable[[Property, Any], Any]] = {
     "str": lambda p, raw: str(raw),
     "secret": lambda p, raw: raw if isinstance(raw, Secret) else Secret(str(raw)),
     "int": _parse_int,
+    "float": _parse_float,
     "bool": _parse_bool,
     "enum": _parse_enum,
     "list": lambda p, raw: split_list(raw),
@@ -317,6 +332,14 @@ COMMON_PROPERTIES: tuple[Property, ...] = (
         choices=("delete", "soft"),
     ),
     Property("delta.bronze.enabled", "bool", True, "Append every event to the bronze change log."),
+    Property(
+        "delta.rewrite.ratio",
+        "float",
+        0.5,
+        "Rewrite a silver table (one join) instead of MERGE (two passes) when a batch has at least "
+        "this many events per stored row; `0` always MERGEs. Tables with change data feed always MERGE.",
+        minimum=0,
+    ),
 )
 
 

@@ -31,11 +31,21 @@ DECIMAL = "org.apache.kafka.connect.data.Decimal"
 JSON_TYPE_NAMES = {"float32": "float", "float64": "double"}
 
 _ARROW_CONNECT_TYPES = [
-    (pa.types.is_int8, "int8"), (pa.types.is_int16, "int16"), (pa.types.is_int32, "int32"),
-    (pa.types.is_int64, "int64"), (pa.types.is_float32, "float32"), (pa.types.is_float64, "float64"),
-    (pa.types.is_boolean, "boolean"), (pa.types.is_string, "string"), (pa.types.is_large_string, "string"),
-    (pa.types.is_binary, "bytes"), (pa.types.is_large_binary, "bytes"), (pa.types.is_decimal, "bytes"),
-    (pa.types.is_list, "array"), (pa.types.is_large_list, "array"), (pa.types.is_map, "map"),
+    (pa.types.is_int8, "int8"),
+    (pa.types.is_int16, "int16"),
+    (pa.types.is_int32, "int32"),
+    (pa.types.is_int64, "int64"),
+    (pa.types.is_float32, "float32"),
+    (pa.types.is_float64, "float64"),
+    (pa.types.is_boolean, "boolean"),
+    (pa.types.is_string, "string"),
+    (pa.types.is_large_string, "string"),
+    (pa.types.is_binary, "bytes"),
+    (pa.types.is_large_binary, "bytes"),
+    (pa.types.is_decimal, "bytes"),
+    (pa.types.is_list, "array"),
+    (pa.types.is_large_list, "array"),
+    (pa.types.is_map, "map"),
     (pa.types.is_struct, "struct"),
 ]
 

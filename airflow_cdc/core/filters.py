@@ -16,8 +16,9 @@ from airflow_cdc.core.config import ConnectorConfig
 from airflow_cdc.core.errors import ConfigError
 
 
-def compile_patterns(where: str, patterns: Sequence[str], what: str = "regular expression"
-                     ) -> tuple[re.Pattern[str], ...]:
+def compile_patterns(
+    where: str, patterns: Sequence[str], what: str = "regular expression"
+) -> tuple[re.Pattern[str], ...]:
     """Compile regexes; a bad one is a :class:`ConfigError` naming ``where`` (e.g. the property)."""
     out = []
     for pattern in patterns:
@@ -39,8 +40,9 @@ class IncludeExclude:
     :raises ConfigError: both lists are set, or a regex is invalid.
     """
 
-    def __init__(self, include_prop: str, include: Sequence[str], exclude_prop: str,
-                 exclude: Sequence[str]) -> None:
+    def __init__(
+        self, include_prop: str, include: Sequence[str], exclude_prop: str, exclude: Sequence[str]
+    ) -> None:
         if include and exclude:
             raise ConfigError(f"properties {include_prop!r} and {exclude_prop!r} cannot both be set")
         self._include = compile_patterns(f"property {include_prop!r}", include)
@@ -104,9 +106,15 @@ class TableFilter:
     """Decides which tables and columns are captured."""
 
     def __init__(self, config: ConnectorConfig) -> None:
-        self._lists = {kind: IncludeExclude(f"{kind}.include.list", config[f"{kind}.include.list"],
-                                            f"{kind}.exclude.list", config[f"{kind}.exclude.list"])
-                       for kind in ("schema", "table", "column")}
+        self._lists = {
+            kind: IncludeExclude(
+                f"{kind}.include.list",
+                config[f"{kind}.include.list"],
+                f"{kind}.exclude.list",
+                config[f"{kind}.exclude.list"],
+            )
+            for kind in ("schema", "table", "column")
+        }
         self._key_columns = parse_message_key_columns(config["message.key.columns"])
 
     def _allowed(self, kind: str, text: str) -> bool:

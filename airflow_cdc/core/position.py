@@ -133,8 +133,11 @@ class MySqlPosition:
 
     @classmethod
     def from_sort_key(cls, key: bytes) -> MySqlPosition:
-        return cls(int.from_bytes(key[:4], "big"), int.from_bytes(key[4:12], "big"),
-                   int.from_bytes(key[12:16], "big"))
+        return cls(
+            int.from_bytes(key[:4], "big"),
+            int.from_bytes(key[4:12], "big"),
+            int.from_bytes(key[12:16], "big"),
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {"file_no": self.file_no, "pos": self.pos, "row": self.row}

@@ -187,8 +187,12 @@ def open_state_store(url: str) -> StateStore:
         return _open_sqlite(parts, table)
     raise ConfigError(
         f"unsupported state store URL scheme {parts.scheme!r}; use file, postgresql, mysql or sqlite"
-        + (" (airflow-variable needs the Airflow provider: import airflow_cdc.airflow.state_variable)"
-           if scheme == "airflow-variable" else ""))
+        + (
+            " (airflow-variable needs the Airflow provider: import airflow_cdc.airflow.state_variable)"
+            if scheme == "airflow-variable"
+            else ""
+        )
+    )
 
 
 def _redact(parts: Any, table: str) -> str:
@@ -214,9 +218,12 @@ def _open_mysql(parts: Any, options: dict[str, str], table: str) -> StateStore:
     from airflow_cdc.core.state_sql import SqlStateStore
 
     kwargs: dict[str, Any] = {
-        "host": parts.hostname or "localhost", "port": parts.port or 3306,
-        "user": unquote(parts.username or ""), "password": unquote(parts.password or ""),
-        "database": unquote(parts.path.lstrip("/")) or None, "charset": options.get("charset", "utf8mb4"),
+        "host": parts.hostname or "localhost",
+        "port": parts.port or 3306,
+        "user": unquote(parts.username or ""),
+        "password": unquote(parts.password or ""),
+        "database": unquote(parts.path.lstrip("/")) or None,
+        "charset": options.get("charset", "utf8mb4"),
         "connect_timeout": int(options.get("connect_timeout", "10")),
     }
     if "unix_socket" in options:
@@ -232,5 +239,6 @@ def _open_sqlite(parts: Any, table: str) -> StateStore:
     path = unquote(parts.path)
     if parts.netloc or not path or path == ":memory:":
         raise ConfigError("sqlite state store URL must be sqlite:///absolute/path.db or sqlite:relative.db")
-    return SqlStateStore(lambda: sqlite3.connect(path, timeout=30), table, "sqlite",
-                         description=f"sqlite:{path}?table={table}")
+    return SqlStateStore(
+        lambda: sqlite3.connect(path, timeout=30), table, "sqlite", description=f"sqlite:{path}?table={table}"
+    )

@@ -135,10 +135,15 @@ class FileStateStore:
             if found != expected_version:
                 raise StateConflict(
                     f"state of connector {connector!r} in {self.describe()} is at version {found}, "
-                    f"expected {expected_version}")
+                    f"expected {expected_version}"
+                )
             new_version = (found or 0) + 1
-            record = {"connector": connector, "version": new_version, "updated_at": utc_now_iso(),
-                      "state": data}
+            record = {
+                "connector": connector,
+                "version": new_version,
+                "updated_at": utc_now_iso(),
+                "state": data,
+            }
             self._write_atomic(path, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
             return new_version
 

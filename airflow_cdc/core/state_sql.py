@@ -36,12 +36,22 @@ from airflow_cdc.core.state import (
 )
 
 _DIALECT_ALIASES = {
-    "postgresql": "postgresql", "postgres": "postgresql", "mysql": "mysql", "mariadb": "mysql",
-    "sqlite": "sqlite", "sqlite3": "sqlite",
+    "postgresql": "postgresql",
+    "postgres": "postgresql",
+    "mysql": "mysql",
+    "mariadb": "mysql",
+    "sqlite": "sqlite",
+    "sqlite3": "sqlite",
 }
 _DRIVER_DIALECTS = {
-    "psycopg": "postgresql", "psycopg2": "postgresql", "pg8000": "postgresql", "pymysql": "mysql",
-    "MySQLdb": "mysql", "mysql": "mysql", "mariadb": "mysql", "sqlite3": "sqlite",
+    "psycopg": "postgresql",
+    "psycopg2": "postgresql",
+    "pg8000": "postgresql",
+    "pymysql": "mysql",
+    "MySQLdb": "mysql",
+    "mysql": "mysql",
+    "mariadb": "mysql",
+    "sqlite3": "sqlite",
 }
 _CREATE = (
     "CREATE TABLE IF NOT EXISTS {t} (connector varchar(255) NOT NULL PRIMARY KEY, version bigint NOT NULL, "
@@ -82,8 +92,12 @@ class SqlStateStore:
     """
 
     def __init__(
-        self, connect: Callable[[], Any], table: str = "airflow_cdc_state", dialect: str | None = None,
-        *, description: str | None = None,
+        self,
+        connect: Callable[[], Any],
+        table: str = "airflow_cdc_state",
+        dialect: str | None = None,
+        *,
+        description: str | None = None,
     ) -> None:
         if dialect is not None and dialect.lower() not in _DIALECT_ALIASES:
             raise ConfigError(f"unsupported SQL dialect {dialect!r}; use postgresql, mysql or sqlite")
@@ -157,7 +171,8 @@ class SqlStateStore:
         escape = values and style in ("format", "pyformat")  # only then does the driver interpret "%"
         table = self._table_sql.replace("%", "%%") if escape else self._table_sql
         marks = {"qmark": lambda i: "?", "numeric": lambda i: f":{i + 1}", "named": lambda i: f":p{i}"}.get(
-            style, lambda i: "%s")
+            style, lambda i: "%s"
+        )
         sql = pieces[0] + "".join(marks(i) + piece for i, piece in enumerate(pieces[1:]))
         params = {f"p{i}": v for i, v in enumerate(values)} if style == "named" else tuple(values)
         return sql.replace("{t}", table), params
@@ -210,17 +225,22 @@ class SqlStateStore:
         """
         check_connector(connector)
         with self._transaction() as cur:
-            row = self._execute(cur, "SELECT version, state, updated_at FROM {t} WHERE connector = {p}",
-                                (connector,)).fetchone()
+            row = self._execute(
+                cur, "SELECT version, state, updated_at FROM {t} WHERE connector = {p}", (connector,)
+            ).fetchone()
         if row is None:
             return None
         version, text, updated_at = row
         try:
-            return StoredState(version=int(version), data=decode_state(str(text), self.describe()),
-                               updated_at=str(updated_at))
+            return StoredState(
+                version=int(version),
+                data=decode_state(str(text), self.describe()),
+                updated_at=str(updated_at),
+            )
         except ValueError as exc:
-            raise StateCorrupt(f"state of connector {connector!r} in {self.describe()} is unreadable: "
-                               f"{exc}") from exc
+            raise StateCorrupt(
+                f"state of connector {connector!r} in {self.describe()} is unreadable: {exc}"
+            ) from exc
 
     def compare_and_set(self, connector: str, expected_version: int | None, data: dict[str, Any]) -> int:
         """Commit ``data`` if the stored version is ``expected_version``; return the new version.
@@ -237,8 +257,11 @@ class SqlStateStore:
             return self._insert(connector, text, now)
         with self._transaction() as cur:
             cur = self._execute(
-                cur, "UPDATE {t} SET version = version + 1, state = {p}, updated_at = {p}"
-                " WHERE connector = {p} AND version = {p}", (text, now, connector, expected_version))
+                cur,
+                "UPDATE {t} SET version = version + 1, state = {p}, updated_at = {p}"
+                " WHERE connector = {p} AND version = {p}",
+                (text, now, connector, expected_version),
+            )
             if cur.rowcount != 1:
                 raise self._conflict(connector, expected_version)
         return expected_version + 1
@@ -246,8 +269,11 @@ class SqlStateStore:
     def _insert(self, connector: str, text: str, now: str) -> int:
         try:
             with self._transaction() as cur:
-                self._execute(cur, "INSERT INTO {t} (connector, version, state, updated_at)"
-                              " VALUES ({p}, 1, {p}, {p})", (connector, text, now))
+                self._execute(
+                    cur,
+                    "INSERT INTO {t} (connector, version, state, updated_at) VALUES ({p}, 1, {p}, {p})",
+                    (connector, text, now),
+                )
         except Exception as exc:
             integrity_error = getattr(self._driver, "IntegrityError", None)
             if integrity_error is not None and isinstance(exc, integrity_error):
@@ -258,7 +284,8 @@ class SqlStateStore:
     def _conflict(self, connector: str, expected_version: int | None) -> StateConflict:
         return StateConflict(
             f"state of connector {connector!r} in {self.describe()} is not at version {expected_version}; "
-            "another run committed first")
+            "another run committed first"
+        )
 
     def delete(self, connector: str) -> None:
         """Remove the state of ``connector``; no error when it has none.

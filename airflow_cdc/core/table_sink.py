@@ -158,8 +158,13 @@ class TableSink:
         # dictionary-encode only the low-cardinality envelope columns and keep statistics only for
         # the position: both cost ~35% of write time on high-cardinality row data for no gain
         dictionary = ["op"] + [f"source.{f.name}" for f in source.type if pa.types.is_string(f.type)]
-        self._writer = pq.ParquetWriter(path, self.schema, compression="snappy", use_dictionary=dictionary,
-                                        write_statistics=[POSITION_COLUMN])
+        self._writer = pq.ParquetWriter(
+            path,
+            self.schema,
+            compression="snappy",
+            use_dictionary=dictionary,
+            write_statistics=[POSITION_COLUMN],
+        )
         self._reset()
         self.closed = False
         self.rows = 0
@@ -203,8 +208,9 @@ class TableSink:
             try:
                 values = [r[idx] if r is not None else None for r in rows]
             except IndexError:
-                raise ProtocolError(f"{self.rel_path}: a row image has fewer columns than the table "
-                                    f"(column index {idx})") from None
+                raise ProtocolError(
+                    f"{self.rel_path}: a row image has fewer columns than the table (column index {idx})"
+                ) from None
             native = getattr(self._codecs[len(texts)], "convert_values", None)
             if native is not None:  # sources that decode binary values themselves (MySQL binlog)
                 texts.append(native(values))
@@ -255,8 +261,16 @@ class TableSink:
         after, unavailable = self._image([r[2] for r in rows], True)
         positions, src, txn = self._expand(rows)
         counts = {op: ops.count(op) for op in set(ops)}
-        self._write(pa.array(ops, type=pa.string()), counts, before, after,
-                    pa.array(positions, type=pa.binary()), src, txn, unavailable)
+        self._write(
+            pa.array(ops, type=pa.string()),
+            counts,
+            before,
+            after,
+            pa.array(positions, type=pa.binary()),
+            src,
+            txn,
+            unavailable,
+        )
         self._reset()
 
     def write_piece(self, piece: ColumnarPiece) -> None:
@@ -264,8 +278,9 @@ class TableSink:
         self.flush()
         before, _ = self._struct(piece.before, False)
         after, unavailable = self._struct(piece.after, True)
-        self._write(piece.ops, piece.op_counts, before, after, piece.positions, piece.source, None,
-                    unavailable)
+        self._write(
+            piece.ops, piece.op_counts, before, after, piece.positions, piece.source, None, unavailable
+        )
 
     def _write(
         self,
@@ -337,8 +352,16 @@ class TableSink:
         ]
         after = pa.StructArray.from_arrays(children, fields=self._fields)
         row_type = pa.struct(self._fields)
-        self._write(pa.array([op] * n, type=pa.string()), {op: n}, pa.nulls(n, row_type), after,
-                    pa.array([position] * n, type=pa.binary()), source_values, None, None)
+        self._write(
+            pa.array([op] * n, type=pa.string()),
+            {op: n},
+            pa.nulls(n, row_type),
+            after,
+            pa.array([position] * n, type=pa.binary()),
+            source_values,
+            None,
+            None,
+        )
 
     def close(self) -> PartInfo:
         """Flush and close the file; returns what the manifest records about this part."""

@@ -29,18 +29,35 @@ MARIADB_INSTALL_DB = Path("/usr/bin/mariadb-install-db")
 PG_DSN_ENV = "AIRFLOW_CDC_TEST_PG_DSN"
 
 PG_DEFAULT_SETTINGS: dict[str, str] = {
-    "wal_level": "logical", "max_replication_slots": "64", "max_wal_senders": "16", "fsync": "off",
-    "synchronous_commit": "on", "full_page_writes": "off", "max_connections": "200",
-    "shared_buffers": "256MB", "listen_addresses": "127.0.0.1", "TimeZone": "UTC", "DateStyle": "ISO",
+    "wal_level": "logical",
+    "max_replication_slots": "64",
+    "max_wal_senders": "16",
+    "fsync": "off",
+    "synchronous_commit": "on",
+    "full_page_writes": "off",
+    "max_connections": "200",
+    "shared_buffers": "256MB",
+    "listen_addresses": "127.0.0.1",
+    "TimeZone": "UTC",
+    "DateStyle": "ISO",
     "log_min_messages": "warning",
 }
 
 MARIADB_DEFAULT_SETTINGS: dict[str, str] = {
-    "log-bin": "binlog", "binlog-format": "ROW", "binlog-row-image": "FULL", "binlog-row-metadata": "FULL",
-    "server-id": "1", "gtid-strict-mode": "ON", "bind-address": "127.0.0.1",
-    "innodb-flush-log-at-trx-commit": "2", "sync-binlog": "0", "character-set-server": "utf8mb4",
-    "collation-server": "utf8mb4_general_ci", "innodb-log-file-size": "48M",
-    "innodb-buffer-pool-size": "128M", "max-connections": "200",
+    "log-bin": "binlog",
+    "binlog-format": "ROW",
+    "binlog-row-image": "FULL",
+    "binlog-row-metadata": "FULL",
+    "server-id": "1",
+    "gtid-strict-mode": "ON",
+    "bind-address": "127.0.0.1",
+    "innodb-flush-log-at-trx-commit": "2",
+    "sync-binlog": "0",
+    "character-set-server": "utf8mb4",
+    "collation-server": "utf8mb4_general_ci",
+    "innodb-log-file-size": "48M",
+    "innodb-buffer-pool-size": "128M",
+    "max-connections": "200",
 }
 
 _LIVE: set[Any] = set()
@@ -135,7 +152,10 @@ class _ThrowawayServer:
     default_settings: dict[str, str] = {}
 
     def __init__(
-        self, *, password: str = "cdc-test-secret", settings: dict[str, str] | None = None,
+        self,
+        *,
+        password: str = "cdc-test-secret",
+        settings: dict[str, str] | None = None,
         start_timeout: float = 60.0,
     ) -> None:
         self.host = "127.0.0.1"
@@ -244,11 +264,19 @@ class PostgresServer(_ThrowawayServer):
 
     def _run(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        proc = subprocess.run([*prefix, str(PG_BIN / args[0]), *args[1:]], capture_output=True, text=True,
-                              cwd=self.base_dir, stdin=subprocess.DEVNULL, timeout=timeout)
+        proc = subprocess.run(
+            [*prefix, str(PG_BIN / args[0]), *args[1:]],
+            capture_output=True,
+            text=True,
+            cwd=self.base_dir,
+            stdin=subprocess.DEVNULL,
+            timeout=timeout,
+        )
         if check and proc.returncode != 0:
-            raise ServerStartError(f"{args[0]} failed ({proc.returncode}): {proc.stdout}{proc.stderr}\n"
-                                   f"server log tail:\n{_tail(self.log_file)}")
+            raise ServerStartError(
+                f"{args[0]} failed ({proc.returncode}): {proc.stdout}{proc.stderr}\n"
+                f"server log tail:\n{_tail(self.log_file)}"
+            )
         return proc
 
     def start(self) -> PostgresServer:
@@ -262,9 +290,20 @@ class PostgresServer(_ThrowawayServer):
             pwfile.write_text(self.password + "\n")
             if os.geteuid() == 0:
                 shutil.chown(pwfile, self.os_user)
-            self._run("initdb", "-D", str(self.data_dir), "-U", self.superuser, f"--pwfile={pwfile}",
-                      "--auth-host=scram-sha-256", "--auth-local=trust", "-E", "UTF8",
-                      "--no-locale", "--no-sync")
+            self._run(
+                "initdb",
+                "-D",
+                str(self.data_dir),
+                "-U",
+                self.superuser,
+                f"--pwfile={pwfile}",
+                "--auth-host=scram-sha-256",
+                "--auth-local=trust",
+                "-E",
+                "UTF8",
+                "--no-locale",
+                "--no-sync",
+            )
             pwfile.unlink()
             with open(self.data_dir / "postgresql.conf", "a") as conf:
                 conf.write("\ninclude 'airflow_cdc_test.conf'\n")
@@ -281,8 +320,18 @@ class PostgresServer(_ThrowawayServer):
 
     def _launch(self) -> None:
         self._write_conf()
-        self._run("pg_ctl", "start", "-D", str(self.data_dir), "-l", str(self.log_file), "-w",
-                  "-t", str(int(self.start_timeout)), timeout=self.start_timeout + 10)
+        self._run(
+            "pg_ctl",
+            "start",
+            "-D",
+            str(self.data_dir),
+            "-l",
+            str(self.log_file),
+            "-w",
+            "-t",
+            str(int(self.start_timeout)),
+            timeout=self.start_timeout + 10,
+        )
 
     def _halt(self) -> None:
         pid_file = self.data_dir / "postmaster.pid"
@@ -316,8 +365,10 @@ class PostgresServer(_ThrowawayServer):
                 return True
             except Exception:
                 return False
-        return self.base_dir is not None and self._run("pg_ctl", "status", "-D", str(self.data_dir),
-                                                       check=False).returncode == 0
+        return (
+            self.base_dir is not None
+            and self._run("pg_ctl", "status", "-D", str(self.data_dir), check=False).returncode == 0
+        )
 
     def set_config(self, name: str, value: str) -> None:
         """Change a reloadable setting and reload the configuration (use :meth:`restart` for the others).
@@ -367,10 +418,15 @@ class PostgresServer(_ThrowawayServer):
             self.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s"
                 " AND pid <> pg_backend_pid() UNION ALL SELECT pg_terminate_backend(active_pid)"
-                " FROM pg_replication_slots WHERE database = %s AND active_pid IS NOT NULL", (name, name))
+                " FROM pg_replication_slots WHERE database = %s AND active_pid IS NOT NULL",
+                (name, name),
+            )
             try:
-                self.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                             "WHERE database = %s", (name,))
+                self.execute(
+                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                    "WHERE database = %s",
+                    (name,),
+                )
                 self.execute(f"DROP DATABASE IF EXISTS {_quote_ident(name)} WITH (FORCE)")
                 return
             except Exception:
@@ -407,10 +463,21 @@ class MariaDbServer(_ThrowawayServer):
         user = ["--user=mysql"] if os.geteuid() == 0 else []
         try:
             out = subprocess.run(
-                [str(MARIADB_INSTALL_DB), "--no-defaults", f"--datadir={self.data_dir}", *user,
-                 "--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve",
-                 "--innodb-log-file-size=" + self.settings["innodb-log-file-size"]],
-                capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
+                [
+                    str(MARIADB_INSTALL_DB),
+                    "--no-defaults",
+                    f"--datadir={self.data_dir}",
+                    *user,
+                    "--auth-root-authentication-method=normal",
+                    "--skip-test-db",
+                    "--skip-name-resolve",
+                    "--innodb-log-file-size=" + self.settings["innodb-log-file-size"],
+                ],
+                capture_output=True,
+                text=True,
+                stdin=subprocess.DEVNULL,
+                timeout=300,
+            )
             if out.returncode != 0:
                 raise ServerStartError(f"mariadb-install-db failed: {out.stdout[-3000:]}{out.stderr[-3000:]}")
             self._start_on_free_port()
@@ -422,14 +489,25 @@ class MariaDbServer(_ThrowawayServer):
 
     def _launch(self) -> None:
         binary = next(p for p in MARIADB_SERVERS if os.access(p, os.X_OK))
-        options = {**self.settings, "datadir": str(self.data_dir), "socket": str(self.socket_path),
-                   "port": str(self.port), "pid-file": str(self.log_file.with_name("mysqld.pid")),
-                   "log-error": str(self.log_file), "skip-name-resolve": ""}
+        options = {
+            **self.settings,
+            "datadir": str(self.data_dir),
+            "socket": str(self.socket_path),
+            "port": str(self.port),
+            "pid-file": str(self.log_file.with_name("mysqld.pid")),
+            "log-error": str(self.log_file),
+            "skip-name-resolve": "",
+        }
         args = [f"--{k}={v}" if v != "" else f"--{k}" for k, v in options.items()]
         user = ["--user=mysql"] if os.geteuid() == 0 else []
         quiet = subprocess.DEVNULL
-        self._proc = subprocess.Popen([str(binary), "--no-defaults", *user, *args], stdin=quiet, stdout=quiet,
-                                      stderr=quiet, start_new_session=True)
+        self._proc = subprocess.Popen(
+            [str(binary), "--no-defaults", *user, *args],
+            stdin=quiet,
+            stdout=quiet,
+            stderr=quiet,
+            start_new_session=True,
+        )
         if not self._wait_ready():
             self._halt()
             raise ServerStartError(f"mariadbd did not start; log tail:\n{_tail(self.log_file)}")
@@ -457,8 +535,9 @@ class MariaDbServer(_ThrowawayServer):
                 cur.execute("GRANT ALL PRIVILEGES ON *.* TO 'root'@'%' WITH GRANT OPTION")
                 for host in ("localhost", "127.0.0.1", "::1"):
                     cur.execute("ALTER USER IF EXISTS 'root'@%s IDENTIFIED BY %s", (host, self.password))
-                cur.execute("DELETE FROM mysql.global_priv"
-                            " WHERE host NOT IN ('localhost', '127.0.0.1', '::1', '%')")
+                cur.execute(
+                    "DELETE FROM mysql.global_priv WHERE host NOT IN ('localhost', '127.0.0.1', '::1', '%')"
+                )
                 cur.execute("FLUSH PRIVILEGES")
         finally:
             conn.close()
@@ -476,8 +555,14 @@ class MariaDbServer(_ThrowawayServer):
         """
         import pymysql
 
-        params: dict[str, Any] = {"host": self.host, "port": self.port, "user": self.superuser,
-                                  "password": self.password, "charset": "utf8mb4", "connect_timeout": 10}
+        params: dict[str, Any] = {
+            "host": self.host,
+            "port": self.port,
+            "user": self.superuser,
+            "password": self.password,
+            "charset": "utf8mb4",
+            "connect_timeout": 10,
+        }
         return pymysql.connect(**{**params, **kwargs})
 
     def execute(self, statement: str, params: Any = None, database: str | None = None) -> list[Any]:

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+#: table property that turns on Delta change data feed
+CHANGE_FEED = "delta.enableChangeDataFeed"
 _COMMIT = re.compile(r"^(\d{20})\.json$")
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(\.\d{10}\.\d{10})?\.parquet$")
 
@@ -40,8 +43,29 @@ def table_exists(table_path: str) -> bool:
     return any(_COMMIT.match(n) for n in _listing(fs, f"{local}/_delta_log"))
 
 
-def transactions(table_path: str) -> dict[str, int]:
-    """``appId -> version`` of every idempotent write the table has recorded ({} if no table)."""
+@dataclass
+class LogState:
+    """What the apply job needs from a table's log: idempotent writes and live data files."""
+
+    txns: dict[str, int] = field(default_factory=dict)
+    files: dict[str, int | None] = field(default_factory=dict)  # path -> numRecords, if recorded
+    configuration: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def records(self) -> int | None:
+        """Rows in the current version, from file statistics (None when a file has none)."""
+        counts = list(self.files.values())
+        return None if any(c is None for c in counts) else sum(counts)  # type: ignore[misc]
+
+    def _add(self, add: dict[str, Any]) -> None:
+        stats = add.get("stats")
+        records = json.loads(stats).get("numRecords") if stats else None
+        deleted = (add.get("deletionVector") or {}).get("cardinality") or 0
+        self.files[add["path"]] = None if records is None else int(records) - int(deleted)
+
+
+def replay(table_path: str) -> LogState:
+    """Replay the newest checkpoint and the commits after it (an empty state if there is no table)."""
     fs, local = filesystem(table_path)
     log_dir = f"{local}/_delta_log"
     names = _listing(fs, log_dir)
@@ -50,23 +74,40 @@ def transactions(table_path: str) -> dict[str, int]:
         m = _CHECKPOINT.match(n)
         if m:
             checkpoints.setdefault(int(m.group(1)), []).append(n)
-    txns: dict[str, int] = {}
+    state = LogState()
     start = -1
     if checkpoints:
         start = max(checkpoints)
         for name in checkpoints[start]:
-            table = pq.read_table(f"{log_dir}/{name}", columns=["txn"], filesystem=fs)
+            table = pq.read_table(f"{log_dir}/{name}", columns=["txn", "add", "metaData"], filesystem=fs)
             for txn in table.column("txn").to_pylist():
                 if txn:
-                    txns[txn["appId"]] = txn["version"]
+                    state.txns[txn["appId"]] = txn["version"]
+            for add in table.column("add").to_pylist():
+                if add:
+                    state._add(add)
+            for meta in table.column("metaData").to_pylist():
+                if meta:
+                    state.configuration = dict(meta.get("configuration") or {})
     commits = sorted(int(m.group(1)) for n in names if (m := _COMMIT.match(n)))
     for version in commits:
         if version <= start:
             continue
         for action in _actions(fs, f"{log_dir}/{version:020d}.json"):
             if "txn" in action:
-                txns[action["txn"]["appId"]] = action["txn"]["version"]
-    return txns
+                state.txns[action["txn"]["appId"]] = action["txn"]["version"]
+            elif "add" in action:
+                state._add(action["add"])
+            elif "remove" in action:
+                state.files.pop(action["remove"]["path"], None)
+            elif "metaData" in action:
+                state.configuration = dict(action["metaData"].get("configuration") or {})
+    return state
+
+
+def transactions(table_path: str) -> dict[str, int]:
+    """``appId -> version`` of every idempotent write the table has recorded ({} if no table)."""
+    return replay(table_path).txns
 
 
 def _actions(fs: pafs.FileSystem, path: str) -> list[dict[str, Any]]:

@@ -46,6 +46,7 @@ class TableFrame:
     keys: list[str]
     truncate_at: bytes | None
     toast: bool = True
+    events: int = 0  # staged events of the table in this batch
 
 
 def silver_columns(table: StagedTable) -> tuple[dict[str, T.DataType], dict[int, dict[str, Natural]]]:
@@ -127,7 +128,7 @@ def table_frame(spark: SparkSession, table: StagedTable, truncates: list[bytes])
     truncate_at = max(truncates) if truncates else None
     if truncate_at is not None:
         actions = actions.where(F.col(POSITION) > F.lit(truncate_at))
-    return TableFrame(actions, columns, table.key_columns, truncate_at, table.toast)
+    return TableFrame(actions, columns, table.key_columns, truncate_at, table.toast, table.rows)
 
 
 def truncate_positions(spark: SparkSession, table: StagedTable) -> list[bytes]:
@@ -137,6 +138,11 @@ def truncate_positions(spark: SparkSession, table: StagedTable) -> list[bytes]:
     files = [f for g in table.groups for f in g.files]
     rows = spark.read.parquet(*files).where(F.col("op") == "t").select("__position").collect()
     return [bytes(r[0]) for r in rows]
+
+
+def has_deletes(frame: TableFrame) -> bool:
+    """Whether any action removes a key (a scan that stops at the first one; no shuffle)."""
+    return frame.actions.where(F.col(ACTION) == "delete").limit(1).count() > 0
 
 
 def fill_unavailable(frame: TableFrame) -> DataFrame:

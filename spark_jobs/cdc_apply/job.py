@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark import StorageLevel
@@ -29,6 +29,7 @@ log = logging.getLogger("airflow_cdc.apply")
 class ApplySettings:
     delete_mode: str = "delete"
     bronze: bool = True
+    rewrite_ratio: float = 0.5  # see silver.merge_silver; 0 = always MERGE
 
 
 def apply_batch(
@@ -89,19 +90,23 @@ def _apply_table(
     actions = silver.drop_superseded(
         spark, frame.actions, _path(target, "tombstones", staged, table), table.key_columns
     )
-    actions = frames.fill_unavailable(
-        frames.TableFrame(actions, frame.columns, frame.keys, frame.truncate_at)
-    )
-    latest = frames.latest_per_key(actions, table.key_columns).persist(StorageLevel.MEMORY_AND_DISK)
+    actions = frames.fill_unavailable(replace(frame, actions=actions))
+    latest = frames.latest_per_key(actions, table.key_columns)
+    # deletes (d, or an update that moved its key) are stored as tombstones, then merged: only
+    # then is the newest action per key read twice and worth keeping
+    deletes = not soft and frames.has_deletes(frame)
+    if deletes:
+        latest = latest.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         silver.record_tombstones(
-            spark, _path(target, "tombstones", staged, table), latest, frame, commit, soft
+            spark, _path(target, "tombstones", staged, table), latest, frame, commit, deletes
         )
         crash_point("apply_after_tombstones")
-        silver.merge_silver(spark, silver_path, latest, frame, commit, soft)
+        out["silver"] = silver.merge_silver(
+            spark, silver_path, latest, frame, commit, soft, settings.rewrite_ratio
+        )
     finally:
         latest.unpersist()
-    out["silver"] = "merged"
     return out
 
 

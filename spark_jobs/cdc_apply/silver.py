@@ -14,6 +14,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from .delta_log import CHANGE_FEED, LogState, replay
 from .frames import (
     ACTION,
     BATCH,
@@ -93,9 +94,9 @@ def _and(conds: list[Column]) -> Column:
 
 
 def record_tombstones(
-    spark: SparkSession, path: str, latest: DataFrame, frame: TableFrame, commit: Commit, soft: bool
+    spark: SparkSession, path: str, latest: DataFrame, frame: TableFrame, commit: Commit, with_deletes: bool
 ) -> None:
-    """Store the newest delete per key (delete mode) and the batch's truncate (both modes)."""
+    """Store the newest delete per key (when ``with_deletes``) and the batch's truncate."""
     key_types = {k: frame.columns[k] for k in frame.keys}
     schema = T.StructType(
         [
@@ -104,10 +105,9 @@ def record_tombstones(
             T.StructField(TRUNCATE, T.BooleanType(), False),
         ]
     )
-    deletes = latest.where(F.col(ACTION) == "delete")
-    has_deletes = not soft and deletes.limit(1).count() > 0
     keys = [F.col(quoted(k)) for k in frame.keys]
-    rows = deletes.select(*keys, POSITION, F.lit(False).alias(TRUNCATE)) if has_deletes else None
+    deletes = latest.where(F.col(ACTION) == "delete")
+    rows = deletes.select(*keys, POSITION, F.lit(False).alias(TRUNCATE)) if with_deletes else None
     if frame.truncate_at is not None:
         marker = spark.createDataFrame([(frame.truncate_at, True)], f"{POSITION} binary, {TRUNCATE} boolean")
         marker = marker.select(
@@ -139,17 +139,25 @@ def record_tombstones(
 
 
 def merge_silver(
-    spark: SparkSession, path: str, latest: DataFrame, frame: TableFrame, commit: Commit, soft: bool
-) -> None:
-    """The ordered MERGE: newer deletes remove (or flag), newer upserts replace, new keys insert."""
+    spark: SparkSession,
+    path: str,
+    latest: DataFrame,
+    frame: TableFrame,
+    commit: Commit,
+    soft: bool,
+    rewrite_ratio: float = 0.0,
+) -> str:
+    """The ordered MERGE: newer deletes remove (or flag), newer upserts replace, new keys insert.
+
+    Returns how it was written: ``appended`` (the table had no rows), ``rewritten`` (the batch's
+    events are at least ``rewrite_ratio`` times the stored rows: one join and a rewrite of the
+    whole table beat MERGE's two passes over it) or ``merged``.
+    """
     schema = target_schema(frame, soft)
     create_table(spark, path, schema, TABLE_PROPERTIES)
     ensure_columns(spark, path, schema)
     table = DeltaTable.forPath(spark, path)
     current = {f.name: f.dataType for f in table.toDF().schema.fields}
-    if frame.truncate_at is not None:
-        with commit.conf(spark, txn=False):
-            table.delete(F.col(POSITION) < F.lit(frame.truncate_at))
     data = [n for n in frame.columns]
     source = latest.select(
         *(F.col(quoted(n)).cast(current[n]).alias(n) for n in data),
@@ -160,13 +168,27 @@ def merge_silver(
         UNAVAILABLE,
         F.lit(commit.batch_id).alias(BATCH),
     )
+    meta = {POSITION: f"s.{POSITION}", OP: f"s.{OP}", TS_MS: f"s.{TS_MS}", BATCH: f"s.{BATCH}"}
+    state = replay(path)
+    if not soft and not state.files:
+        rows = source.where(f"{ACTION} = 'upsert'").select(*(F.col(quoted(n)) for n in data), *meta)
+        commit.append(rows, path)  # nothing to match: a MERGE would only re-read an empty table
+        return "appended"
+    if _dense(state, frame.events, rewrite_ratio):
+        stored = spark.read.format("delta").load(path)
+        if frame.truncate_at is not None:
+            stored = stored.where(F.col(POSITION) >= F.lit(frame.truncate_at))
+        commit.write(rewritten(stored, source, frame.keys, soft), path, mode="overwrite")
+        return "rewritten"
+    if frame.truncate_at is not None:
+        with commit.conf(spark, txn=False):
+            table.delete(F.col(POSITION) < F.lit(frame.truncate_at))
     newer = f"s.{POSITION} > t.{POSITION}"
     values = {
         quoted(n): f"CASE WHEN array_contains(s.{UNAVAILABLE}, '{_lit(n)}') THEN t.{quoted(n)} "
         f"ELSE s.{quoted(n)} END"
         for n in data
     }
-    meta = {POSITION: f"s.{POSITION}", OP: f"s.{OP}", TS_MS: f"s.{TS_MS}", BATCH: f"s.{BATCH}"}
     inserts = {quoted(n): f"s.{quoted(n)}" for n in data} | meta
     builder = table.alias("t").merge(source.alias("s"), _key_match(frame.keys, "t", "s"))
     if soft:
@@ -180,17 +202,48 @@ def merge_silver(
         update = values | meta
         builder = builder.whenMatchedUpdate(condition=f"s.{ACTION} = 'upsert' AND {newer}", set=update)
         builder = builder.whenNotMatchedInsert(condition=f"s.{ACTION} = 'upsert'", values=inserts)
-    if _is_empty(spark, path) and not soft:
-        rows = source.where(f"{ACTION} = 'upsert'").select(*(F.col(quoted(n)) for n in data), *meta)
-        commit.append(rows, path)  # nothing to match: a MERGE would only re-read an empty table
-        return
     with commit.conf(spark, txn=True):
         builder.execute()
+    return "merged"
 
 
-def _is_empty(spark: SparkSession, path: str) -> bool:
-    detail = DeltaTable.forPath(spark, path).detail().select("numFiles").collect()[0]
-    return int(detail["numFiles"] or 0) == 0
+def _dense(state: LogState, events: int, ratio: float) -> bool:
+    """Rewrite instead of MERGE: enabled, row counts known, no change data feed to keep exact."""
+    if ratio <= 0 or state.records is None or state.configuration.get(CHANGE_FEED, "false") == "true":
+        return False
+    return events >= ratio * state.records
+
+
+def rewritten(stored: DataFrame, source: DataFrame, keys: list[str], soft: bool) -> DataFrame:
+    """The table after the MERGE of :func:`merge_silver`, as one full outer join.
+
+    Row by row the same outcome as the MERGE clauses: a source action newer than the stored row
+    (or for a key not stored) wins; a winning delete drops the row (soft: keeps the stored values,
+    flagged); a winning upsert keeps stored values for its unchanged-TOAST columns; columns the
+    batch does not carry keep their stored values.
+    """
+    joined = stored.alias("t").join(source.alias("s"), F.expr(_key_match(keys, "t", "s")), "full_outer")
+    t_pos, s_pos = F.col(f"t.{POSITION}"), F.col(f"s.{POSITION}")
+    stored_row = t_pos.isNotNull()
+    wins = s_pos.isNotNull() & (~stored_row | (s_pos > t_pos))
+    delete = F.col(f"s.{ACTION}") == "delete"
+    if not soft:
+        joined = joined.where(~wins | ~delete)
+    carried = set(source.columns)
+    out = []
+    for field in stored.schema.fields:
+        name, t, s = field.name, F.col(f"t.{quoted(field.name)}"), F.col(f"s.{quoted(field.name)}")
+        if name == DELETED:
+            value = F.when(wins, delete).otherwise(t) if soft else t
+        elif name not in carried:
+            value = t
+        elif name in (POSITION, OP, TS_MS, BATCH):
+            value = F.when(wins, s).otherwise(t)
+        else:
+            kept = F.array_contains(F.col(f"s.{UNAVAILABLE}"), name) | (delete if soft else F.lit(False))
+            value = F.when(wins & stored_row & kept, t).when(wins, s).otherwise(t)
+        out.append(value.cast(field.dataType).alias(name))
+    return joined.select(*out)
 
 
 def append_keyless(spark: SparkSession, path: str, frame: TableFrame, commit: Commit) -> None:

@@ -55,14 +55,20 @@ class Commit:
 
     def append(self, frame: DataFrame, path: str, partition_by: list[str] | None = None) -> None:
         """Append ``frame`` to ``path`` as the batch's marked write (merging new columns)."""
+        self.write(frame, path, "append", partition_by)
+
+    def write(self, frame: DataFrame, path: str, mode: str, partition_by: list[str] | None = None) -> None:
+        """Write ``frame`` to ``path`` as the batch's marked write (``append`` merges new columns;
+        ``overwrite`` replaces the rows and keeps the table's schema and properties)."""
         writer = (
             frame.write.format("delta")
-            .mode("append")
+            .mode(mode)
             .option("txnAppId", self.app_id)
             .option("txnVersion", self.version)
             .option("userMetadata", self.metadata)
-            .option("mergeSchema", "true")
         )
+        if mode == "append":
+            writer = writer.option("mergeSchema", "true")
         if partition_by:
             writer = writer.partitionBy(*partition_by)
         writer.save(path)

@@ -304,10 +304,12 @@ def test_dag_factory_delta_settings_from_properties(tmp_path, monkeypatch):
     f.write_text(
         "name: shop\nconnector: postgresql\ntable.include.list: public.orders\nstaging.path: /tmp/s\n"
         "delta.root: ${env:CDC_T_DATA}/lake\ndelta.delete.mode: soft\ndelta.bronze.enabled: 'false'\n"
+        "delta.rewrite.ratio: '2.5'\n"
     )
     apply = cdc_dag(f).get_task("apply")
     assert apply.target == f"{tmp_path}/lake"
     assert apply.options.delete_mode == "soft" and apply.options.bronze is False
+    assert apply.options.rewrite_ratio == 2.5 and "--rewrite-ratio" in apply.options.args()
     assert cdc_dag(f, target="/elsewhere").get_task("apply").target == "/elsewhere"
     f.write_text("name: shop\nconnector: postgresql\nstaging.path: /tmp/s\n")
     with pytest.raises(ConfigError, match="delta.root"):

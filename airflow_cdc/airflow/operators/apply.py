@@ -44,6 +44,7 @@ class CdcApplyOperator(SparkSubmitOperator):
     :param spark_conf: extra Spark conf; overrides the Delta defaults. (templated)
     :param delete_mode: ``delete`` or ``soft`` (keep rows flagged ``__deleted``).
     :param bronze: append events to the bronze change log.
+    :param options: all apply options at once (``delete_mode`` and ``bronze`` are then ignored).
     :param skip_empty: do not start Spark for a batch with nothing in it.
     """
 
@@ -63,6 +64,7 @@ class CdcApplyOperator(SparkSubmitOperator):
         spark_conf: dict[str, str] | None = None,
         delete_mode: str = "delete",
         bronze: bool = True,
+        options: ApplyOptions | None = None,
         skip_empty: bool = True,
         **kwargs: Any,
     ) -> None:
@@ -70,7 +72,7 @@ class CdcApplyOperator(SparkSubmitOperator):
         self.batch_path = batch_path
         self.target = target
         self.spark_conf = spark_conf
-        self.options = ApplyOptions(delete_mode=delete_mode, bronze=bronze)
+        self.options = options or ApplyOptions(delete_mode=delete_mode, bronze=bronze)
         self.skip_empty = skip_empty
 
     def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]

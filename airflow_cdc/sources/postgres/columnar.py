@@ -85,8 +85,21 @@ def to_piece(taken: tuple) -> ColumnarPiece:
 
     :raises pyarrow.ArrowInvalid: a text value is not valid UTF-8.
     """
-    (n, counts, op_offsets, ops, pos_offsets, positions, ts, xid, lsn, seq_offsets, seq_data,
-     before, after) = taken
+    (
+        n,
+        counts,
+        op_offsets,
+        ops,
+        pos_offsets,
+        positions,
+        ts,
+        xid,
+        lsn,
+        seq_offsets,
+        seq_data,
+        before,
+        after,
+    ) = taken
     ts_us = _int64(n, ts)
     source = {
         "ts_ms": floor_div(ts_us, 1000),
@@ -99,8 +112,9 @@ def to_piece(taken: tuple) -> ColumnarPiece:
     return ColumnarPiece(
         ops=_strings(n, op_offsets, ops),
         op_counts={op: k for op, k in counts.items() if k},
-        positions=pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(pos_offsets),
-                                                          pa.py_buffer(positions)]),
+        positions=pa.Array.from_buffers(
+            pa.binary(), n, [None, pa.py_buffer(pos_offsets), pa.py_buffer(positions)]
+        ),
         source=source,
         before=_images(n, before),
         after=_images(n, after),

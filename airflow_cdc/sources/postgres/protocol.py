@@ -38,9 +38,24 @@ from airflow_cdc.core.errors import ProtocolError
 from airflow_cdc.core.position import format_pg_lsn, parse_pg_lsn
 
 __all__ = [
-    "UNCHANGED_TOAST", "BinaryValue", "Begin", "Commit", "Origin", "RelationColumn", "Relation",
-    "TypeMessage", "Insert", "Update", "Delete", "Truncate", "Message", "ReplicationMessage",
-    "decode", "parse_tuple", "lsn_to_str", "str_to_lsn",
+    "UNCHANGED_TOAST",
+    "BinaryValue",
+    "Begin",
+    "Commit",
+    "Origin",
+    "RelationColumn",
+    "Relation",
+    "TypeMessage",
+    "Insert",
+    "Update",
+    "Delete",
+    "Truncate",
+    "Message",
+    "ReplicationMessage",
+    "decode",
+    "parse_tuple",
+    "lsn_to_str",
+    "str_to_lsn",
 ]
 
 #: Microseconds between 1970-01-01 and 2000-01-01.
@@ -56,7 +71,6 @@ _ORIGIN_LSN = struct.Struct(">Q")
 _MESSAGE_HEAD = struct.Struct(">BQ")
 _COLUMN_TAIL = struct.Struct(">Ii")  # type OID, typmod
 _TRUNCATE_HEAD = struct.Struct(">IB")
-
 
 
 class _UnchangedToast:

@@ -36,8 +36,6 @@ from airflow_cdc.sources.postgres.types import HandlingModes
 log = logging.getLogger(__name__)
 
 
-
-
 @dataclass(frozen=True)
 class Watermark:
     """A chunk's read snapshot: ``xmin:xmax:xip`` (32-bit xids) and the insert LSN after it."""

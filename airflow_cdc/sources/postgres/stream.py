@@ -124,8 +124,9 @@ class WindowReader:
     def _events(self) -> int:
         return self.events + (self.native.events if self.native is not None else 0)
 
-    def consume(self, batch: list[tuple[int, bytes]], st: _TxnState, res: WindowResult,
-                from_lsn: int) -> None:
+    def consume(
+        self, batch: list[tuple[int, bytes]], st: _TxnState, res: WindowResult, from_lsn: int
+    ) -> None:
         """Decode one fetched batch of ``(lsn, data)`` rows, in order.
 
         The compiled decoder takes the row changes it can; every other row (and any row it finds
@@ -146,8 +147,14 @@ class WindowReader:
                 st.seq = native.seq
                 change_lsn, data = batch[i]
                 self.dispatch(change_lsn, data, st, res, from_lsn)
-                native.set_txn(st.active, st.commit_lsn, st.ts_us, st.xid,
-                               st.prev_commit if st.prev_commit != "" else None, st.seq)
+                native.set_txn(
+                    st.active,
+                    st.commit_lsn,
+                    st.ts_us,
+                    st.xid,
+                    st.prev_commit if st.prev_commit != "" else None,
+                    st.seq,
+                )
                 i += 1
 
     def dispatch(self, change_lsn: int, data: bytes, st: _TxnState, res: WindowResult, from_lsn: int) -> None:
@@ -240,8 +247,10 @@ class WindowReader:
                 op, after = "d", None
                 before = parse_tuple(data, 6)[0] if marker in (_K, _O) else _bad(data, change_lsn)
         except (IndexError, struct.error):
-            raise ProtocolError(f"truncated pgoutput {chr(data[0])!r} message of {len(data)} bytes "
-                                f"at {format_pg_lsn(change_lsn)}") from None
+            raise ProtocolError(
+                f"truncated pgoutput {chr(data[0])!r} message of {len(data)} bytes "
+                f"at {format_pg_lsn(change_lsn)}"
+            ) from None
         if op in self.skipped:
             return 0
         self._emit(relid, rs, op, before, after, change_lsn, st)
@@ -253,8 +262,16 @@ class WindowReader:
                         self.tracker.observe(rs.name, key, st.xid)  # type: ignore[union-attr]
         return 1
 
-    def _emit(self, relid: int, rs: RelationState, op: str, before: tuple | None, after: tuple | None,
-              change_lsn: int, st: _TxnState) -> None:
+    def _emit(
+        self,
+        relid: int,
+        rs: RelationState,
+        op: str,
+        before: tuple | None,
+        after: tuple | None,
+        change_lsn: int,
+        st: _TxnState,
+    ) -> None:
         if relid in self.native_rels:
             self._drain(relid)  # the compiled decoder's earlier events of this table go first
         st.seq += 1
@@ -336,8 +353,18 @@ class WindowReader:
 class _TxnState:
     """Per-transaction facts the events of one transaction share (``info`` is one tuple)."""
 
-    __slots__ = ("active", "xid", "commit_lsn", "ts_us", "seq", "prev_commit", "commit_key", "per_table",
-                 "txn_id", "info")
+    __slots__ = (
+        "active",
+        "xid",
+        "commit_lsn",
+        "ts_us",
+        "seq",
+        "prev_commit",
+        "commit_key",
+        "per_table",
+        "txn_id",
+        "info",
+    )
 
     def __init__(self) -> None:
         self.active = False
@@ -370,22 +397,23 @@ def expand_events(rows: list[tuple]) -> tuple[list[bytes], list[tuple], list | N
     ``(commit_key, commit_ts_us, xid, previous_commit_lsn)``, shared by the transaction's events.
     """
     positions = [r[3][0] + r[4].to_bytes(8, "big") for r in rows]
-    source = [(t[1] // 1000, t[1], t[1] * 1000, f'["{t[3]}","{r[5]}"]', t[2], r[5])
-              for r in rows for t in (r[3],)]
+    source = [
+        (t[1] // 1000, t[1], t[1] * 1000, f'["{t[3]}","{r[5]}"]', t[2], r[5]) for r in rows for t in (r[3],)
+    ]
     return positions, source, [r[6] for r in rows]
 
 
 def _bad(data: bytes, change_lsn: int) -> Any:
-    raise ProtocolError(f"malformed pgoutput {chr(data[0])!r} message at {format_pg_lsn(change_lsn)}: "
-                        f"unexpected tuple marker {data[5:6]!r}")
+    raise ProtocolError(
+        f"malformed pgoutput {chr(data[0])!r} message at {format_pg_lsn(change_lsn)}: "
+        f"unexpected tuple marker {data[5:6]!r}"
+    )
 
 
 def _text(value: Any) -> str | None:
     if isinstance(value, bytes):
         return value.decode()
     return value if isinstance(value, str) else None
-
-
 
 
 def prefix_filter(include: tuple[str, ...], exclude: tuple[str, ...]) -> Callable[[str], bool]:

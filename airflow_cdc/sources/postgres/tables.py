@@ -75,9 +75,16 @@ class RelationState:
         }
 
     def open_sink(self, writer: BatchWriter, kind: str = "stream", expand: Any = None) -> TableSink:
-        sink = writer.sink(self.name, self.table_info(), self.codecs, self.select,
-                           self.layout("false" if kind == "stream" else "incremental"), kind, self.signature,
-                           expand=expand)
+        sink = writer.sink(
+            self.name,
+            self.table_info(),
+            self.codecs,
+            self.select,
+            self.layout("false" if kind == "stream" else "incremental"),
+            kind,
+            self.signature,
+            expand=expand,
+        )
         if kind == "stream":
             self.sink = sink
         return sink

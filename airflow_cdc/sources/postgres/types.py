@@ -45,8 +45,10 @@ class PgTypeInfo:
 
 _CHOICES = {
     "decimal": ("decimal.handling.mode", ("precise", "double", "string")),
-    "time_precision": ("time.precision.mode", ("adaptive", "adaptive_time_microseconds", "connect",
-                                               "isostring", "microseconds", "nanoseconds")),
+    "time_precision": (
+        "time.precision.mode",
+        ("adaptive", "adaptive_time_microseconds", "connect", "isostring", "microseconds", "nanoseconds"),
+    ),
     "binary": ("binary.handling.mode", ("bytes", "base64", "base64-url-safe", "hex")),
     "interval": ("interval.handling.mode", ("numeric", "string")),
     "hstore": ("hstore.handling.mode", ("json", "map")),
@@ -146,9 +148,12 @@ def _type_text(info: PgTypeInfo, typmod: int) -> str:
 
 def _base_encoding(name: str, typmod: int, modes: HandlingModes) -> Encoding | None:
     """Encoding of a base (or builtin range) type by ``typname``, or ``None`` if unsupported."""
-    found = (misc.string_encoding(name) or number_encoding(name)
-             or temporal_encoding(name, typmod, modes.time_precision, modes.interval)
-             or misc.vector_encoding(name))
+    found = (
+        misc.string_encoding(name)
+        or number_encoding(name)
+        or temporal_encoding(name, typmod, modes.time_precision, modes.interval)
+        or misc.vector_encoding(name)
+    )
     if found is not None:
         return found
     if name == "bool":
@@ -230,8 +235,10 @@ def column_codec(name: str, type_info: PgTypeInfo, typmod: int, modes: HandlingM
     enc = resolve_encoding(type_info, typmod, modes)
     if enc is None:
         if not modes.include_unknown_datatypes:
-            raise UnsupportedType(f"column {name!r} has unsupported type {_type_text(type_info, typmod)!r} "
-                                  f"(oid {type_info.oid}, typtype {type_info.kind!r})")
+            raise UnsupportedType(
+                f"column {name!r} has unsupported type {_type_text(type_info, typmod)!r} "
+                f"(oid {type_info.oid}, typtype {type_info.kind!r})"
+            )
         enc = misc.unknown_encoding(modes.binary)
     metadata = enc.metadata(_type_text(type_info, typmod))
     field = pa.field(name, enc.arrow_type, nullable=True, metadata=metadata)

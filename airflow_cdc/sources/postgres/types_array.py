@@ -51,7 +51,7 @@ def parse_array(text: str) -> list[str | None]:
 
     :raises ValueError: multi-dimensional or malformed input.
     """
-    body = text[text.index("=") + 1:] if text.startswith("[") else text
+    body = text[text.index("=") + 1 :] if text.startswith("[") else text
     if len(body) < 2 or body[0] != "{" or body[-1] != "}":
         raise _bad(text, "expected {...}")
     inner = body[1:-1]
@@ -71,8 +71,10 @@ def _convert_list(element: Encoding, list_type: pa.DataType):
             offsets.append(len(flat))
             mask.append(value is None)
         values = element.convert(pa.array(flat, pa.string()))
-        return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values, type=list_type,
-                                        mask=pa.array(mask, pa.bool_()))
+        return pa.ListArray.from_arrays(
+            pa.array(offsets, pa.int32()), values, type=list_type, mask=pa.array(mask, pa.bool_())
+        )
+
     return convert
 
 
@@ -105,8 +107,12 @@ def array_encoding(element: Encoding, element_name: str) -> Encoding:
     """
     list_type = pa.list_(element.item_field())
     placeholder = _placeholder(element_name, element)
-    return Encoding(list_type, "array", _convert_list(element, list_type),
-                    placeholder=placeholder if placeholder is not None else _no_placeholder)
+    return Encoding(
+        list_type,
+        "array",
+        _convert_list(element, list_type),
+        placeholder=placeholder if placeholder is not None else _no_placeholder,
+    )
 
 
 def _no_placeholder(_text: str, _raw: bytes) -> None:

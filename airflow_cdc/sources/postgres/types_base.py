@@ -29,8 +29,12 @@ META_PG_TYPE = b"pg.type"
 NULL_STRING = pa.scalar(None, pa.string())
 
 
-def connect_metadata(connect_type: str, name: str | None = None, params: Mapping[str, str] | None = None,
-                     doc: str | None = None) -> dict[bytes, bytes]:
+def connect_metadata(
+    connect_type: str,
+    name: str | None = None,
+    params: Mapping[str, str] | None = None,
+    doc: str | None = None,
+) -> dict[bytes, bytes]:
     """Return the Arrow field metadata describing a Kafka Connect schema.
 
     Every named Debezium and Kafka Connect logical type is at schema version 1.
@@ -51,9 +55,15 @@ def connect_metadata(connect_type: str, name: str | None = None, params: Mapping
     return meta
 
 
-def connect_field(name: str, arrow_type: pa.DataType, connect_type: str, nullable: bool = True,
-                  semantic: str | None = None, params: Mapping[str, str] | None = None,
-                  doc: str | None = None) -> pa.Field:
+def connect_field(
+    name: str,
+    arrow_type: pa.DataType,
+    connect_type: str,
+    nullable: bool = True,
+    semantic: str | None = None,
+    params: Mapping[str, str] | None = None,
+    doc: str | None = None,
+) -> pa.Field:
     """Return an Arrow child field (struct member, list item) carrying its Connect schema.
 
     :param name: field name.
@@ -64,8 +74,9 @@ def connect_field(name: str, arrow_type: pa.DataType, connect_type: str, nullabl
     :param params: Connect schema parameters, if any.
     :param doc: Connect schema documentation, if any.
     """
-    return pa.field(name, arrow_type, nullable=nullable,
-                    metadata=connect_metadata(connect_type, semantic, params, doc))
+    return pa.field(
+        name, arrow_type, nullable=nullable, metadata=connect_metadata(connect_type, semantic, params, doc)
+    )
 
 
 @dataclass(frozen=True)
@@ -86,8 +97,9 @@ class Encoding:
 
     def item_field(self, nullable: bool = True) -> pa.Field:
         """Return this encoding as a list item field."""
-        return connect_field("item", self.arrow_type, self.connect_type, nullable, self.name, self.params,
-                             self.doc)
+        return connect_field(
+            "item", self.arrow_type, self.connect_type, nullable, self.name, self.params, self.doc
+        )
 
     def metadata(self, pg_type: str) -> dict[bytes, bytes]:
         """Return the top-level column metadata, including the PostgreSQL type text."""

@@ -144,8 +144,10 @@ def iso_datetime(micros: int, width: int | None = None) -> str:
     return f"{iso_date(days)}T{iso_time(rem, width)}"
 
 
-_INTERVAL = re.compile(r"(?:([+-]?\d+) years? ?)?(?:([+-]?\d+) mons? ?)?(?:([+-]?\d+) days? ?)?"
-                       r"(?:([+-])?(\d+):(\d\d):(\d\d(?:\.\d+)?))?")
+_INTERVAL = re.compile(
+    r"(?:([+-]?\d+) years? ?)?(?:([+-]?\d+) mons? ?)?(?:([+-]?\d+) days? ?)?"
+    r"(?:([+-])?(\d+):(\d\d):(\d\d(?:\.\d+)?))?"
+)
 #: ``MicroDuration.DAYS_PER_MONTH_AVG``
 DAYS_PER_MONTH_AVG = 365.25 / 12.0
 

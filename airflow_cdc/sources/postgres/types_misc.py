@@ -27,12 +27,29 @@ DATA = "io.debezium.data."
 
 #: Types whose text output Debezium passes through as a STRING, with their semantic name.
 STRING_TYPES: dict[str, str | None] = {
-    "text": None, "varchar": None, "bpchar": None, "char": None, "name": None, "citext": None,
-    "inet": None, "cidr": None, "macaddr": None, "macaddr8": None, "isbn": None,
-    "int4range": None, "int8range": None, "numrange": None, "tsrange": None, "tstzrange": None,
+    "text": None,
+    "varchar": None,
+    "bpchar": None,
+    "char": None,
+    "name": None,
+    "citext": None,
+    "inet": None,
+    "cidr": None,
+    "macaddr": None,
+    "macaddr8": None,
+    "isbn": None,
+    "int4range": None,
+    "int8range": None,
+    "numrange": None,
+    "tsrange": None,
+    "tstzrange": None,
     "daterange": None,
-    "json": DATA + "Json", "jsonb": DATA + "Json", "xml": DATA + "Xml", "uuid": DATA + "Uuid",
-    "ltree": DATA + "Ltree", "tsvector": DATA + "Tsvector",
+    "json": DATA + "Json",
+    "jsonb": DATA + "Json",
+    "xml": DATA + "Xml",
+    "uuid": DATA + "Uuid",
+    "ltree": DATA + "Ltree",
+    "tsvector": DATA + "Tsvector",
 }
 
 
@@ -55,6 +72,7 @@ def boolean_encoding() -> Encoding:
 
 # -- bit strings --------------------------------------------------------------------------------
 
+
 def bits_bytes(text: str) -> bytes:
     """Return ``io.debezium.data.Bits`` bytes: ``BitSet.toByteArray()`` of the bit string.
 
@@ -70,8 +88,9 @@ def bits_encoding(name: str, typmod: int) -> Encoding:
     length = typmod if typmod >= 0 else (2**31 - 1 if name == "varbit" else 1)
     if length <= 1:
         return Encoding(pa.bool_(), "boolean", lambda text: pc.match_substring(text, "1"))
-    return Encoding(pa.binary(), "bytes", rowwise(pa.binary(), bits_bytes),
-                    DATA + "Bits", {"length": str(length)})
+    return Encoding(
+        pa.binary(), "bytes", rowwise(pa.binary(), bits_bytes), DATA + "Bits", {"length": str(length)}
+    )
 
 
 # -- binary ---------------------------------------------------------------------------------------
@@ -142,8 +161,10 @@ def java_hashmap_order(hashes: Sequence[int], initial_capacity: int = 16) -> lis
 def hstore_pairs(text: str) -> list[tuple[str, str | None]]:
     """Parse hstore output into (key, value) pairs in Debezium's HashMap order."""
     if "\\" in text:
-        pairs = [(_UNESCAPE.sub(r"\1", k), None if null else _UNESCAPE.sub(r"\1", v))
-                 for k, v, null in _HSTORE_PAIR.findall(text)]
+        pairs = [
+            (_UNESCAPE.sub(r"\1", k), None if null else _UNESCAPE.sub(r"\1", v))
+            for k, v, null in _HSTORE_PAIR.findall(text)
+        ]
     else:
         pairs = [(k, None if null else v) for k, v, null in _HSTORE_PAIR.findall(text)]
     if len(pairs) < 2:
@@ -168,20 +189,28 @@ HSTORE_MAP = pa.map_(pa.string(), pa.string())
 def hstore_encoding(mode: str) -> Encoding:
     """Return the ``hstore`` encoding for an ``hstore.handling.mode``."""
     if mode == "map":
-        return Encoding(HSTORE_MAP, "map", rowwise(HSTORE_MAP, hstore_pairs),
-                        placeholder=lambda text, _: [(text, text)])
-    return Encoding(pa.string(), "string", rowwise(pa.string(), lambda v: hstore_json(hstore_pairs(v))),
-                    DATA + "Json", placeholder=lambda text, _: hstore_json([(text, text)]))
+        return Encoding(
+            HSTORE_MAP, "map", rowwise(HSTORE_MAP, hstore_pairs), placeholder=lambda text, _: [(text, text)]
+        )
+    return Encoding(
+        pa.string(),
+        "string",
+        rowwise(pa.string(), lambda v: hstore_json(hstore_pairs(v))),
+        DATA + "Json",
+        placeholder=lambda text, _: hstore_json([(text, text)]),
+    )
 
 
 # -- geometric / vectors ------------------------------------------------------------------------
 
-POINT_TYPE = pa.struct([
-    connect_field("x", pa.float64(), "float64", nullable=False),
-    connect_field("y", pa.float64(), "float64", nullable=False),
-    connect_field("wkb", pa.binary(), "bytes"),
-    connect_field("srid", pa.int32(), "int32"),
-])
+POINT_TYPE = pa.struct(
+    [
+        connect_field("x", pa.float64(), "float64", nullable=False),
+        connect_field("y", pa.float64(), "float64", nullable=False),
+        connect_field("wkb", pa.binary(), "bytes"),
+        connect_field("srid", pa.int32(), "int32"),
+    ]
+)
 
 
 def point_value(text: str) -> dict[str, object]:
@@ -193,8 +222,13 @@ def point_value(text: str) -> dict[str, object]:
 
 def point_encoding() -> Encoding:
     """Return the ``point`` encoding."""
-    return Encoding(POINT_TYPE, "struct", rowwise(POINT_TYPE, point_value),
-                    "io.debezium.data.geometry.Point", doc="Geometry (POINT)")
+    return Encoding(
+        POINT_TYPE,
+        "struct",
+        rowwise(POINT_TYPE, point_value),
+        "io.debezium.data.geometry.Point",
+        doc="Geometry (POINT)",
+    )
 
 
 def vector_values(text: str) -> list[float]:
@@ -203,8 +237,12 @@ def vector_values(text: str) -> list[float]:
 
 
 SPARSE_MAP = pa.map_(pa.int16(), pa.field("value", pa.float64(), nullable=False))
-SPARSE_TYPE = pa.struct([connect_field("dimensions", pa.int16(), "int16", nullable=False),
-                         connect_field("vector", SPARSE_MAP, "map", nullable=False)])
+SPARSE_TYPE = pa.struct(
+    [
+        connect_field("dimensions", pa.int16(), "int16", nullable=False),
+        connect_field("vector", SPARSE_MAP, "map", nullable=False),
+    ]
+)
 
 
 def sparse_vector_value(text: str) -> dict[str, object]:
@@ -225,6 +263,11 @@ def vector_encoding(name: str) -> Encoding | None:
         arrow_type = pa.list_(pa.field("item", pa.float32(), nullable=False))
         return Encoding(arrow_type, "array", rowwise(arrow_type, vector_values), DATA + "FloatVector")
     if name == "sparsevec":
-        return Encoding(SPARSE_TYPE, "struct", rowwise(SPARSE_TYPE, sparse_vector_value),
-                        DATA + "SparseDoubleVector", doc="Sparse double vector")
+        return Encoding(
+            SPARSE_TYPE,
+            "struct",
+            rowwise(SPARSE_TYPE, sparse_vector_value),
+            DATA + "SparseDoubleVector",
+            doc="Sparse double vector",
+        )
     return None

@@ -35,16 +35,24 @@ SPECIALS = {"NaN": "NAN", "Infinity": "POSITIVE_INFINITY", "-Infinity": "NEGATIV
 _SPECIAL_SET = pa.array(list(SPECIALS))
 
 VSD_DOC = "Variable scaled decimal"
-VSD_TYPE = pa.struct([connect_field("scale", pa.int32(), "int32", nullable=False),
-                      connect_field("value", pa.binary(), "bytes", nullable=False)])
+VSD_TYPE = pa.struct(
+    [
+        connect_field("scale", pa.int32(), "int32", nullable=False),
+        connect_field("value", pa.binary(), "bytes", nullable=False),
+    ]
+)
 
 
 def _cast(arrow_type: pa.DataType) -> Convert:
     return lambda text: pc.cast(text, arrow_type)
 
 
-INTEGERS = {"int2": (pa.int16(), "int16"), "int4": (pa.int32(), "int32"),
-            "int8": (pa.int64(), "int64"), "oid": (pa.int64(), "int64")}
+INTEGERS = {
+    "int2": (pa.int16(), "int16"),
+    "int4": (pa.int32(), "int32"),
+    "int8": (pa.int64(), "int64"),
+    "oid": (pa.int64(), "int64"),
+}
 
 
 def simple_numeric_encoding(name: str) -> Encoding | None:
@@ -81,6 +89,7 @@ def _decimal(arrow_type: pa.DataType) -> Convert:
             return pc.cast(text, arrow_type)
         except pa.ArrowInvalid:
             return pc.cast(_without_specials(text), arrow_type)
+
     return convert
 
 

@@ -42,6 +42,7 @@ def _suffix(text: pa.Array, ok: pa.Array, tail: str) -> pa.Array:
 
 # -- DATE ---------------------------------------------------------------------------------------
 
+
 def _date_days(text: pa.Array) -> pa.Array:
     fast = cast_where(text, pa.date32(), DATE_FAST).cast(pa.int32())
     return fill_slow(text, fast, clock.date_days)
@@ -61,6 +62,7 @@ def date_encoding(mode: str) -> Encoding:
 
 
 # -- TIMESTAMP ----------------------------------------------------------------------------------
+
 
 def _timestamp_micros(text: pa.Array) -> pa.Array:
     return cast_where(text, pa.timestamp("us"), TIMESTAMP_FAST).cast(pa.int64())
@@ -110,12 +112,14 @@ def timestamp_encoding(mode: str, precision: int) -> Encoding:
 
 # -- TIME ---------------------------------------------------------------------------------------
 
+
 def _time_of_day(unit_div: int, unit_mul: int, arrow_type: pa.DataType) -> Convert:
     def convert(text: pa.Array) -> pa.Array:
         dated = pc.binary_join_element_wise("1970-01-01 ", text, "")
         micros = cast_where(dated, pa.timestamp("us"), DATED_TIME_FAST).cast(pa.int64())
         fast = pc.multiply(floor_div(micros, unit_div), unit_mul).cast(arrow_type)
         return fill_slow(text, fast, lambda t: clock.time_micros(t) // unit_div * unit_mul)
+
     return convert
 
 
@@ -140,6 +144,7 @@ def time_encoding(mode: str, precision: int) -> Encoding:
 
 # -- zoned types --------------------------------------------------------------------------------
 
+
 def _zoned_timestamp(precision: int) -> Convert:
     # ZonedTimestamp prints exactly `precision` fraction digits (ISO_OFFSET_DATE_TIME when 0)
     width = 20 + precision if precision > 0 else 19
@@ -154,6 +159,7 @@ def _zoned_timestamp(precision: int) -> Convert:
         ok = pc.match_substring(iso, "T")  # PostgreSQL's own output never contains a 'T'
         fast = _suffix(pc.utf8_slice_codeunits(iso, 0, width), ok, "Z")
         return fill_slow(text, fast, slow)
+
     return convert
 
 

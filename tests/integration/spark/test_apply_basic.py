@@ -111,16 +111,27 @@ def test_cli_apply_commit_and_verify_with_message_key_columns(pg_db, tmp_path):
 
     from airflow_cdc.core.pipeline import build_config, build_store
 
-    _exec(pg_db, "CREATE TABLE nk (code text NOT NULL, v int)", "ALTER TABLE nk REPLICA IDENTITY FULL",
-          "INSERT INTO nk SELECT 'c' || g, g FROM generate_series(1, 30) g")
-    config = pipeline(pg_db, tmp_path / "staging", **{"message.key.columns": "public.nk:code",
-                                                       "delta.root": str(tmp_path / "lake")})
+    _exec(
+        pg_db,
+        "CREATE TABLE nk (code text NOT NULL, v int)",
+        "ALTER TABLE nk REPLICA IDENTITY FULL",
+        "INSERT INTO nk SELECT 'c' || g, g FROM generate_series(1, 30) g",
+    )
+    config = pipeline(
+        pg_db,
+        tmp_path / "staging",
+        **{"message.key.columns": "public.nk:code", "delta.root": str(tmp_path / "lake")},
+    )
     run_capture(config, commit=False)
     path = tmp_path / "pipeline.json"
     path.write_text(json.dumps(config))
     cli = [sys.executable, "-m", "airflow_cdc.cli"]
-    done = subprocess.run([*cli, "apply", "--config", str(path), "--commit"], capture_output=True, timeout=900,
-                          env=dict(os.environ))
+    done = subprocess.run(
+        [*cli, "apply", "--config", str(path), "--commit"],
+        capture_output=True,
+        timeout=900,
+        env=dict(os.environ),
+    )
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     assert build_store(build_config(config)).load(config["name"]) is not None, "apply --commit must commit"
     _exec(pg_db, "UPDATE nk SET v = -1 WHERE code = 'c3'")

@@ -18,6 +18,8 @@ from tests.integration.spark.test_apply_basic import _exec, assert_silver_matche
 
 pytestmark = pytest.mark.spark
 
+ALWAYS_MERGE = ApplySettings(rewrite_ratio=0)
+ALWAYS_REWRITE = ApplySettings(rewrite_ratio=1e-9)  # any batch rewrites a table that has rows
 BIG = "".join(f"{i:08x}" for i in range(4000))  # 32 kB: TOASTed out of line
 
 
@@ -65,7 +67,9 @@ def assert_bronze_exact(spark, target, config, batches):
     for table in ("public.o", "public.t"):
         bronze = spark.read.format("delta").load(table_path(target, "bronze", config["name"], table))
         got = {r[0]: r[1] for r in bronze.groupBy("__batch_id").count().collect()}
-        want = {b.batch_id: b.manifest["tables"][table]["rows"] for b in batches if table in b.manifest["tables"]}
+        want = {
+            b.batch_id: b.manifest["tables"][table]["rows"] for b in batches if table in b.manifest["tables"]
+        }
         assert got == want, table
 
 
@@ -79,16 +83,22 @@ def test_out_of_order_and_repeated_applies_converge(spark, pg_db, tmp_path):
     batches = list_batches(config["staging.path"], config["name"])
     assert len(batches) == 5
     in_order = str(tmp_path / "in_order")
-    for b in batches:
-        apply_batch(spark, str(b.path), in_order)
+    ways = [
+        apply_batch(spark, str(b.path), in_order, ALWAYS_MERGE)["tables"].get("public.o", {}) for b in batches
+    ]
+    assert "merged" in {w.get("silver") for w in ways}
     for table in ("public.o", "public.t"):
         assert_silver_matches(spark, config, in_order, table, ["id"])
     shuffled = str(tmp_path / "shuffled")
     # older after newer (1 after 4, 2 after 3) and repeats.  Batch 0 (the snapshot) lands first:
     # later batches carry unchanged-TOAST placeholders, and a placeholder for a key silver has never
     # seen cannot be resolved out of order (README, limitations)
-    for i in (0, 4, 1, 3, 2, 3, 0, 1):
-        apply_batch(spark, str(batches[i].path), shuffled)
+    # and through the other silver write: a rewrite of the table instead of MERGE
+    ways = [
+        apply_batch(spark, str(batches[i].path), shuffled, ALWAYS_REWRITE)["tables"].get("public.o", {})
+        for i in (0, 4, 1, 3, 2, 3, 0, 1)
+    ]
+    assert "rewritten" in {w.get("silver") for w in ways}
     for table in ("public.o", "public.t"):
         assert _state(spark, shuffled, config, table) == _state(spark, in_order, config, table), table
     big = spark.read.format("delta").load(table_path(in_order, "silver", config["name"], "public.o"))
@@ -106,18 +116,22 @@ def test_soft_delete_keeps_flagged_rows(spark, pg_db, tmp_path):
     run_capture(config)
     _exec(pg_db, "DELETE FROM s WHERE id <= 5", "INSERT INTO s VALUES (3, 'revived')")
     run_capture(config)
-    target = str(tmp_path / "delta")
-    for b in list_batches(config["staging.path"], config["name"]):
-        apply_batch(spark, str(b.path), target, ApplySettings(delete_mode="soft"))
-    rows = {
-        r["id"]: r
-        for r in spark.read.format("delta")
-        .load(table_path(target, "silver", config["name"], "public.s"))
-        .collect()
-    }
-    assert len(rows) == 20
-    assert [i for i, r in rows.items() if r["__deleted"]] == [1, 2, 4, 5]
-    assert rows[3]["v"] == "revived" and rows[3]["__deleted"] is False
+    states = []
+    for ratio in (ALWAYS_MERGE.rewrite_ratio, ALWAYS_REWRITE.rewrite_ratio):
+        target = str(tmp_path / f"delta-{ratio}")
+        for b in list_batches(config["staging.path"], config["name"]):
+            apply_batch(spark, str(b.path), target, ApplySettings(delete_mode="soft", rewrite_ratio=ratio))
+        states.append(_state(spark, target, config, "public.s"))
+        rows = {
+            r["id"]: r
+            for r in spark.read.format("delta")
+            .load(table_path(target, "silver", config["name"], "public.s"))
+            .collect()
+        }
+        assert len(rows) == 20
+        assert [i for i, r in rows.items() if r["__deleted"]] == [1, 2, 4, 5]
+        assert rows[3]["v"] == "revived" and rows[3]["__deleted"] is False
+    assert states[0] == states[1], "MERGE and rewrite must give the same silver"
 
 
 def test_sigkill_mid_apply_then_rerun(spark, pg_db, tmp_path):
@@ -133,9 +147,12 @@ def test_sigkill_mid_apply_then_rerun(spark, pg_db, tmp_path):
     )
     assert proc.returncode == -signal.SIGKILL, (proc.stdout + proc.stderr).decode()[-3000:]
     bronze_last = table_path(target, "bronze", config["name"], "public.o")
-    assert delta_log.has_applied(bronze_last, app_id(config["name"], batches[-1].batch_id)), "killed too early"
-    assert not delta_log.has_applied(table_path(target, "silver", config["name"], "public.o"),
-                                     app_id(config["name"], batches[-1].batch_id)), "killed too late"
+    assert delta_log.has_applied(bronze_last, app_id(config["name"], batches[-1].batch_id)), (
+        "killed too early"
+    )
+    assert not delta_log.has_applied(
+        table_path(target, "silver", config["name"], "public.o"), app_id(config["name"], batches[-1].batch_id)
+    ), "killed too late"
     apply_batch(spark, str(batches[-1].path), target)
     apply_batch(spark, str(batches[-1].path), target)
     for table in ("public.o", "public.t"):

@@ -68,6 +68,9 @@ def test_enum_aliases():
     [
         ("database.port", "abc", r"'database.port': invalid value 'abc' \(expected int\)"),
         ("database.port", "0", r"'database.port': 0 is below the minimum 1"),
+        ("delta.rewrite.ratio", "lots", r"'delta.rewrite.ratio': invalid value 'lots' \(expected float\)"),
+        ("delta.rewrite.ratio", "-1", r"'delta.rewrite.ratio': -1.0 is below the minimum 0"),
+        ("delta.rewrite.ratio", "nan", r"'delta.rewrite.ratio': invalid value 'nan'"),
         (
             "incremental.snapshot.chunk.size",
             "0",

@@ -7,9 +7,14 @@ from airflow_cdc.core.position import MySqlPosition, binlog_file_number
 
 def test_sort_key_order_equals_typed_order():
     rng = random.Random(11)
-    positions = [MySqlPosition(rng.choice([1, 2, 9, 10, 255, 256, 999999, 2**32 - 1]),
-                               rng.choice([4, 255, 256, 65536, 2**32 - 1, 2**32, 2**40]), rng.randrange(0, 2**20))
-                 for _ in range(500)]
+    positions = [
+        MySqlPosition(
+            rng.choice([1, 2, 9, 10, 255, 256, 999999, 2**32 - 1]),
+            rng.choice([4, 255, 256, 65536, 2**32 - 1, 2**32, 2**40]),
+            rng.randrange(0, 2**20),
+        )
+        for _ in range(500)
+    ]
     assert sorted(positions) == sorted(positions, key=MySqlPosition.sort_key)
     for p in positions:
         assert MySqlPosition.from_sort_key(p.sort_key()) == p
@@ -22,7 +27,9 @@ def test_file_number_dominates_position():
     assert MySqlPosition(3, 100, 2) > MySqlPosition(3, 100, 1)
 
 
-@pytest.mark.parametrize("name,number", [("binlog.000001", 1), ("mysql-bin.000123", 123), ("a.b.1000000", 1000000)])
+@pytest.mark.parametrize(
+    "name,number", [("binlog.000001", 1), ("mysql-bin.000123", 123), ("a.b.1000000", 1000000)]
+)
 def test_binlog_file_number(name, number):
     assert binlog_file_number(name) == number
 

@@ -18,8 +18,10 @@ def test_lsn_rejects_garbage(bad):
 
 def test_sort_key_order_equals_typed_order():
     rng = random.Random(7)
-    positions = [PgPosition(rng.choice([0, 1, 255, 256, 2**32, 2**40 + 5, 2**64 - 1]), rng.randrange(0, 2**20))
-                 for _ in range(500)]
+    positions = [
+        PgPosition(rng.choice([0, 1, 255, 256, 2**32, 2**40 + 5, 2**64 - 1]), rng.randrange(0, 2**20))
+        for _ in range(500)
+    ]
     assert sorted(positions) == sorted(positions, key=PgPosition.sort_key)
     for p in positions:
         assert PgPosition.from_sort_key(p.sort_key()) == p

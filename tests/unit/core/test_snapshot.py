@@ -16,11 +16,11 @@ def test_rows_touched_by_unreflected_transactions_are_dropped():
     a = _chunk("t", [1, 2, 3], watermark={10})
     b = _chunk("t", [4, 5], watermark={10, 11})
     tracker = ChunkTracker([a, b], reflects)
-    tracker.observe("t", ("1",), 10)   # reflected by chunk a: keep
-    tracker.observe("t", ("2",), 11)   # not reflected by a: drop
-    tracker.observe("t", ("4",), 11)   # reflected by b: keep
-    tracker.observe("t", ("5",), 12)   # not reflected by b: drop
-    tracker.observe("t", ("9",), 12)   # not in any chunk
+    tracker.observe("t", ("1",), 10)  # reflected by chunk a: keep
+    tracker.observe("t", ("2",), 11)  # not reflected by a: drop
+    tracker.observe("t", ("4",), 11)  # reflected by b: keep
+    tracker.observe("t", ("5",), 12)  # not reflected by b: drop
+    tracker.observe("t", ("9",), 12)  # not in any chunk
     tracker.observe("other", ("1",), 12)
     assert tracker.survivors(a).column(0).to_pylist() == ["1", "3"]
     assert tracker.survivors(b).column(0).to_pylist() == ["4"]

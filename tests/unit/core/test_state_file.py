@@ -159,8 +159,13 @@ def test_sigkill_mid_write_never_tears_state(tmp_path: Path) -> None:
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # crash leftovers cleaned
 
 
-def _race_worker(directory: str, me: int, rounds: int, barrier: multiprocessing.synchronize.Barrier,
-                 results: multiprocessing.queues.Queue) -> None:
+def _race_worker(
+    directory: str,
+    me: int,
+    rounds: int,
+    barrier: multiprocessing.synchronize.Barrier,
+    results: multiprocessing.queues.Queue,
+) -> None:
     store = FileStateStore(directory)
     wins: list[int] = []
     try:
@@ -183,8 +188,10 @@ def test_processes_racing_exactly_one_wins_each_round(tmp_path: Path) -> None:
     ctx = multiprocessing.get_context("spawn")
     workers, rounds = 4, 20
     barrier, results = ctx.Barrier(workers, timeout=60), ctx.Queue()
-    procs = [ctx.Process(target=_race_worker, args=(str(tmp_path), i, rounds, barrier, results), daemon=True)
-             for i in range(workers)]
+    procs = [
+        ctx.Process(target=_race_worker, args=(str(tmp_path), i, rounds, barrier, results), daemon=True)
+        for i in range(workers)
+    ]
     try:
         for p in procs:
             p.start()
