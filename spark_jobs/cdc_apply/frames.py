@@ -79,6 +79,7 @@ def _group_actions(
     conv: dict[str, Natural],
     columns: dict[str, T.DataType],
     keys: list[str],
+    removes: bool,
 ) -> DataFrame:
     events = spark.read.parquet(*group.files).where(F.col("op").isin("c", "u", "r", "d"))
     meta = [F.col("__position").alias(POSITION), F.col("op").alias(OP), F.col("ts_ms").alias(TS_MS)]
@@ -90,6 +91,8 @@ def _group_actions(
     after = events.where(F.col("op") != "d").select(
         F.lit("upsert").alias(ACTION), *meta, unavailable.alias(UNAVAILABLE), *_image(conv, columns, "after")
     )
+    if not removes:
+        return after
     removed = events.where(
         (F.col("op") == "d") | ((F.col("op") == "u") & F.col("before").isNotNull() & _key_changed(conv, keys))
     ).select(
@@ -119,7 +122,7 @@ def table_frame(spark: SparkSession, table: StagedTable, truncates: list[bytes])
     """All key actions of ``table`` in this batch, unified to one schema, later than any truncate."""
     columns, per_group = silver_columns(table)
     frames = [
-        _group_actions(spark, group, per_group.get(i, {}), columns, table.key_columns)
+        _group_actions(spark, group, per_group.get(i, {}), columns, table.key_columns, table.may_remove)
         for i, group in enumerate(table.groups)
     ]
     actions = frames[0]

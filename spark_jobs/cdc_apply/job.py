@@ -94,7 +94,7 @@ def _apply_table(
     latest = frames.latest_per_key(actions, table.key_columns)
     # deletes (d, or an update that moved its key) are stored as tombstones, then merged: only
     # then is the newest action per key read twice and worth keeping
-    deletes = not soft and frames.has_deletes(frame)
+    deletes = not soft and table.may_remove and frames.has_deletes(frame)
     if deletes:
         latest = latest.persist(StorageLevel.MEMORY_AND_DISK)
     try:

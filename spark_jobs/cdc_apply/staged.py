@@ -42,6 +42,12 @@ class StagedTable:
     groups: list[SchemaGroup]
     ops: dict[str, int]
     toast: bool = True  # some event may list unchanged-TOAST columns (see may_have_unavailable)
+    ops_counted: bool = True  # every part lists its op counts
+
+    @property
+    def may_remove(self) -> bool:
+        """Whether an event may remove a key: a delete, or an update that changed the key."""
+        return not self.ops_counted or bool(self.ops.get("d") or self.ops.get("u"))
 
     @property
     def rows(self) -> int:
@@ -110,6 +116,7 @@ class StagedBatch:
             info = self.manifest["tables"][name]
             groups: list[SchemaGroup] = []
             ops: dict[str, int] = {}
+            counted = True
             for part in info["parts"]:
                 file = f"{self.path}/{part['file']}"
                 if not groups or groups[-1].version != part["schema_version"]:
@@ -117,9 +124,10 @@ class StagedBatch:
                     groups.append(SchemaGroup(part["schema_version"], schema))
                 groups[-1].files.append(file)
                 groups[-1].rows += part["rows"]
+                counted = counted and "ops" in part
                 for op, n in part.get("ops", {}).items():
                     ops[op] = ops.get(op, 0) + n
-            table = StagedTable(name, list(info.get("key_columns") or []), groups, ops)
+            table = StagedTable(name, list(info.get("key_columns") or []), groups, ops, ops_counted=counted)
             table.toast = table.may_have_unavailable(self.fs, self.local, self.path)
             out.append(table)
         return out
