@@ -146,12 +146,16 @@ def make_batches(root: Path, keys: int, updates: int) -> list[Path]:
     return [first, second]
 
 
-def run_apply(spark, batches: list[Path], target: str, bronze: bool) -> float:
+def run_apply(spark, batches: list[Path], target: str, bronze: bool, always_merge: bool = False) -> float:
     from spark_jobs.cdc_apply.job import ApplySettings, apply_batch
 
+    settings = ApplySettings(bronze=bronze)
+    if always_merge:
+        settings = ApplySettings(bronze=bronze, rewrite_ratio=0)
     start = time.perf_counter()
     for b in batches:
-        apply_batch(spark, str(b), target, ApplySettings(bronze=bronze))
+        report = apply_batch(spark, str(b), target, settings)
+        log(f"  {b.name}: silver {report['tables']['public.items']['silver']} in {report['seconds']:.1f}s")
     return time.perf_counter() - start
 
 
@@ -185,20 +189,25 @@ def main() -> None:
         batches = make_batches(work / "staging", args.keys, args.updates)
         events = args.keys + args.updates
         spark = session.build(app_name="bench-delta-apply", **{"spark.driver.memory": "4g"})
-        silver, full, base = [], [], []
+        silver, merge_only, full, base = [], [], [], []
         for i in range(args.repeats):
             base.append(run_overwrite(spark, batches, str(work / f"overwrite{i}")))
             silver.append(run_apply(spark, batches, str(work / f"silver{i}"), bronze=False))
+            merge_only.append(run_apply(spark, batches, str(work / f"merge{i}"), False, always_merge=True))
             full.append(run_apply(spark, batches, str(work / f"full{i}"), bronze=True))
             log(
-                f"round {i + 1}: overwrite {base[-1]:.1f}s, apply silver {silver[-1]:.1f}s, "
-                f"apply bronze+silver {full[-1]:.1f}s"
+                f"round {i + 1}: overwrite {base[-1]:.1f}s, apply silver {silver[-1]:.1f}s "
+                f"(MERGE only {merge_only[-1]:.1f}s), apply bronze+silver {full[-1]:.1f}s"
             )
         rate = events / median(silver)
         log(
             f"plain Delta overwrite of the {args.keys:,} final rows: {fmt(base, 1)} s, median {median(base):.1f}s"
         )
-        log(f"apply (silver MERGE): {fmt(silver, 1)} s -> {rate:,.0f} events/s")
+        log(f"apply (silver): {fmt(silver, 1)} s -> {rate:,.0f} events/s")
+        log(
+            f"apply (silver, delta.rewrite.ratio=0: always MERGE): {fmt(merge_only, 1)} s -> "
+            f"{events / median(merge_only):,.0f} events/s, ratio {median(base) / median(merge_only):.2f}"
+        )
         log(
             f"apply (bronze + silver): {fmt(full, 1)} s -> {events / median(full):,.0f} events/s, "
             f"ratio {median(base) / median(full):.2f}"
