@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -252,6 +253,12 @@ class MySqlSource:
                     raise SchemaError(f"table {snap.table} was dropped during its snapshot") from e
                 self._tables[snap.table] = fresh[snap.table]
         raise AssertionError("unreachable")
+
+    def encoded_chunks(self, table: str, chunk_size: int) -> Iterator[pa.Table]:
+        """The live table in key order, encoded like captured rows (``verify``); no state is touched."""
+        from airflow_cdc.sources.mysql.rows import encoded_chunks  # rows builds on this class
+
+        return encoded_chunks(self, table, chunk_size)
 
     def reflects(self, watermark: snapshot.Watermark, txn_start: int) -> bool:
         return watermark.coord is not None and txn_start < watermark.coord

@@ -5,11 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from airflow_cdc.core.pipeline import build_config, build_store
-from airflow_cdc.sources.mysql import client, snapshot
-from airflow_cdc.sources.mysql import sql as q
 from airflow_cdc.sources.mysql.source import MySqlSource
 from tests.support.oracle import ReferenceApplier
 from tests.support.pipeline import assert_rows_equal, replay, run_capture
@@ -53,24 +49,12 @@ def source_rows(config: dict[str, Any], table: str) -> dict[tuple, dict[str, Any
     source = MySqlSource(build_config(config))
     source.open()
     try:
-        tdef = source._tables[table]
-        st = source.table_state(table)
-        exprs = ", ".join(snapshot.select_expr(c) for c in tdef.columns)
-        rows = client.query(source.conn, f"SELECT {exprs} FROM {q.qualified(tdef.db, tdef.table)}")
-        columns = list(
-            zip(
-                *[[snapshot.neutral(c, v) for c, v in zip(tdef.columns, r, strict=True)] for r in rows],
-                strict=True,
-            )
-        ) or [() for _ in tdef.columns]
-        arrays = [
-            codec.convert_values(list(columns[i])) for codec, i in zip(st.codecs, st.select, strict=True)
-        ]
-        struct = pa.StructArray.from_arrays(arrays, fields=[c.field for c in st.codecs]) if rows else None
-        out = {}
-        for row in struct.to_pylist() if struct is not None else []:
-            out[tuple(row[k] for k in st.key_columns)] = row
-        return out
+        keys = source.table_state(table).key_columns
+        return {
+            tuple(row[k] for k in keys): row
+            for chunk in source.encoded_chunks(table, 50_000)
+            for row in chunk.to_pylist()
+        }
     finally:
         source.close()
 
