@@ -23,9 +23,8 @@ if TYPE_CHECKING:
 
 def encode_rows(state: TableState, rows: list[tuple]) -> list[pa.Array]:
     """The captured columns of neutral row tuples (all table columns), converted by their codecs."""
-    return [
-        codec.convert_values([r[i] for r in rows]) for codec, i in zip(state.codecs, state.select, strict=True)
-    ]
+    columns = zip(state.codecs, state.select, strict=True)
+    return [codec.convert_values([r[i] for r in rows]) for codec, i in columns]
 
 
 def encoded_chunks(source: MySqlSource, table: str, chunk_size: int) -> Iterator[pa.Table]:

@@ -89,6 +89,7 @@ class WindowReader:
         self.skipped: frozenset[str] = options["skipped"]
         self.provide_txn, self.include_query = options["provide_txn"], options["include_query"]
         self.gtid_filter = options["gtid_filter"]
+        self.skip_gtids: GtidSet | None = options.get("skip_gtids")
         self.tracked = tracker.tables() if tracker else frozenset()
         self.maps: dict[int, TableState | None] = {}
         self.schema_changes: list[dict[str, Any]] = []
@@ -120,8 +121,9 @@ class WindowReader:
                 if txn.active:
                     events += self._rows(data, etype, file_no, log_pos - size, txn)
             elif etype == p.TABLE_MAP:
-                tm = p.parse_table_map(data[p.HEADER_SIZE :])
-                self.maps[tm.table_id] = self.resolver.state_for(tm, start, self.writer)
+                if txn.active or not txn.start:  # skipped transactions' tables need no structure
+                    tm = p.parse_table_map(data[p.HEADER_SIZE :])
+                    self.maps[tm.table_id] = self.resolver.state_for(tm, start, self.writer)
             elif etype == gtid_type:
                 gtid, standalone = self.flavour.parse_gtid(p.parse_header(data), data[p.HEADER_SIZE :])
                 gset.add(gtid)
@@ -164,7 +166,10 @@ class WindowReader:
         standalone: bool,
         thread: int | None = None,
     ) -> None:
-        txn.active = gtid is None or self.gtid_filter(self.flavour.gtid_source(gtid))
+        txn.active = gtid is None or (
+            self.gtid_filter(self.flavour.gtid_source(gtid))
+            and not (self.skip_gtids is not None and self.skip_gtids.contains(gtid))
+        )
         txn.start, txn.gtid, txn.seq, txn.standalone, txn.query = start, gtid, 0, standalone, None
         txn.per_table = {}
         txn.id = gtid or f"file={file},pos={start & 0xFFFFFFFF}"

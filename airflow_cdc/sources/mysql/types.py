@@ -98,7 +98,7 @@ def _zero(col: ColumnDef, epoch_value: Any) -> Any:
     return None if col.nullable else epoch_value
 
 
-def _ints(arrow_type: pa.DataType, fn: Callable[[int], Any] | None = None) -> Callable[[list], pa.Array]:
+def _ints(arrow_type: pa.DataType, fn: Callable[[Any], Any] | None = None) -> Callable[[list], pa.Array]:
     if fn is None:
         return lambda values: pa.array(values, type=arrow_type)
     return lambda values: pa.array([None if v is None else fn(v) for v in values], type=arrow_type)

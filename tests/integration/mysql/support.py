@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,16 @@ from airflow_cdc.sources.mysql.source import MySqlSource
 from tests.support.oracle import ReferenceApplier
 from tests.support.pipeline import assert_rows_equal, replay, run_capture
 
-__all__ = ["assert_converged", "execute", "pipeline", "replay", "run_capture", "source_rows", "state"]
+__all__ = [
+    "assert_converged",
+    "execute",
+    "pipeline",
+    "purge_binlogs",
+    "replay",
+    "run_capture",
+    "source_rows",
+    "state",
+]
 
 
 def pipeline(db: Any, staging: Path, **props: Any) -> dict[str, Any]:
@@ -38,6 +48,19 @@ def execute(db: Any, *statements: str) -> None:
                 cur.execute(s)
     finally:
         conn.close()
+
+
+def purge_binlogs(db: Any) -> list[str]:
+    """Rotate the binlog and purge every file before the new one; returns the files left."""
+    server = db.server
+    server.execute("FLUSH BINARY LOGS")
+    head = server.execute("SHOW MASTER STATUS")[0][0]
+    deadline = time.monotonic() + 30
+    while (files := [r[0] for r in server.execute("SHOW BINARY LOGS")])[0] != head:
+        assert time.monotonic() < deadline, "the server kept the old binlog files"
+        server.execute(f"PURGE BINARY LOGS TO '{head}'")  # waits for MariaDB's binlog checkpoint
+        time.sleep(0.2)
+    return files
 
 
 def state(config: dict[str, Any]) -> Any:

@@ -25,6 +25,7 @@ ODD = "`we``ird tbl ü`"
 ODD_NAME = "we`ird tbl ü"
 ROWS = 30_000
 
+
 def schema(rows: int, odd_rows: int) -> list[str]:
     """DDL and data of the scenario: ``items`` (many types) with ``rows`` rows, ``ODD`` with ``odd_rows``."""
     return [
