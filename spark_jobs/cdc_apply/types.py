@@ -79,7 +79,9 @@ def _variable_scale_decimal(value: bytes | None, scale: int | None) -> str | Non
     if value is None or scale is None:
         return None
     unscaled = int.from_bytes(value, "big", signed=True)
-    return format(Decimal(unscaled).scaleb(-scale), "f")  # never exponent notation (0E-10)
+    # built from text: exact at any precision (scaleb would round to the context's 28 digits);
+    # formatted without exponent notation (0E-10)
+    return format(Decimal(f"{unscaled}E{-scale}"), "f")
 
 
 def _unwrap_u64(c: Column) -> Column:

@@ -2,11 +2,14 @@
 on every column, with natural Spark types for every MySQL type, and equals the reference applier;
 ``verify`` agrees, then names the keys of changes that were never captured.
 
-Kept economical: a few thousand rows, a snapshot over a handful of runs, each batch applied once.
+Kept economical (each table of each batch costs Spark seconds): a few thousand rows, a snapshot
+over a few runs, every batch applied once, and the composite-key table of the capture scenario
+left out (its writers still run; the PostgreSQL replay covers such keys in Spark).
 """
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -18,13 +21,13 @@ from airflow_cdc.core.pipeline import build_config
 from spark_jobs.cdc_apply.job import apply_batch
 from spark_jobs.cdc_apply.layout import table_path
 from tests.integration.mysql.support import execute, pipeline, replay, run_capture, source_rows
-from tests.integration.mysql.test_convergence import ALTERS, ODD, ODD_NAME, Writers, _snapshot_pending, schema
+from tests.integration.mysql.test_convergence import ALTERS, ODD_NAME, Writers, _snapshot_pending, schema
 from tests.integration.mysql.test_event_shape import TYPES_DDL, TYPES_INSERT
 from tests.integration.spark.support import diff, normalised_rows, semantic_names, silver_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-ROWS, ODD_ROWS, TYPED_ROWS = 3_000, 1_200, 300
+ROWS, ODD_ROWS, TYPED_ROWS = 3_000, 400, 300
 # every column of TYPES_DDL (table v), varied per row; row 1 (TYPES_INSERT) holds the extremes
 TYPED_FILL = f"""INSERT INTO v SELECT seq + 1, seq % 128 - 64, seq % 256, seq % 2, seq - 500, seq * 200,
     seq * -7777, seq * 1000003, seq * -1234567891, 18446744073709551615 - seq * 999999937, seq / 3, seq / 7,
@@ -47,7 +50,7 @@ TYPED_SILVER = {
     "ts": "timestamp", "ts0": "timestamp", "tm": "string", "tm6": "string", "yr": "int", "ch": "string",
     "vc": "string", "bn": "binary", "vb": "binary", "bl": "binary", "en": "string", "st": "string",
     "b1": "boolean", "b10": "binary", "js": "string", "g": "struct<wkb:binary,srid:int>", "zd": "date",
-    "zdt": "timestamp_ntz", "added": "decimal(50,20)",
+    "zdt": "timestamp_ntz", "added": "string",
 }  # fmt: skip
 TYPED_CHANGES = [
     """UPDATE v SET tm = '-01:02:03', tm6 = '838:59:58.999999', bu = bu - 1, dz = -dz, yr = 2155, en = 'large',
@@ -79,24 +82,23 @@ def _capture_scenario(db: Any, tmp_path: Any) -> tuple[dict[str, Any], dict[str,
         tmp_path / "staging",
         **{
             "incremental.snapshot.chunk.size": 600,
-            "snapshot.max.rows.per.run": 1_800,
-            "run.max.events": 50_000,
+            "snapshot.max.rows.per.run": 2_000,
+            "table.exclude.list": re.escape(f"{db.name}.{ODD_NAME}"),
         },
     )
     runs = 0
-    with Writers(db, rows=ROWS):
-        while _snapshot_pending(config) or runs < 3:
+    with Writers(db, rows=ROWS):  # two writers, and ALTER TABLE items every 1.5 s during windows
+        while _snapshot_pending(config) or runs < 2:
             run_capture(config)
             _typed_changes(db, runs)
             runs += 1
             assert runs < 20, "snapshot did not finish"
-            if runs == 2:
+            if runs == 1:
                 execute(db, ALTERS[5])  # between windows
-        time.sleep(0.3)
+            time.sleep(1.0)
     run_capture(config)
-    assert runs >= 3, "the snapshot should be spread over several runs"
-    keys = {f"{db.name}.items": ["id"], f"{db.name}.{ODD_NAME}": ["k1", "k 2"], f"{db.name}.v": ["id"]}
-    return config, keys
+    assert runs >= 2, "the snapshot should be spread over several runs"
+    return config, {f"{db.name}.items": ["id"], f"{db.name}.v": ["id"]}
 
 
 def _assert_silver_equals_source(spark: Any, config: dict, target: str, table: str, keys: list[str]) -> None:
@@ -135,19 +137,16 @@ def test_mariadb_capture_replayed_through_spark(spark, mariadb_db, tmp_path):
 
     report = verify(build_config(config), target, spark=spark, chunk=5_000)
     assert report.ok, report.differences
-    assert all(t.source_rows > 0 for t in report.tables) and len(report.tables) == 3
-    items = sorted(source_rows(config, f"{mariadb_db.name}.items"))[:3]
-    (a,), (b,), (c,) = items
+    assert all(t.source_rows > 0 for t in report.tables) and len(report.tables) == 2
+    (a,), (b,), (c,) = sorted(source_rows(config, f"{mariadb_db.name}.items"))[:3]
     execute(
         mariadb_db,
         f"UPDATE items SET qty = qty + 100 WHERE id IN ({a}, {b})",
         f"DELETE FROM items WHERE id = {c}",
-        f"INSERT INTO {ODD} VALUES (999999, 'new', 'v', 1)",
         "UPDATE v SET tm = '-00:00:01' WHERE id = 1",
+        "INSERT INTO v (id) VALUES (999999)",
     )
     report = verify(build_config(config), target, spark=spark, chunk=5_000)
-    by_name = {t.table: t for t in report.tables}
-    items_report, odd, typed_report = (by_name[t] for t in tables)
-    assert sorted(items_report.different) == [[a], [b]] and items_report.extra == [[c]]
-    assert odd.missing == [[999999, "new"]] and not odd.different and not odd.extra
-    assert typed_report.different == [[1]] and not typed_report.missing
+    items, typed_report = (next(t for t in report.tables if t.table == name) for name in tables)
+    assert sorted(items.different) == [[a], [b]] and items.extra == [[c]] and not items.missing
+    assert typed_report.different == [[1]] and typed_report.missing == [[999999]]

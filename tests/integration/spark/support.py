@@ -77,6 +77,11 @@ def to_debezium(value: Any, field: pa.Field | None) -> Any:
     return value
 
 
+def _exact_decimal(unscaled: bytes, scale: int) -> Decimal:
+    """Debezium's unscaled two's complement bytes as a Decimal, exact at any precision."""
+    return Decimal(f"{int.from_bytes(unscaled, 'big', signed=True)}E{-scale}")
+
+
 def normalise(value: Any, field: pa.Field | None) -> Any:
     """A staged (Debezium) value in a form comparable with :func:`to_debezium` output."""
     if value is None:
@@ -88,10 +93,10 @@ def normalise(value: Any, field: pa.Field | None) -> Any:
     if base == "ZonedTimestamp":
         return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(dt.UTC)
     if base == "VariableScaleDecimal":
-        return Decimal(int.from_bytes(value["value"], "big", signed=True)).scaleb(-value["scale"])
+        return _exact_decimal(value["value"], value["scale"])
     if base == "Decimal" and isinstance(value, bytes):  # Debezium's unscaled bytes (> 38 digits)
         scale = int(json.loads((field.metadata or {})[b"connect.parameters"])["scale"])  # type: ignore[union-attr]
-        return Decimal(int.from_bytes(value, "big", signed=True)).scaleb(-scale)
+        return _exact_decimal(value, scale)
     return value
 
 
