@@ -48,10 +48,12 @@ class WindowResult:
 
 
 class _Txn:
-    __slots__ = ("active", "start", "gtid", "info", "seq", "per_table", "id", "standalone", "query")
+    __slots__ = (
+        "active", "covered", "start", "gtid", "info", "seq", "per_table", "id", "standalone", "query",
+    )  # fmt: skip
 
     def __init__(self) -> None:
-        self.active, self.start, self.seq, self.standalone = False, 0, 0, False
+        self.active, self.covered, self.start, self.seq, self.standalone = False, False, 0, 0, False
         self.gtid: str | None = None
         self.info: tuple = ()
         self.per_table: dict[str, int] = {}
@@ -166,10 +168,10 @@ class WindowReader:
         standalone: bool,
         thread: int | None = None,
     ) -> None:
-        txn.active = gtid is None or (
-            self.gtid_filter(self.flavour.gtid_source(gtid))
-            and not (self.skip_gtids is not None and self.skip_gtids.contains(gtid))
-        )
+        # covered: captured by an earlier run (resume from a file start); a transaction of a GTID
+        # source that gtid.source.* exclude is inactive, but its DDL still changes table structures
+        txn.covered = gtid is not None and self.skip_gtids is not None and self.skip_gtids.contains(gtid)
+        txn.active = gtid is None or (self.gtid_filter(self.flavour.gtid_source(gtid)) and not txn.covered)
         txn.start, txn.gtid, txn.seq, txn.standalone, txn.query = start, gtid, 0, standalone, None
         txn.per_table = {}
         txn.id = gtid or f"file={file},pos={start & 0xFFFFFFFF}"
@@ -209,7 +211,7 @@ class WindowReader:
             self._begin(txn, start, None, data, server_id, file, file_no, True, query.thread_id)
         else:
             txn.info = txn.info[:5] + (query.thread_id, txn.info[6])
-        if txn.active:
+        if not txn.covered:
             self._ddl(query, txn, start, file, file_no)
         if txn.standalone or txn.gtid is None:
             self._commit(txn, res, end)
@@ -218,8 +220,11 @@ class WindowReader:
         change = self.resolver.apply_ddl(query, start, txn.gtid, txn.info[0], file)
         if change is None:
             return
+        truncated = change.pop("_truncated")
         self.schema_changes.append(change)
-        for table in change["_truncated"]:
+        if not txn.active:
+            return  # the truncate of an excluded GTID source is a data change: not captured
+        for table in truncated:
             state = self.resolver.current_state(table, self.writer)
             if state is None:
                 continue
@@ -231,7 +236,6 @@ class WindowReader:
                 state.stream_sink(self.writer, expand_events).add(
                     ("t", None, None, txn.info, start & 0xFFFFFFFF, 0, block)
                 )
-        del change["_truncated"]
 
     # -- rows --------------------------------------------------------------------------------
     def _rows(self, data: bytes, etype: int, file_no: int, pos: int, txn: _Txn) -> int:
