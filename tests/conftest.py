@@ -1,4 +1,5 @@
-"""Shared fixtures: throwaway PostgreSQL / MariaDB servers and a fresh database per test.
+"""Shared fixtures: throwaway PostgreSQL / MariaDB servers, a fresh database per test, and a
+session-scoped SparkSession with Delta (``local[2]``) for the apply tests of every source.
 
 Servers are session-scoped and started lazily (only when a collected test asks for them).  Every
 test under ``tests/integration`` or using a server fixture is marked ``integration`` automatically,
@@ -7,6 +8,7 @@ so ``pytest -m "not integration"`` runs the unit tests without starting anything
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,6 +19,7 @@ import pytest
 
 from airflow_cdc.testing.servers import MariaDbServer, PostgresServer
 
+REPO = Path(__file__).resolve().parents[1]
 INTEGRATION_DIR = Path(__file__).parent / "integration"
 SERVER_FIXTURES = frozenset({"pg_server", "pg_db", "mariadb_server", "mariadb_db"})
 _PG_BASELINE: dict[int, dict[str, str]] = {}  # settings each session server started with
@@ -118,3 +121,19 @@ def mariadb_db(mariadb_server: MariaDbServer) -> Iterator[MariaDbDatabase]:
         yield MariaDbDatabase(name=name, server=mariadb_server)
     finally:
         mariadb_server.drop_database(name)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    pytest.importorskip("pyspark")
+    from spark_jobs.cdc_apply import session
+    from spark_jobs.cdc_apply.layout import JARS_ENV
+
+    if not os.environ.get(JARS_ENV) and (REPO / ".jars").is_dir():
+        os.environ[JARS_ENV] = str(REPO / ".jars")
+    os.environ.setdefault("TZ", "UTC")
+    spark = session.build(app_name="airflow-cdc-tests")
+    try:
+        yield spark
+    finally:
+        spark.stop()

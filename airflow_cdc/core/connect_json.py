@@ -156,7 +156,7 @@ def to_connect_json(value: Any, field: pa.Field) -> Any:
     if value is None:
         return None
     ctype = connect_type(field)
-    if _meta(field, b"connect.name") == DECIMAL:
+    if _meta(field, b"connect.name") == DECIMAL and not isinstance(value, bytes):
         scale = int((_parameters(field) or {}).get("scale", 0))
         return base64.b64encode(java_bigint_bytes(decimal_unscaled(value, scale))).decode()
     if ctype == "bytes":

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,6 +134,19 @@ class ChunkRead:
             return self.snapshot.last_key
         row = self.data.num_rows - 1
         return [self.data.column(i)[row].as_py() for i in (self.cursor_index or self.key_index)]
+
+
+def key_ordered_chunks(source: Any, table: str, chunk_size: int) -> Iterator[ChunkRead]:
+    """Read a live table in key order, ``chunk_size`` rows at a time, with the source's snapshot
+    chunk reader (``read_chunks``), for ``verify``: no snapshot state is stored, nothing written."""
+    snap = TableSnapshot(table)
+    while True:
+        chunk = source.read_chunks([snap], chunk_size, chunk_size)[0]
+        yield chunk
+        if chunk.last:
+            return
+        snap.last_key = chunk.next_cursor()
+        snap.rows += chunk.data.num_rows
 
 
 class ChunkTracker:

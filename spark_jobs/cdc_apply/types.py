@@ -3,15 +3,20 @@
 Bronze keeps the Debezium encoding (epoch days, micros, ``VariableScaleDecimal`` structs ...);
 silver holds what a Spark user expects: ``DATE``, ``TIMESTAMP_NTZ`` for local timestamps,
 ``TIMESTAMP`` for zoned ones, ``DECIMAL(p,s)``, ``BINARY``, ``STRING`` for JSON/UUID/XML/enums.
-Delta cannot store ``TIME`` or ``INTERVAL`` columns: times become ``HH:mm:ss.SSSSSS`` strings and
-durations stay ``BIGINT`` micros (their Debezium encoding).  Every conversion is a Spark column
-expression, so nothing round-trips through Python except the rare ``VariableScaleDecimal``.
+Delta cannot store ``TIME`` or ``INTERVAL`` columns: times become ``[-]HH:mm:ss.SSSSSS`` strings
+(hours beyond 23 kept: MySQL ``TIME`` spans +-838 h, PostgreSQL has ``24:00:00``) and durations
+stay ``BIGINT`` micros (their Debezium encoding).  Decimals wider than Spark's 38 digits (MySQL
+``DECIMAL(65, s)``, staged as Debezium's unscaled bytes) become exact strings, and MySQL
+``BIGINT UNSIGNED`` staged as a wrapped ``int64`` (``bigint.unsigned.handling.mode=long``) is
+unwrapped to ``DECIMAL(20,0)``, the type ``precise`` mode gives.  Every conversion is a Spark column
+expression, so nothing round-trips through Python except the rare wide decimal.
 
 The conversions assume the session time zone is UTC (the job and :func:`session.build` set it).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
@@ -24,6 +29,8 @@ from pyspark.sql import types as T
 DBZ_TIME = "io.debezium.time."
 KAFKA = "org.apache.kafka.connect.data."
 META_NAME = b"connect.name"
+META_PARAMS = b"connect.parameters"
+MYSQL_TYPE = b"mysql.type"  # the column's MySQL type, next to the Connect metadata (MySQL sources)
 
 Convert = Callable[[Column], Column]
 
@@ -54,7 +61,17 @@ def _floor_div(c: Column, n: int) -> Column:
 
 
 def _time_text(micros: Column) -> Column:
-    return F.date_format(F.timestamp_micros(micros), "HH:mm:ss.SSSSSS")
+    """``[-]HH:mm:ss.SSSSSS`` of a time of day or a MySQL ``TIME`` duration (any sign, > 24 h)."""
+    a = F.abs(micros.cast("long"))
+    text = F.format_string(
+        "%s%02d:%02d:%02d.%06d",
+        F.when(micros < 0, F.lit("-")).otherwise(F.lit("")),
+        F.floor(a / 3_600_000_000),
+        F.floor(a / 60_000_000) % 60,
+        F.floor(a / 1_000_000) % 60,
+        a % 1_000_000,
+    )
+    return F.when(micros.isNotNull(), text)  # format_string writes "null" for NULL arguments
 
 
 @F.udf(returnType=T.StringType())
@@ -62,7 +79,16 @@ def _variable_scale_decimal(value: bytes | None, scale: int | None) -> str | Non
     if value is None or scale is None:
         return None
     unscaled = int.from_bytes(value, "big", signed=True)
-    return str(Decimal(unscaled).scaleb(-scale))
+    # built from text: exact at any precision (scaleb would round to the context's 28 digits);
+    # formatted without exponent notation (0E-10)
+    return format(Decimal(f"{unscaled}E{-scale}"), "f")
+
+
+def _unwrap_u64(c: Column) -> Column:
+    """A ``BIGINT UNSIGNED`` value that Debezium's ``long`` mode wrapped into a signed int64."""
+    u20 = T.DecimalType(20, 0)
+    wide = c.cast(u20)
+    return F.when(c < 0, wide + F.lit(str(1 << 64)).cast(u20)).otherwise(wide).cast(u20)
 
 
 _BY_NAME: dict[str, tuple[T.DataType, Convert]] = {
@@ -92,13 +118,33 @@ def semantic_name(field: pa.Field) -> str:
     return meta.get(META_NAME, b"").decode()
 
 
+def _bytes_decimal(field: pa.Field) -> Natural:
+    """Connect ``Decimal`` staged as its unscaled bytes (precision above Spark's 38): exact text."""
+    params = json.loads((field.metadata or {}).get(META_PARAMS, b"{}"))
+    scale = int(params.get("scale", 0))
+    return Natural(
+        T.StringType(),
+        lambda c: F.when(c.isNotNull(), _variable_scale_decimal(c, F.lit(scale))),
+        KAFKA + "Decimal",
+    )
+
+
+def _mysql_unsigned_bigint(field: pa.Field) -> bool:
+    mysql_type = (field.metadata or {}).get(MYSQL_TYPE, b"").lower().split()
+    return bool(mysql_type) and mysql_type[0].startswith(b"bigint") and b"unsigned" in mysql_type
+
+
 def natural(field: pa.Field) -> Natural:
     """The silver type and conversion for one staged column (recursing into lists)."""
     name = semantic_name(field)
+    arrow = field.type
+    if name == KAFKA + "Decimal" and pa.types.is_binary(arrow):
+        return _bytes_decimal(field)
     if name in _BY_NAME:
         spark_type, convert = _BY_NAME[name]
         return Natural(spark_type, convert, name)
-    arrow = field.type
+    if pa.types.is_int64(arrow) and _mysql_unsigned_bigint(field):
+        return Natural(T.DecimalType(20, 0), _unwrap_u64, name)
     if pa.types.is_list(arrow) or pa.types.is_large_list(arrow):
         element = natural(arrow.value_field)
         if element.convert is _same:

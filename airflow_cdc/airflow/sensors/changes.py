@@ -27,7 +27,8 @@ class CdcChangesSensor(BaseSensorOperator):
 
     :param pipeline: pipeline file path or mapping of Debezium properties. (templated)
     :param cdc_conn_id: Airflow Connection of the source database. (templated)
-    :param check: ``wal`` or ``slot`` (see ``PostgresSource.changes_after``).
+    :param check: PostgreSQL: ``wal`` or ``slot`` (see ``PostgresSource.changes_after``); MySQL:
+        ``wal``/``binlog`` or ``gtid`` (see ``MySqlSource.changes_after``).
     :param deferrable: wait in the triggerer instead of a worker slot.
     """
 

@@ -22,7 +22,8 @@ class CdcChangesTrigger(BaseTrigger):
     :param pipeline: pipeline file path, or mapping without literal secrets (see ``serialize``).
     :param offset: the committed offset (JSON), e.g. ``{"lsn": "0/16B3748"}``.
     :param cdc_conn_id: Airflow Connection of the source database.
-    :param check: ``wal`` (flushed WAL past the offset) or ``slot`` (server peeks one change).
+    :param check: ``wal`` (flushed WAL / binlog head past the offset), ``slot`` (PostgreSQL: the
+        server peeks one change) or ``gtid`` (MySQL: a captured GTID the offset lacks).
     :param poll_interval: seconds between checks.
     """
 

@@ -169,6 +169,9 @@ def check_privileges(conn: Any, flavour: Flavour) -> None:
 def head(conn: Any, flavour: Flavour) -> tuple[str, int, str]:
     """(file, position, GTID set) of the end of the binlog now.
 
+    On MySQL the GTID set comes from the same status row, so it is exact; on MariaDB it is read
+    just after and may include a transaction beyond the position: :func:`gtids_at` is exact.
+
     :raises MissingPrivilege: the status statement was refused.
     """
     try:
@@ -181,8 +184,28 @@ def head(conn: Any, flavour: Flavour) -> tuple[str, int, str]:
         raise ServerMisconfigured(
             "the binlog is not enabled (SHOW MASTER STATUS is empty)", hint="start the server with --log-bin"
         )
-    gtids = query(conn, flavour.gtid_sql)[0][0] or ""
-    return str(rows[0][0]), int(rows[0][1]), str(gtids).replace("\n", "")
+    gtids = flavour.status_gtids(rows[0])
+    if gtids is None:
+        gtids = str(query(conn, flavour.gtid_sql)[0][0] or "").replace("\n", "")
+    return str(rows[0][0]), int(rows[0][1]), gtids
+
+
+def gtids_at(conn: Any, flavour: Flavour, file: str, pos: int, head_gtids: str) -> str:
+    """The exact GTID set at ``file:pos`` of the head (``head_gtids``: what :func:`head` read)."""
+    sql = flavour.gtids_at_sql(file, pos)
+    if sql is None:
+        return head_gtids
+    return str(query(conn, *sql)[0][0] or "")
+
+
+def file_start_gtids(conn: Any, flavour: Flavour, file: str) -> str | None:
+    """The GTID set of everything written before binlog ``file``; None if the file is gone."""
+    return flavour.file_start_gtids(query(conn, *flavour.file_start_gtids_sql(file)))
+
+
+def server_flavour(conn: Any) -> Flavour:
+    """The flavour of a connected server, without the checks of :func:`check_server`."""
+    return detect(str(query(conn, "SELECT VERSION()")[0][0]))
 
 
 def binlog_files(conn: Any) -> list[str]:

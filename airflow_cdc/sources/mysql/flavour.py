@@ -12,6 +12,8 @@ rows events                v1 (23-25)                         v2 (30-32)
 query of a rows event      ANNOTATE_ROWS 160 (dump flag 2)    ROWS_QUERY 29
                                                               (``binlog_rows_query_log_events``)
 JSON columns               LONGTEXT (text in the binlog)      binary JSON (type 245)
+GTIDs at a coordinate      ``BINLOG_GTID_POS(file, pos)``     ``Executed_Gtid_Set`` of the status row
+GTIDs before a file        ``BINLOG_GTID_POS(file, 4)``       ``Previous_gtids`` event (2nd of a file)
 exact snapshot watermark   ``binlog_snapshot_file/position``  none: chunks reconcile against every
                            under a consistent snapshot        change of the window (log wins)
 monitor privilege          BINLOG MONITOR (alias              REPLICATION CLIENT
@@ -22,6 +24,7 @@ monitor privilege          BINLOG MONITOR (alias              REPLICATION CLIENT
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +69,32 @@ class Flavour:
     @property
     def gtid_sql(self) -> str:
         return "SELECT @@GLOBAL.gtid_binlog_pos" if self.is_mariadb else "SELECT @@GLOBAL.gtid_executed"
+
+    def status_gtids(self, row: Sequence[Any]) -> str | None:
+        """The GTID set of a status row (MySQL's ``Executed_Gtid_Set``, read with the position in
+        one statement); None for MariaDB, whose status has no GTIDs: see :meth:`gtids_at_sql`."""
+        if self.is_mariadb or len(row) < 5:
+            return None
+        return str(row[4] or "").replace("\n", "")
+
+    def gtids_at_sql(self, file: str, pos: int) -> tuple[str, tuple] | None:
+        """SQL for the exact GTID set at ``file:pos`` where the status row lacks it (MariaDB)."""
+        return ("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos)) if self.is_mariadb else None
+
+    def file_start_gtids_sql(self, file: str) -> tuple[str, tuple]:
+        """SQL for the GTIDs of everything before binlog ``file``; parse with :meth:`file_start_gtids`."""
+        if self.is_mariadb:
+            return "SELECT BINLOG_GTID_POS(%s, 4)", (file,)
+        return "SHOW BINLOG EVENTS IN %s LIMIT 3", (file,)
+
+    def file_start_gtids(self, rows: Sequence[Sequence[Any]]) -> str | None:
+        """Parse :meth:`file_start_gtids_sql` rows; None when the server does not know the file."""
+        if self.is_mariadb:
+            return None if not rows or rows[0][0] is None else str(rows[0][0])
+        for row in rows:  # Log_name, Pos, Event_type, Server_id, End_log_pos, Info
+            if str(row[2]) == "Previous_gtids":
+                return str(row[5] or "").replace("\n", "")
+        return None if not rows else ""
 
     @property
     def gtid_event(self) -> int:
@@ -151,6 +180,33 @@ class GtidSet:
 
     def _add_mysql(self, uuid: str, gno: int) -> None:
         self._fill(uuid, gno, gno)
+
+    def __bool__(self) -> bool:
+        return bool(self.maria or self.mysql)
+
+    def contains(self, gtid: str) -> bool:
+        """Whether the transaction ``gtid`` is in this set (MariaDB: at or below its domain's seq)."""
+        if ":" in gtid:
+            uuid, gno = gtid.rsplit(":", 1)
+            return self._has_interval(uuid.lower(), int(gno), int(gno))
+        domain, _, seq = gtid.split("-", 2)
+        mine = self.maria.get(domain)
+        return mine is not None and int(mine.rsplit("-", 1)[1]) >= int(seq)
+
+    def _has_interval(self, uuid: str, lo: int, hi: int) -> bool:
+        return any(a <= lo and hi <= b for a, b in self.mysql.get(uuid, ()))
+
+    def covers(self, other: GtidSet, source_filter: Callable[[str], bool] = lambda _: True) -> bool:
+        """Whether every transaction of ``other`` from a source ``source_filter`` accepts is in this set.
+
+        Sources are what ``gtid.source.*`` match: the MySQL server UUID, MariaDB ``domain-server``.
+        """
+        for uuid, ivs in other.mysql.items():
+            if source_filter(uuid) and not all(self._has_interval(uuid, a, b) for a, b in ivs):
+                return False
+        return all(
+            self.contains(gtid) for gtid in other.maria.values() if source_filter(gtid.rsplit("-", 1)[0])
+        )
 
     def add(self, gtid: str) -> None:
         if ":" in gtid:

@@ -46,6 +46,10 @@ def select_expr(col: ColumnDef) -> str:
         return f"{name} + 0"
     if col.data_type == "timestamp":
         return f"UNIX_TIMESTAMP({name})"
+    if col.data_type == "float":
+        # FLOAT prints with 6 significant digits; as a DOUBLE it prints the stored value exactly,
+        # which is what the binlog carries
+        return f"{name} + 0e0"
     return name
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -22,7 +23,8 @@ from airflow_cdc.core.events import now_us
 from airflow_cdc.core.filters import IncludeExclude, TableFilter
 from airflow_cdc.core.position import MySqlPosition, binlog_file_number
 from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot
-from airflow_cdc.sources.mysql import client, snapshot
+from airflow_cdc.sources.mysql import client, offsets, snapshot
+from airflow_cdc.sources.mysql.flavour import GtidSet
 from airflow_cdc.sources.mysql.schema import SchemaHistory, load_tables
 from airflow_cdc.sources.mysql.stream import WindowReader, WindowResult
 from airflow_cdc.sources.mysql.tables import TableResolver, TableState, source_constants
@@ -58,6 +60,7 @@ class MySqlSource:
         self.files: dict[int, str] = {}
         self._start: tuple[str, int, str] = ("", 0, "")
         self._head_gtids = ""
+        self._skip: GtidSet | None = None  # stored GTIDs to skip when resuming from a file start
         self._tables: dict[str, Any] = {}
         self._snapshot_sinks: dict[tuple, Any] = {}
 
@@ -110,45 +113,86 @@ class MySqlSource:
         return client.coordinate(file, pos)
 
     def start_offset(self, offset: dict[str, Any] | None, when_needed: bool) -> tuple[int, str | None]:
-        """Resolve the window start; check the stored position is still in the binlog.
+        """Resolve the window start and check the stored offset can still be read.
 
-        :raises OffsetUnavailable: the stored binlog file was purged and ``snapshot.mode`` is not
-            ``when_needed``.
+        The stored file and position on the same server; else, when the offset has a GTID set (the
+        file was purged, or the server changed: a failover), the newest binlog file whose preceding
+        transactions the set covers, read from its start while skipping the transactions already in
+        the set; else -- no stored offset, or a lost one under ``when_needed`` -- the head.
+
+        :raises OffsetUnavailable: the stored position is gone (binlog purged, or another server
+            without a GTID set that locates it) and ``snapshot.mode`` is not ``when_needed``.
         """
         file, pos, gtids = client.head(self.conn, self.flavour)
         self._coord(file, pos)
-        self._head_gtids = gtids
+        self._head_gtids, self._skip = gtids, None
         reason = None
         if offset is None:
             offset = self._uncommitted_start()
             reason = "no stored offset"
         if offset is not None:
             available = client.binlog_files(self.conn)
-            if offset["file"] in available:
-                self._start = (offset["file"], int(offset["pos"]), offset.get("gtids") or "")
-                start = self._coord(offset["file"], int(offset["pos"]))
-                self._init_history(start, only_missing=reason is None)
+            start = self._resume(offset, available, committed=reason is None)
+            if start is not None:
                 return start, reason
             problem = (
-                f"binlog file {offset['file']} of the stored offset is no longer on the server "
-                f"(oldest: {available[0] if available else 'none'}); the binlog was purged"
+                f"the stored offset {offset['file']}:{offset['pos']} (GTIDs {offset.get('gtids') or 'none'}) "
+                f"is not in the binlog of this server (server_id {self.info.server_id}, oldest file: "
+                f"{available[0] if available else 'none'}); the binlog was purged or the server changed"
             )
             if reason is not None:
                 pass  # an uncommitted first batch's start is gone: start at the head
             elif not when_needed:
-                raise OffsetUnavailable(
-                    f"{problem}: changes since {offset['file']}:{offset['pos']} cannot be read"
-                )
+                raise OffsetUnavailable(f"{problem}: the changes since the offset cannot be read")
             else:
                 log.warning(
                     "%s; snapshot.mode=when_needed: restarting from the head and re-snapshotting", problem
                 )
                 reason = problem
-        self._start = (file, pos, gtids)
+        self._start = (file, pos, client.gtids_at(self.conn, self.flavour, file, pos, gtids))
         start = self._coord(file, pos)
         self.history.versions.clear()
         self._init_history(start, only_missing=False)
         return start, reason or "no stored offset"
+
+    def _resume(self, offset: dict[str, Any], available: list[str], committed: bool) -> int | None:
+        """The start coordinate of a stored offset on this server, or None when it cannot be found."""
+        stored_gtids = offset.get("gtids") or ""
+        same_server = int(offset.get("server_id") or self.info.server_id) == self.info.server_id
+        if offset["file"] in available and (same_server or not stored_gtids):
+            if not same_server:
+                log.warning(
+                    "the stored offset is from server_id %s, this server is %s; no GTID set to locate "
+                    "it: trusting binlog coordinates %s:%s",
+                    offset.get("server_id"),
+                    self.info.server_id,
+                    offset["file"],
+                    offset["pos"],
+                )
+            self._start = (offset["file"], int(offset["pos"]), stored_gtids)
+            start = self._coord(offset["file"], int(offset["pos"]))
+            self._init_history(start, only_missing=committed)
+            return start
+        stored = GtidSet(stored_gtids)
+        if not stored:
+            return None
+        file = offsets.gtid_start_file(self.conn, self.flavour, stored, available, self.gtid_filter)
+        if file is None:
+            return None
+        log.info(
+            "resuming from GTID set %s: binlog %s read from its start (stored %s:%s %s)",
+            stored_gtids,
+            file,
+            offset["file"],
+            offset["pos"],
+            "is on another server" if not same_server else "was purged",
+        )
+        self._start, self._skip = (file, 4, stored_gtids), stored
+        start = self._coord(file, 4)
+        if not same_server:
+            self.history.versions.clear()  # coordinates of another server's binlog mean nothing here
+        self._init_history(start, only_missing=committed and same_server)
+        return start
 
     def _uncommitted_start(self) -> dict[str, Any] | None:
         """The start of the oldest published batch when nothing was committed yet.
@@ -168,6 +212,21 @@ class MySqlSource:
             if not only_missing or name not in self.history.versions:
                 self.history.record(name, coord, tdef)
         self.history.prune(coord)
+
+    def changes_after(self, offset: dict[str, Any] | None, check: str = "wal") -> bool:
+        """Whether the server may hold changes past ``offset`` -- cheap, no event is read.
+
+        See :func:`offsets.changes_after` for the checks (``binlog``/``wal``, ``gtid``).  No offset
+        means yes (a snapshot is due).  Uses a connection of its own when the source is not open.
+        """
+        if offset is None:
+            return True
+        conn = self.conn or client.connect(self.config)
+        try:
+            return offsets.changes_after(conn, offset, check, self.gtid_filter)
+        finally:
+            if conn is not self.conn:
+                conn.close()
 
     def head(self) -> tuple[int, int]:
         file, pos, gtids = client.head(self.conn, self.flavour)
@@ -253,6 +312,12 @@ class MySqlSource:
                 self._tables[snap.table] = fresh[snap.table]
         raise AssertionError("unreachable")
 
+    def encoded_chunks(self, table: str, chunk_size: int) -> Iterator[pa.Table]:
+        """The live table in key order, encoded like captured rows (``verify``); no state is touched."""
+        from airflow_cdc.sources.mysql.rows import encoded_chunks  # rows builds on this class
+
+        return encoded_chunks(self, table, chunk_size)
+
     def reflects(self, watermark: snapshot.Watermark, txn_start: int) -> bool:
         return watermark.coord is not None and txn_start < watermark.coord
 
@@ -291,6 +356,7 @@ class MySqlSource:
             "provide_txn": self.config["provide.transaction.metadata"],
             "include_query": self.config["include.query"],
             "gtid_filter": self.gtid_filter,
+            "skip_gtids": self._skip,
         }
         reader = WindowReader(self.resolver, self.flavour, writer, tracker, options)
         if upto_lsn <= from_lsn:

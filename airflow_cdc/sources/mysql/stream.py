@@ -48,10 +48,12 @@ class WindowResult:
 
 
 class _Txn:
-    __slots__ = ("active", "start", "gtid", "info", "seq", "per_table", "id", "standalone", "query")
+    __slots__ = (
+        "active", "covered", "start", "gtid", "info", "seq", "per_table", "id", "standalone", "query",
+    )  # fmt: skip
 
     def __init__(self) -> None:
-        self.active, self.start, self.seq, self.standalone = False, 0, 0, False
+        self.active, self.covered, self.start, self.seq, self.standalone = False, False, 0, 0, False
         self.gtid: str | None = None
         self.info: tuple = ()
         self.per_table: dict[str, int] = {}
@@ -89,6 +91,7 @@ class WindowReader:
         self.skipped: frozenset[str] = options["skipped"]
         self.provide_txn, self.include_query = options["provide_txn"], options["include_query"]
         self.gtid_filter = options["gtid_filter"]
+        self.skip_gtids: GtidSet | None = options.get("skip_gtids")
         self.tracked = tracker.tables() if tracker else frozenset()
         self.maps: dict[int, TableState | None] = {}
         self.schema_changes: list[dict[str, Any]] = []
@@ -120,8 +123,9 @@ class WindowReader:
                 if txn.active:
                     events += self._rows(data, etype, file_no, log_pos - size, txn)
             elif etype == p.TABLE_MAP:
-                tm = p.parse_table_map(data[p.HEADER_SIZE :])
-                self.maps[tm.table_id] = self.resolver.state_for(tm, start, self.writer)
+                if txn.active or not txn.start:  # skipped transactions' tables need no structure
+                    tm = p.parse_table_map(data[p.HEADER_SIZE :])
+                    self.maps[tm.table_id] = self.resolver.state_for(tm, start, self.writer)
             elif etype == gtid_type:
                 gtid, standalone = self.flavour.parse_gtid(p.parse_header(data), data[p.HEADER_SIZE :])
                 gset.add(gtid)
@@ -164,7 +168,10 @@ class WindowReader:
         standalone: bool,
         thread: int | None = None,
     ) -> None:
-        txn.active = gtid is None or self.gtid_filter(self.flavour.gtid_source(gtid))
+        # covered: captured by an earlier run (resume from a file start); a transaction of a GTID
+        # source that gtid.source.* exclude is inactive, but its DDL still changes table structures
+        txn.covered = gtid is not None and self.skip_gtids is not None and self.skip_gtids.contains(gtid)
+        txn.active = gtid is None or (self.gtid_filter(self.flavour.gtid_source(gtid)) and not txn.covered)
         txn.start, txn.gtid, txn.seq, txn.standalone, txn.query = start, gtid, 0, standalone, None
         txn.per_table = {}
         txn.id = gtid or f"file={file},pos={start & 0xFFFFFFFF}"
@@ -204,7 +211,7 @@ class WindowReader:
             self._begin(txn, start, None, data, server_id, file, file_no, True, query.thread_id)
         else:
             txn.info = txn.info[:5] + (query.thread_id, txn.info[6])
-        if txn.active:
+        if not txn.covered:
             self._ddl(query, txn, start, file, file_no)
         if txn.standalone or txn.gtid is None:
             self._commit(txn, res, end)
@@ -213,8 +220,11 @@ class WindowReader:
         change = self.resolver.apply_ddl(query, start, txn.gtid, txn.info[0], file)
         if change is None:
             return
+        truncated = change.pop("_truncated")
         self.schema_changes.append(change)
-        for table in change["_truncated"]:
+        if not txn.active:
+            return  # the truncate of an excluded GTID source is a data change: not captured
+        for table in truncated:
             state = self.resolver.current_state(table, self.writer)
             if state is None:
                 continue
@@ -226,7 +236,6 @@ class WindowReader:
                 state.stream_sink(self.writer, expand_events).add(
                     ("t", None, None, txn.info, start & 0xFFFFFFFF, 0, block)
                 )
-        del change["_truncated"]
 
     # -- rows --------------------------------------------------------------------------------
     def _rows(self, data: bytes, etype: int, file_no: int, pos: int, txn: _Txn) -> int:

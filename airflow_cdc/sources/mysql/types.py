@@ -5,6 +5,7 @@ Codecs receive the neutral Python values of :mod:`rowcodec` (binlog) or of the s
 Handling modes: ``decimal.handling.mode``, ``time.precision.mode`` (``adaptive_time_microseconds``
 default, ``adaptive``, ``connect``), ``bigint.unsigned.handling.mode``, ``binary.handling.mode``.
 Zero dates become NULL in optional columns and the epoch in mandatory ones, as in Debezium.
+``DECIMAL(p, s)`` is an Arrow ``decimal128`` up to 38 digits and Debezium's unscaled bytes beyond.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ import base64
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_cdc.core.connect_json import decimal_unscaled, java_bigint_bytes
 from airflow_cdc.core.errors import UnsupportedType
 from airflow_cdc.sources.mysql.schema import ColumnDef
 from airflow_cdc.sources.postgres.types_base import connect_metadata
@@ -95,7 +98,7 @@ def _zero(col: ColumnDef, epoch_value: Any) -> Any:
     return None if col.nullable else epoch_value
 
 
-def _ints(arrow_type: pa.DataType, fn: Callable[[int], Any] | None = None) -> Callable[[list], pa.Array]:
+def _ints(arrow_type: pa.DataType, fn: Callable[[Any], Any] | None = None) -> Callable[[list], pa.Array]:
     if fn is None:
         return lambda values: pa.array(values, type=arrow_type)
     return lambda values: pa.array([None if v is None else fn(v) for v in values], type=arrow_type)
@@ -215,9 +218,17 @@ def _decimal(col: ColumnDef, mode: str) -> tuple[pa.DataType, str, str | None, d
     if mode == "string":
         return pa.string(), "string", None, None, lambda v: pa.array(v, pa.string())
     p, s = col.precision or 10, col.scale or 0
-    arrow = pa.decimal128(p, s) if p <= 38 else pa.decimal256(p, s)
     params = {"scale": str(s), "connect.decimal.precision": str(p)}
+    if p > 38:
+        # Parquet readers such as Spark stop at 38 digits: keep Debezium's own encoding, the
+        # unscaled value as big-endian two's complement bytes (scale in the parameters)
+        return pa.binary(), "bytes", KAFKA + "Decimal", params, _ints(pa.binary(), _unscaled_bytes(s))
+    arrow = pa.decimal128(p, s)
     return arrow, "bytes", KAFKA + "Decimal", params, lambda v: pa.array(v, pa.string()).cast(arrow)
+
+
+def _unscaled_bytes(scale: int) -> Callable[[str], bytes]:
+    return lambda text: java_bigint_bytes(decimal_unscaled(Decimal(text), scale))
 
 
 _INTEGER = {

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from airflow_cdc.core.pipeline import build_config, build_store
-from airflow_cdc.sources.mysql import client, snapshot
-from airflow_cdc.sources.mysql import sql as q
 from airflow_cdc.sources.mysql.source import MySqlSource
 from tests.support.oracle import ReferenceApplier
 from tests.support.pipeline import assert_rows_equal, replay, run_capture
 
-__all__ = ["assert_converged", "execute", "pipeline", "replay", "run_capture", "source_rows", "state"]
+__all__ = [
+    "assert_converged",
+    "execute",
+    "pipeline",
+    "purge_binlogs",
+    "replay",
+    "run_capture",
+    "source_rows",
+    "state",
+]
 
 
 def pipeline(db: Any, staging: Path, **props: Any) -> dict[str, Any]:
@@ -44,6 +50,19 @@ def execute(db: Any, *statements: str) -> None:
         conn.close()
 
 
+def purge_binlogs(db: Any) -> list[str]:
+    """Rotate the binlog and purge every file before the new one; returns the files left."""
+    server = db.server
+    server.execute("FLUSH BINARY LOGS")
+    head = server.execute("SHOW MASTER STATUS")[0][0]
+    deadline = time.monotonic() + 30
+    while (files := [r[0] for r in server.execute("SHOW BINARY LOGS")])[0] != head:
+        assert time.monotonic() < deadline, "the server kept the old binlog files"
+        server.execute(f"PURGE BINARY LOGS TO '{head}'")  # waits for MariaDB's binlog checkpoint
+        time.sleep(0.2)
+    return files
+
+
 def state(config: dict[str, Any]) -> Any:
     return build_store(build_config(config)).load(config["name"])
 
@@ -53,24 +72,12 @@ def source_rows(config: dict[str, Any], table: str) -> dict[tuple, dict[str, Any
     source = MySqlSource(build_config(config))
     source.open()
     try:
-        tdef = source._tables[table]
-        st = source.table_state(table)
-        exprs = ", ".join(snapshot.select_expr(c) for c in tdef.columns)
-        rows = client.query(source.conn, f"SELECT {exprs} FROM {q.qualified(tdef.db, tdef.table)}")
-        columns = list(
-            zip(
-                *[[snapshot.neutral(c, v) for c, v in zip(tdef.columns, r, strict=True)] for r in rows],
-                strict=True,
-            )
-        ) or [() for _ in tdef.columns]
-        arrays = [
-            codec.convert_values(list(columns[i])) for codec, i in zip(st.codecs, st.select, strict=True)
-        ]
-        struct = pa.StructArray.from_arrays(arrays, fields=[c.field for c in st.codecs]) if rows else None
-        out = {}
-        for row in struct.to_pylist() if struct is not None else []:
-            out[tuple(row[k] for k in st.key_columns)] = row
-        return out
+        keys = source.table_state(table).key_columns
+        return {
+            tuple(row[k] for k in keys): row
+            for chunk in source.encoded_chunks(table, 50_000)
+            for row in chunk.to_pylist()
+        }
     finally:
         source.close()
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from airflow_cdc.core.errors import (
@@ -15,7 +13,14 @@ from airflow_cdc.core.errors import (
     ServerMisconfigured,
 )
 from airflow_cdc.testing.servers import MariaDbServer
-from tests.integration.mysql.support import assert_converged, execute, pipeline, run_capture, state
+from tests.integration.mysql.support import (
+    assert_converged,
+    execute,
+    pipeline,
+    purge_binlogs,
+    run_capture,
+    state,
+)
 
 
 @pytest.fixture
@@ -114,14 +119,7 @@ def test_invalid_config_value(mariadb_db, tmp_path, prop, value, match):
 def test_purged_binlog_is_an_error_unless_when_needed(mariadb_db, committed):
     execute(mariadb_db, "INSERT INTO t VALUES (1000, 'lost?')")
     before = state(committed)
-    server = mariadb_db.server
-    server.execute("FLUSH BINARY LOGS")
-    head = server.execute("SHOW MASTER STATUS")[0][0]
-    deadline = time.monotonic() + 30
-    while before.data["offset"]["file"] in [r[0] for r in server.execute("SHOW BINARY LOGS")]:
-        assert time.monotonic() < deadline, "the server kept the old binlog file"
-        server.execute(f"PURGE BINARY LOGS TO '{head}'")  # waits for MariaDB's binlog checkpoint
-        time.sleep(0.2)
+    assert before.data["offset"]["file"] not in purge_binlogs(mariadb_db)
     with pytest.raises(OffsetUnavailable, match="purged"):
         run_capture(committed)
     assert state(committed).version == before.version

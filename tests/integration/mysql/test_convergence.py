@@ -25,17 +25,25 @@ ODD = "`we``ird tbl ü`"
 ODD_NAME = "we`ird tbl ü"
 ROWS = 30_000
 
-SCHEMA = [
-    """CREATE TABLE items (id bigint PRIMARY KEY, qty int NOT NULL, price decimal(12,2), name varchar(60),
-       created datetime(6), stamp timestamp(3) NULL, day date, flag tinyint(1), ratio double, blob_ varbinary(16),
-       kind enum('a','b','c'), tags set('x','y','z'), u bigint unsigned, t time(3), payload json)""",
-    """INSERT INTO items SELECT seq, seq % 97, seq * 1.37, concat('name ', seq, repeat('x', seq % 40)),
-       '2024-01-01 00:00:00' + INTERVAL seq * 17 SECOND, '2024-01-01 00:00:00' + INTERVAL seq SECOND,
-       '2020-01-01' + INTERVAL seq % 3000 DAY, seq % 2, seq / 7.0, unhex(md5(seq)), elt(1 + seq % 3, 'a', 'b', 'c'),
-       'x,z', seq * 1000003, sec_to_time(seq % 86000), json_object('g', seq) FROM seq_1_to_30000""",
-    f"CREATE TABLE {ODD} (k1 int, `k 2` varchar(10), val varchar(200), n decimal(20,5), PRIMARY KEY (k1, `k 2`))",
-    f"INSERT INTO {ODD} SELECT seq DIV 4, concat('k', seq % 4), concat('v', seq), seq * 0.5 FROM seq_1_to_8000",
-]
+
+def schema(rows: int, odd_rows: int) -> list[str]:
+    """DDL and data of the scenario: ``items`` (many types) with ``rows`` rows, ``ODD`` with ``odd_rows``."""
+    return [
+        """CREATE TABLE items (id bigint PRIMARY KEY, qty int NOT NULL, price decimal(12,2), name varchar(60),
+           created datetime(6), stamp timestamp(3) NULL, day date, flag tinyint(1), ratio double,
+           blob_ varbinary(16), kind enum('a','b','c'), tags set('x','y','z'), u bigint unsigned, t time(3),
+           payload json)""",
+        f"""INSERT INTO items SELECT seq, seq % 97, seq * 1.37, concat('name ', seq, repeat('x', seq % 40)),
+           '2024-01-01 00:00:00' + INTERVAL seq * 17 SECOND, '2024-01-01 00:00:00' + INTERVAL seq SECOND,
+           '2020-01-01' + INTERVAL seq % 3000 DAY, seq % 2, seq / 7.0, unhex(md5(seq)), elt(1 + seq % 3, 'a', 'b', 'c'),
+           'x,z', seq * 1000003, sec_to_time(seq % 86000), json_object('g', seq) FROM seq_1_to_{rows}""",
+        f"CREATE TABLE {ODD} (k1 int, `k 2` varchar(10), val varchar(200), n decimal(20,5), PRIMARY KEY (k1, `k 2`))",
+        f"INSERT INTO {ODD} SELECT seq DIV 4, concat('k', seq % 4), concat('v', seq), seq * 0.5 FROM seq_1_to_{odd_rows}",
+    ]
+
+
+SCHEMA = schema(ROWS, 8000)
+
 ALTERS = [
     "ALTER TABLE items ADD COLUMN extra int NULL",
     "ALTER TABLE items MODIFY name varchar(120)",
@@ -108,9 +116,9 @@ def _writer(db, stop: threading.Event, seed: int, next_id: list[int], lock: thre
 class Writers:
     """Concurrent writers plus, when ``alters``, a thread running ALTER TABLE now and then."""
 
-    def __init__(self, db, n: int = 2, alters: bool = True) -> None:
+    def __init__(self, db, n: int = 2, alters: bool = True, rows: int = ROWS) -> None:
         self.stop = threading.Event()
-        lock, next_id = threading.Lock(), [ROWS]
+        lock, next_id = threading.Lock(), [rows]
         self.threads = [
             threading.Thread(target=_writer, args=(db, self.stop, i, next_id, lock), daemon=True)
             for i in range(n)

@@ -7,6 +7,7 @@ Python on collected values), so comparing silver with the source also checks the
 from __future__ import annotations
 
 import datetime as dt
+import json
 from decimal import Decimal
 from typing import Any
 
@@ -25,9 +26,16 @@ def _micros(delta: dt.timedelta) -> int:
 
 
 def _time_micros(text: str) -> int:
-    h, m, s = text.split(":")
+    sign = -1 if text.startswith("-") else 1
+    h, m, s = text.lstrip("-").split(":")
     sec, _, frac = s.partition(".")
-    return ((int(h) * 60 + int(m)) * 60 + int(sec)) * 1_000_000 + int((frac + "000000")[:6])
+    return sign * (((int(h) * 60 + int(m)) * 60 + int(sec)) * 1_000_000 + int((frac + "000000")[:6]))
+
+
+def _unsigned_bigint(field: pa.Field | None) -> bool:
+    """A MySQL ``BIGINT UNSIGNED`` staged as a (wrapped) int64: silver holds it unwrapped."""
+    words = ((field.metadata or {}).get(b"mysql.type", b"") if field is not None else b"").split()
+    return bool(words) and words[0].startswith(b"bigint") and b"unsigned" in words
 
 
 def _name(field: pa.Field | None) -> str:
@@ -58,11 +66,20 @@ def to_debezium(value: Any, field: pa.Field | None) -> Any:
         return value.astimezone(dt.UTC)
     if base == "MicroTime":
         return _time_micros(value)
-    if base == "VariableScaleDecimal":
+    if base == "Time":
+        return _time_micros(value) // 1000
+    if base in ("VariableScaleDecimal", "Decimal") and isinstance(value, str):  # beyond 38 digits
         return Decimal(value)
+    if _unsigned_bigint(field) and pa.types.is_int64(field.type):  # type: ignore[union-attr]
+        return int(value) - (1 << 64) if value >= 1 << 63 else int(value)
     if isinstance(value, bytearray):
         return bytes(value)
     return value
+
+
+def _exact_decimal(unscaled: bytes, scale: int) -> Decimal:
+    """Debezium's unscaled two's complement bytes as a Decimal, exact at any precision."""
+    return Decimal(f"{int.from_bytes(unscaled, 'big', signed=True)}E{-scale}")
 
 
 def normalise(value: Any, field: pa.Field | None) -> Any:
@@ -76,7 +93,10 @@ def normalise(value: Any, field: pa.Field | None) -> Any:
     if base == "ZonedTimestamp":
         return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(dt.UTC)
     if base == "VariableScaleDecimal":
-        return Decimal(int.from_bytes(value["value"], "big", signed=True)).scaleb(-value["scale"])
+        return _exact_decimal(value["value"], value["scale"])
+    if base == "Decimal" and isinstance(value, bytes):  # Debezium's unscaled bytes (> 38 digits)
+        scale = int(json.loads((field.metadata or {})[b"connect.parameters"])["scale"])  # type: ignore[union-attr]
+        return _exact_decimal(value, scale)
     return value
 
 
