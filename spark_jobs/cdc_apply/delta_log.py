@@ -54,8 +54,12 @@ class LogState:
     @property
     def records(self) -> int | None:
         """Rows in the current version, from file statistics (None when a file has none)."""
-        counts = list(self.files.values())
-        return None if any(c is None for c in counts) else sum(counts)  # type: ignore[misc]
+        total = 0
+        for count in self.files.values():
+            if count is None:
+                return None
+            total += count
+        return total
 
     def _add(self, add: dict[str, Any]) -> None:
         stats = add.get("stats")
