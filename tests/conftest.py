@@ -83,7 +83,7 @@ def pg_server() -> Iterator[PostgresServer]:
 @pytest.fixture(scope="session")
 def mariadb_server() -> Iterator[MariaDbServer]:
     """A MariaDB server for the whole session, started on first use."""
-    server = MariaDbServer().start()
+    server = MariaDbServer(tls=True).start()  # so database.ssl.mode=preferred (the default) uses TLS
     try:
         yield server
     finally:

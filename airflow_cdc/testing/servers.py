@@ -441,6 +441,8 @@ class MariaDbServer(_ThrowawayServer):
     :param password: password of ``root`` (``root@'%'`` and ``root@localhost``).
     :param settings: mariadbd options overriding :data:`MARIADB_DEFAULT_SETTINGS`.
     :param start_timeout: seconds to wait for the server to accept connections.
+    :param tls: serve TLS with a certificate for ``127.0.0.1``/``localhost`` signed by a throwaway
+        CA (:attr:`ca_file`), made with the ``openssl`` command.
     """
 
     superuser = "root"
@@ -448,6 +450,77 @@ class MariaDbServer(_ThrowawayServer):
     log_name = "error.log"
     default_settings = MARIADB_DEFAULT_SETTINGS
     _proc: subprocess.Popen[bytes] | None = None
+
+    def __init__(self, *, tls: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.tls = tls
+
+    @property
+    def ca_file(self) -> Path:
+        assert self.base_dir is not None and self.tls, "server not started with tls=True"
+        return self.base_dir / "tls" / "ca.pem"
+
+    def _make_certificates(self) -> None:
+        """A CA and a server certificate (SAN 127.0.0.1, localhost), readable by mariadbd."""
+        folder = self.ca_file.parent
+        folder.mkdir()
+        (folder / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        days = ["-days", "7"]
+        for cmd in (
+            [
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.pem",
+                *days,
+                "-subj",
+                "/CN=airflow-cdc throwaway test CA",
+            ],
+            [
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                "server.key",
+                "-out",
+                "server.csr",
+                "-subj",
+                "/CN=localhost",
+            ],
+            [
+                "x509",
+                "-req",
+                "-in",
+                "server.csr",
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                "server.pem",
+                *days,
+                "-extfile",
+                "san.ext",
+            ],
+        ):
+            out = subprocess.run(["openssl", *cmd], cwd=folder, capture_output=True, text=True, timeout=60)
+            if out.returncode != 0:
+                raise ServerStartError(f"openssl {cmd[0]} failed: {out.stderr[-2000:]}")
+        for f in folder.iterdir():
+            f.chmod(0o644)
+        self.settings = {
+            **self.settings,
+            "ssl-ca": str(folder / "ca.pem"),
+            "ssl-cert": str(folder / "server.pem"),
+            "ssl-key": str(folder / "server.key"),
+        }
 
     @property
     def socket_path(self) -> Path:
@@ -460,6 +533,8 @@ class MariaDbServer(_ThrowawayServer):
             return self
         ensure_installed(postgres=False, mariadb=True)
         self._make_base_dir()
+        if self.tls:
+            self._make_certificates()
         user = ["--user=mysql"] if os.geteuid() == 0 else []
         try:
             out = subprocess.run(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+import ssl
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ import pymysql.converters
 from airflow_cdc.core.config import ConnectorConfig
 from airflow_cdc.core.errors import (
     AuthenticationFailed,
+    ConfigError,
     ConnectionFailed,
     MissingPrivilege,
     ProtocolError,
@@ -30,13 +32,31 @@ from airflow_cdc.sources.mysql.flavour import Flavour, detect
 
 log = logging.getLogger(__name__)
 COM_BINLOG_DUMP = 0x12
-_SSL = {
-    "disabled": None,
-    "preferred": None,
-    "required": {},
-    "verify_ca": {"check_hostname": False},
-    "verify_identity": {"check_hostname": True},
-}
+
+
+def tls_params(config: ConnectorConfig) -> dict[str, Any]:
+    """pymysql arguments for ``database.ssl.mode``.
+
+    ``preferred`` upgrades to TLS when the server offers it (unverified, like MySQL's own
+    clients); ``required`` refuses a server without TLS; ``verify_ca`` also checks the server
+    certificate against ``database.ssl.truststore`` (a PEM CA bundle; the system CAs when unset);
+    ``verify_identity`` also checks that it names ``database.hostname``.
+    """
+    mode = config["database.ssl.mode"]
+    if mode == "disabled":
+        return {"ssl_disabled": True}
+    if mode == "preferred":
+        return {}  # pymysql's default: TLS when the server offers it, else plain
+    truststore = config["database.ssl.truststore"]
+    try:
+        ctx = ssl.create_default_context(cafile=truststore if mode != "required" else None)
+    except (OSError, ssl.SSLError) as e:
+        raise ConfigError(
+            f"property 'database.ssl.truststore': cannot load CA file {truststore!r}: {e}"
+        ) from None
+    ctx.check_hostname = mode == "verify_identity"
+    ctx.verify_mode = ssl.CERT_NONE if mode == "required" else ssl.CERT_REQUIRED
+    return {"ssl": ctx}
 
 
 def connect(config: ConnectorConfig, **kwargs: Any) -> pymysql.connections.Connection:
@@ -57,9 +77,7 @@ def connect(config: ConnectorConfig, **kwargs: Any) -> pymysql.connections.Conne
         # no result decoders: values arrive as the server's text (bytes for binary columns)
         "conv": {k: v for k, v in pymysql.converters.conversions.items() if not isinstance(k, int)},
     }
-    ssl = _SSL[config["database.ssl.mode"]]
-    if ssl is not None:
-        params["ssl"] = ssl
+    params.update(tls_params(config))
     params.update(kwargs)
     try:
         conn = pymysql.connect(**params)
@@ -69,6 +87,13 @@ def connect(config: ConnectorConfig, **kwargs: Any) -> pymysql.connections.Conne
         if code in (1045, 1044, 1698):
             raise AuthenticationFailed(
                 f"MySQL at {where} rejected the credentials of user {params['user']!r} (error {code})"
+            ) from None
+        detail = str(e.args[1]) if len(e.args) > 1 else ""
+        # 2026: the server offers no TLS; 2003 wrapping an SSL error: the certificate check failed
+        if code == 2026 or (code == 2003 and "SSL" in detail):
+            raise ConnectionFailed(
+                f"cannot connect to MySQL at {where} with database.ssl.mode="
+                f"{config['database.ssl.mode']}: {detail}"
             ) from None
         raise ConnectionFailed(f"cannot connect to MySQL at {where}: error {code}") from None
     statements = config["database.initial.statements"]

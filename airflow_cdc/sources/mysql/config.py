@@ -25,8 +25,16 @@ MYSQL_PROPERTIES: tuple[Property, ...] = tuple(p for p in COMMON_PROPERTIES if p
         "database.ssl.mode",
         "enum",
         "preferred",
-        "TLS towards the server.",
+        "TLS towards the server: `preferred` uses it when offered; `required` refuses a server without "
+        "it; `verify_ca` also checks the certificate; `verify_identity` also checks the host name.",
         choices=("disabled", "preferred", "required", "verify_ca", "verify_identity"),
+    ),
+    Property(
+        "database.ssl.truststore",
+        "str",
+        None,
+        "PEM file of CA certificates for `verify_ca`/`verify_identity` (default: the system CAs). "
+        "Unlike Debezium's JKS truststore, a PEM bundle.",
     ),
     Property(
         "time.precision.mode",

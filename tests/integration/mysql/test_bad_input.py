@@ -7,6 +7,7 @@ import pytest
 from airflow_cdc.core.errors import (
     AuthenticationFailed,
     ConfigError,
+    ConnectionFailed,
     MissingPrivilege,
     OffsetUnavailable,
     SchemaError,
@@ -87,6 +88,9 @@ def test_log_bin_off(tmp_path):
         with pytest.raises(ServerMisconfigured, match="log_bin"):
             run_capture(config)
         assert state(config) is None
+        # this server offers no TLS: preferred falls back, required refuses
+        with pytest.raises(ConnectionFailed, match="database.ssl.mode=required"):
+            run_capture(dict(config, **{"database.ssl.mode": "required"}))
 
 
 def test_table_without_primary_key(mariadb_db, tmp_path):
