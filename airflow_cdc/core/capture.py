@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from airflow_cdc.core.batch import Batch, BatchWriter, clean_incomplete, expire_batches
 from airflow_cdc.core.config import ConnectorConfig
+from airflow_cdc.core.errors import ServerMisconfigured
 from airflow_cdc.core.failpoints import failpoint
 from airflow_cdc.core.position import format_pg_lsn
 from airflow_cdc.core.signals import SnapshotSignal, apply_signals, parse_signal
@@ -41,7 +42,6 @@ class ChangeSource(Protocol):
     def tables(self) -> list[str]: ...
     def start_offset(self, offset: dict[str, Any] | None, when_needed: bool) -> tuple[int, str | None]: ...
     def head(self) -> tuple[int, int]: ...
-    def wait_flushed(self, lsn: int, timeout: float = 10.0) -> int: ...
     def read_chunks(self, pending: list, max_rows: int, chunk_size: int) -> list[ChunkRead]: ...
     def read_window(
         self, from_lsn: int, upto_lsn: int, writer: BatchWriter, tracker: ChunkTracker | None, max_events: int
@@ -100,6 +100,21 @@ class Capture:
     def __init__(self, source: ChangeSource, config: ConnectorConfig, store: StateStore) -> None:
         self.source, self.config, self.store = source, config, store
         self.name = config["name"]
+
+    def _wait_flushed(self, lsn: int, timeout: float = 10.0) -> int:
+        """Poll the source's head until it has flushed ``lsn`` (a chunk's closing watermark)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            flush, _ = self.source.head()
+            if flush >= lsn:
+                return flush
+            if time.monotonic() > deadline:
+                offset_at = getattr(self.source, "offset_at", None)
+                where = offset_at(lsn, None, None) if offset_at else {"lsn": format_pg_lsn(lsn)}
+                raise ServerMisconfigured(
+                    f"{self.source.kind}: the server's flushed log did not reach {where} within {timeout}s"
+                )
+            time.sleep(0.01)
 
     def run(
         self, signals: list[dict[str, Any] | SnapshotSignal] | None = None, commit: bool = False
@@ -162,7 +177,7 @@ class Capture:
         )
         flush, _ = self.source.head()
         need = max((c.watermark.lsn_after for c in chunks), default=0)
-        upto = max(flush, self.source.wait_flushed(need)) if need > flush else flush
+        upto = max(flush, self._wait_flushed(need)) if need > flush else flush
         tracker = ChunkTracker(chunks, self.source.reflects) if chunks else None
         if streaming_off:
             notes.append("snapshot.mode=initial_only: snapshot complete, changes are not streamed")

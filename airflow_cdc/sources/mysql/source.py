@@ -10,7 +10,6 @@ the binlog is kept by the server's own retention, and a purged offset is detecte
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +17,7 @@ import pyarrow as pa
 
 from airflow_cdc.core.batch import BatchWriter, list_batches
 from airflow_cdc.core.config import ConnectorConfig, skipped_ops
-from airflow_cdc.core.errors import OffsetUnavailable, SchemaError, ServerMisconfigured
+from airflow_cdc.core.errors import OffsetUnavailable, SchemaError
 from airflow_cdc.core.events import now_us
 from airflow_cdc.core.filters import IncludeExclude, TableFilter
 from airflow_cdc.core.position import MySqlPosition, binlog_file_number
@@ -233,16 +232,6 @@ class MySqlSource:
         self._head_gtids = gtids
         coord = self._coord(file, pos)
         return coord, coord
-
-    def wait_flushed(self, lsn: int, timeout: float = 10.0) -> int:
-        deadline = time.monotonic() + timeout
-        while True:
-            coord, _ = self.head()
-            if coord >= lsn:
-                return coord
-            if time.monotonic() > deadline:
-                raise ServerMisconfigured(f"binlog did not reach coordinate {lsn} within {timeout}s")
-            time.sleep(0.01)
 
     def offset_at(
         self, lsn: int, window: WindowResult | None, previous: dict[str, Any] | None

@@ -195,17 +195,6 @@ class PostgresSource:
             if conn is not self.conn:
                 conn.close()
 
-    def wait_flushed(self, lsn: int, timeout: float = 10.0) -> int:
-        """Wait until WAL is flushed up to ``lsn``; returns the flush LSN (>= lsn)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            flush, _ = self.head()
-            if flush >= lsn:
-                return flush
-            if time.monotonic() > deadline:
-                raise ServerMisconfigured(f"WAL flush did not reach {format_pg_lsn(lsn)} within {timeout}s")
-            time.sleep(0.01)
-
     def acknowledge(self, offset: dict[str, Any]) -> None:
         """Advance the slot to the committed offset so the server can free WAL (never backward).
 
