@@ -60,6 +60,7 @@ class MySqlSource:
         self._start: tuple[str, int, str] = ("", 0, "")
         self._head_gtids = ""
         self._skip: GtidSet | None = None  # stored GTIDs to skip when resuming from a file start
+        self.epoch = 0  # MySqlPosition.epoch of this run's events
         self._tables: dict[str, Any] = {}
         self._snapshot_sinks: dict[tuple, Any] = {}
 
@@ -133,6 +134,7 @@ class MySqlSource:
             available = client.binlog_files(self.conn)
             start = self._resume(offset, available, committed=reason is None)
             if start is not None:
+                self.epoch = next_epoch(offset, start)
                 return start, reason
             problem = (
                 f"the stored offset {offset['file']}:{offset['pos']} (GTIDs {offset.get('gtids') or 'none'}) "
@@ -150,6 +152,7 @@ class MySqlSource:
                 reason = problem
         self._start = (file, pos, client.gtids_at(self.conn, self.flavour, file, pos, gtids))
         start = self._coord(file, pos)
+        self.epoch = next_epoch(offset, start) if offset is not None else 0
         self.history.versions.clear()
         self._init_history(start, only_missing=False)
         return start, reason or "no stored offset"
@@ -248,6 +251,7 @@ class MySqlSource:
             "pos": lsn & 0xFFFFFFFF,
             "gtids": gtids,
             "server_id": self.info.server_id,
+            "epoch": self.epoch,
         }
 
     def acknowledge(self, offset: dict[str, Any]) -> None:
@@ -320,7 +324,7 @@ class MySqlSource:
         sink = self._snapshot_sinks.get(key)
         if sink is None or sink.closed:
             sink = self._snapshot_sinks[key] = state.open_sink(writer, "snapshot")
-        position = MySqlPosition(end_lsn >> 32, end_lsn & 0xFFFFFFFF, 0).sort_key()
+        position = MySqlPosition(self.epoch, end_lsn >> 32, end_lsn & 0xFFFFFFFF, 0).sort_key()
         ts_ms = now_us() // 1000
         src = (
             ts_ms,
@@ -346,6 +350,7 @@ class MySqlSource:
             "include_query": self.config["include.query"],
             "gtid_filter": self.gtid_filter,
             "skip_gtids": self._skip,
+            "epoch": self.epoch,
         }
         reader = WindowReader(self.resolver, self.flavour, writer, tracker, options)
         if upto_lsn <= from_lsn:
@@ -361,6 +366,16 @@ class MySqlSource:
             result.manifest_extra = {}
         self.history.prune(from_lsn)
         return result
+
+
+def next_epoch(offset: dict[str, Any], start: int) -> int:
+    """The position epoch of a run starting at coordinate ``start`` after ``offset``.
+
+    Coordinates below the stored ones (a failover to a server whose binlog numbers are lower,
+    ``RESET MASTER``) open a new epoch, so every new event still sorts after every captured one.
+    """
+    epoch = int(offset.get("epoch", 0))
+    return epoch + 1 if start < client.coordinate(offset["file"], int(offset["pos"])) else epoch
 
 
 def _tid(tdef: Any) -> Any:

@@ -28,7 +28,7 @@ from airflow_cdc.sources.mysql.types import key_text
 
 log = logging.getLogger(__name__)
 _HEADER = p.HEADER.unpack_from
-_POS = struct.Struct(">IQI").pack
+_POS = struct.Struct(">QII").pack  # (epoch << 32 | file number), pos, row: core.position.MySqlPosition
 _ROWS = p.ROWS_TYPES
 _BEGIN, _COMMIT = "BEGIN", "COMMIT"
 
@@ -69,7 +69,7 @@ def expand_events(rows: list[tuple]) -> tuple[list[bytes], list[tuple], list | N
     """Positions, ``source`` values and transaction blocks for a piece of buffered events.
 
     A row is ``(op, before, after, info, pos, row, block)``; ``info`` is shared by a transaction's
-    events: ``(ts_ms, server_id, gtid, file, file_no, thread, query)``.
+    events: ``(ts_ms, server_id, gtid, file, epoch << 32 | file_no, thread, query)``.
     """
     positions = [_POS(r[3][4], r[4], r[5]) for r in rows]
     source = [(i[0], i[1], i[2], i[3], r[4], r[5], i[5], i[6]) for r in rows for i in (r[3],)]
@@ -92,6 +92,7 @@ class WindowReader:
         self.provide_txn, self.include_query = options["provide_txn"], options["include_query"]
         self.gtid_filter = options["gtid_filter"]
         self.skip_gtids: GtidSet | None = options.get("skip_gtids")
+        self.epoch: int = options.get("epoch", 0)
         self.tracked = tracker.tables() if tracker else frozenset()
         self.maps: dict[int, TableState | None] = {}
         self.schema_changes: list[dict[str, Any]] = []
@@ -176,7 +177,7 @@ class WindowReader:
         txn.per_table = {}
         txn.id = gtid or f"file={file},pos={start & 0xFFFFFFFF}"
         ts_ms = int.from_bytes(data[0:4], "little") * 1000
-        txn.info = (ts_ms, server_id, gtid, file, file_no, thread, None)
+        txn.info = (ts_ms, server_id, gtid, file, self.epoch << 32 | file_no, thread, None)
 
     def _commit(self, txn: _Txn, res: WindowResult, end: int) -> None:
         if txn.start:

@@ -101,3 +101,29 @@ def test_changes_after_reads_no_events(mariadb_db, gtid_pipeline):
     assert source.changes_after(None) is True
     with pytest.raises(ConfigError, match="'slot' is not supported for MySQL"):
         source.changes_after(offset, "slot")
+
+
+def test_failover_to_lower_binlog_numbers_keeps_positions_growing(mariadb_db, gtid_pipeline):
+    """A promoted replica has the captured GTIDs but its own, lower binlog numbers (simulated:
+    RESET MASTER, then the GTID state restored): the new events open a new position epoch, so
+    they sort after everything captured before, and the replay still equals the source."""
+    config, db = gtid_pipeline, mariadb_db
+    execute(db, "FLUSH BINARY LOGS", "FLUSH BINARY LOGS", "UPDATE g SET v = 'x' WHERE id <= 5")
+    assert run_capture(config).events == 5
+    before = state(config).data["offset"]
+    conn = db.connect(autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@GLOBAL.gtid_binlog_state")
+            (gtid_state,) = cur.fetchone()
+            cur.execute("RESET MASTER")
+            cur.execute("SET GLOBAL gtid_binlog_state = %s", (gtid_state,))
+    finally:
+        conn.close()
+    execute(db, "UPDATE g SET v = 'y' WHERE id <= 3", "DELETE FROM g WHERE id = 4")
+    result = run_capture(config)
+    assert result.events == 4
+    after = state(config).data["offset"]
+    assert after["file"] < before["file"], "the simulated server's binlog numbers must be lower"
+    assert_converged(config, [f"{db.name}.g"])
+    assert after["epoch"] == before.get("epoch", 0) + 1
