@@ -11,7 +11,7 @@ import queue
 import threading
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import psycopg
 from psycopg import sql
@@ -36,41 +36,51 @@ def connect(config: ConnectorConfig, *, autocommit: bool = True) -> psycopg.Conn
     """Open a connection with the session settings that fix every type's text output.
 
     :raises AuthenticationFailed: wrong user or password.
+    :raises ConfigError: the database does not exist.
     :raises ConnectionFailed: server unreachable.
     """
-    host, port, user = config["database.hostname"], config["database.port"] or 5432, config["database.user"]
-    where = f"{user}@{host}:{port}/{config['database.dbname']}"
     try:
         return psycopg.connect(
-            host=host,
-            port=port,
-            user=user,
-            password=config.secret("database.password"),
-            dbname=config["database.dbname"],
-            sslmode=config["database.sslmode"],
-            options=q.SESSION_OPTIONS,
-            autocommit=autocommit,
-            connect_timeout=15,
-            application_name=f"airflow-cdc:{config['name']}",
+            **connect_params(config, "airflow-cdc"), options=q.SESSION_OPTIONS, autocommit=autocommit
         )
     except psycopg.OperationalError as e:
-        text = str(e)
-        if (
-            "password authentication failed" in text
-            or "no password supplied" in text
-            or "role" in text
-            and "does not exist" in text
-        ):
-            raise AuthenticationFailed(f"PostgreSQL rejected the credentials for {where}") from None
-        if "database" in text and "does not exist" in text:
-            raise ConfigError(
-                f"property 'database.dbname': database {config['database.dbname']!r} "
-                f"does not exist on {host}:{port}"
-            ) from None
-        raise ConnectionFailed(
-            f"cannot connect to PostgreSQL at {host}:{port}: "
-            f"{text.splitlines()[0] if text else type(e).__name__}"
-        ) from e
+        raise_connect_error(config, e)
+
+
+def connect_params(config: ConnectorConfig, application: str) -> dict[str, Any]:
+    """psycopg connection arguments from the ``database.*`` properties (sync and async alike)."""
+    return {
+        "host": config["database.hostname"],
+        "port": config["database.port"] or 5432,
+        "user": config["database.user"],
+        "password": config.secret("database.password"),
+        "dbname": config["database.dbname"],
+        "sslmode": config["database.sslmode"],
+        "connect_timeout": 15,
+        "application_name": f"{application}:{config['name']}",
+    }
+
+
+def raise_connect_error(config: ConnectorConfig, e: psycopg.OperationalError) -> NoReturn:
+    """Map a failed connect to the product's errors, naming user@host but never the password."""
+    host, port, user = config["database.hostname"], config["database.port"] or 5432, config["database.user"]
+    text = str(e)
+    if (
+        "password authentication failed" in text
+        or "no password supplied" in text
+        or "role" in text
+        and "does not exist" in text
+    ):
+        where = f"{user}@{host}:{port}/{config['database.dbname']}"
+        raise AuthenticationFailed(f"PostgreSQL rejected the credentials for {where}") from None
+    if "database" in text and "does not exist" in text:
+        raise ConfigError(
+            f"property 'database.dbname': database {config['database.dbname']!r} "
+            f"does not exist on {host}:{port}"
+        ) from None
+    raise ConnectionFailed(
+        f"cannot connect to PostgreSQL at {host}:{port}: {text.splitlines()[0] if text else type(e).__name__}"
+    ) from e
 
 
 def prefetch(cursor: psycopg.Cursor, size: int, depth: int = 2) -> Generator[list[Any], None, None]:
