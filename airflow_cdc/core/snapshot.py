@@ -13,6 +13,7 @@ event of the window and before any later one.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -24,6 +25,7 @@ import pyarrow.compute as pc
 
 from airflow_cdc.core.filters import any_full_match, compile_patterns
 
+log = logging.getLogger(__name__)
 COMPLETED_KEPT = 50
 
 
@@ -134,6 +136,38 @@ class ChunkRead:
             return self.snapshot.last_key
         row = self.data.num_rows - 1
         return [self.data.column(i)[row].as_py() for i in (self.cursor_index or self.key_index)]
+
+
+def read_budgeted(
+    pending: list[TableSnapshot],
+    captured: Iterable[str],
+    max_rows: int,
+    chunk_size: int,
+    read: Callable[[TableSnapshot, list | None, int], ChunkRead],
+) -> list[ChunkRead]:
+    """Chunks of the pending table snapshots, in order, up to ``max_rows`` rows in total.
+
+    ``read(snapshot, cursor, limit)`` reads one chunk after ``cursor``; an empty chunk counts as one
+    row, so a run always ends.  Snapshots of tables that are not (or no longer) captured are skipped.
+    """
+    captured = set(captured)
+    chunks: list[ChunkRead] = []
+    budget = max_rows
+    for snap in pending:
+        if snap.table not in captured:
+            log.warning("snapshot of %s skipped: table is not captured (filters or dropped)", snap.table)
+            continue
+        cursor = snap.last_key
+        while budget > 0:
+            chunk = read(snap, cursor, min(chunk_size, budget))
+            chunks.append(chunk)
+            budget -= max(chunk.data.num_rows, 1)
+            cursor = chunk.next_cursor()
+            if chunk.last:
+                break
+        if budget <= 0:
+            break
+    return chunks
 
 
 def key_ordered_chunks(source: Any, table: str, chunk_size: int) -> Iterator[ChunkRead]:

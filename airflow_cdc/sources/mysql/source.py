@@ -21,7 +21,7 @@ from airflow_cdc.core.errors import OffsetUnavailable, SchemaError
 from airflow_cdc.core.events import now_us
 from airflow_cdc.core.filters import IncludeExclude, TableFilter
 from airflow_cdc.core.position import MySqlPosition, binlog_file_number
-from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot
+from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot, read_budgeted
 from airflow_cdc.sources.mysql import client, offsets, snapshot
 from airflow_cdc.sources.mysql.flavour import GtidSet
 from airflow_cdc.sources.mysql.schema import SchemaHistory, load_tables
@@ -262,23 +262,8 @@ class MySqlSource:
         return self.resolver.build(self._tables[table])
 
     def read_chunks(self, pending: list[TableSnapshot], max_rows: int, chunk_size: int) -> list[ChunkRead]:
-        chunks: list[ChunkRead] = []
-        budget = max_rows
-        for snap in pending:
-            if snap.table not in self._tables:
-                log.warning("snapshot of %s skipped: table is not captured (filters or dropped)", snap.table)
-                continue
-            cursor = snap.last_key
-            while budget > 0:
-                chunk = self._read_chunk(snap, cursor, min(chunk_size, budget))
-                chunks.append(chunk)
-                budget -= max(chunk.data.num_rows, 1)
-                cursor = chunk.next_cursor()
-                if chunk.last:
-                    break
-            if budget <= 0:
-                break
-        return chunks
+        """Read chunks of pending table snapshots, in order, up to ``max_rows`` rows in total."""
+        return read_budgeted(pending, self._tables, max_rows, chunk_size, self._read_chunk)
 
     def _read_chunk(self, snap: TableSnapshot, cursor: list | None, limit: int) -> ChunkRead:
         for attempt in range(3):

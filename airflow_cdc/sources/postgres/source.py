@@ -26,7 +26,7 @@ from airflow_cdc.core.config import ConnectorConfig, skipped_ops
 from airflow_cdc.core.errors import ConfigError, OffsetUnavailable, ServerMisconfigured
 from airflow_cdc.core.filters import TableFilter, TableId
 from airflow_cdc.core.position import PgPosition, format_pg_lsn, parse_pg_lsn
-from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot
+from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot, read_budgeted
 from airflow_cdc.sources.postgres import client, replication
 from airflow_cdc.sources.postgres import sql as q
 from airflow_cdc.sources.postgres.stream import WindowReader, WindowResult, prefix_filter
@@ -251,29 +251,11 @@ class PostgresSource:
 
     def read_chunks(self, pending: list[TableSnapshot], max_rows: int, chunk_size: int) -> list[ChunkRead]:
         """Read chunks of pending table snapshots, in order, up to ``max_rows`` rows in total."""
-        chunks: list[ChunkRead] = []
-        budget = max_rows
-        for snap in pending:
-            if snap.table not in self._tables:
-                log.warning("snapshot of %s skipped: table is not captured (filters or dropped)", snap.table)
-                continue
-            state = self.table_state(snap.table)
-            cursor = snap.last_key
-            while budget > 0:
-                chunk = self._read_chunk(snap, state, cursor, min(chunk_size, budget))
-                chunks.append(chunk)
-                budget -= max(chunk.data.num_rows, 1)
-                cursor = chunk.next_cursor()
-                if chunk.last:
-                    break
-            if budget <= 0:
-                break
-        return chunks
+        return read_budgeted(pending, self._tables, max_rows, chunk_size, self._read_chunk)
 
-    def _read_chunk(
-        self, snap: TableSnapshot, state: RelationState, after: list | None, limit: int
-    ) -> ChunkRead:
+    def _read_chunk(self, snap: TableSnapshot, after: list | None, limit: int) -> ChunkRead:
         assert self.conn is not None
+        state = self.table_state(snap.table)
         tid = state.tid
         all_cols = [
             c.name for c in self.catalog.table_meta(tid, self._tables[snap.table][1], self.filters).columns
