@@ -101,6 +101,11 @@ class Capture:
         self.source, self.config, self.store = source, config, store
         self.name = config["name"]
 
+    def _offset_json(self, lsn: int) -> dict[str, Any]:
+        """The JSON offset of ``lsn`` outside a window (the source's own form, else a PostgreSQL LSN)."""
+        offset_at = getattr(self.source, "offset_at", None)
+        return offset_at(lsn, None, None) if offset_at else {"lsn": format_pg_lsn(lsn)}
+
     def _wait_flushed(self, lsn: int, timeout: float = 10.0) -> int:
         """Poll the source's head until it has flushed ``lsn`` (a chunk's closing watermark)."""
         deadline = time.monotonic() + timeout
@@ -109,10 +114,9 @@ class Capture:
             if flush >= lsn:
                 return flush
             if time.monotonic() > deadline:
-                offset_at = getattr(self.source, "offset_at", None)
-                where = offset_at(lsn, None, None) if offset_at else {"lsn": format_pg_lsn(lsn)}
                 raise ServerMisconfigured(
-                    f"{self.source.kind}: the server's flushed log did not reach {where} within {timeout}s"
+                    f"{self.source.kind}: the server's flushed log did not reach "
+                    f"{self._offset_json(lsn)} within {timeout}s"
                 )
             time.sleep(0.01)
 
@@ -215,8 +219,7 @@ class Capture:
         tables = dict(window.per_table) if window else {}
         manifest: dict[str, Any] = {
             "source": self.source.kind,
-            "from_offset": data.get("offset")
-            or (offset_at(from_lsn, None, None) if offset_at else {"lsn": format_pg_lsn(from_lsn)}),
+            "from_offset": data.get("offset") or self._offset_json(from_lsn),
             "to_offset": to_offset,
             "state_version": version,
             "state_after": state_after,
