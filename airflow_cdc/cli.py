@@ -68,9 +68,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     from airflow_cdc.apply.submit import ApplyOptions, build_apply_job, run_apply_job
 
     config = build_config(read_pipeline_file(args.config))
-    options = ApplyOptions(
-        config["delta.delete.mode"], config["delta.bronze.enabled"], config["delta.rewrite.ratio"]
-    )
+    options = ApplyOptions.from_config(config)
     batches = [Batch(b) for b in args.batch] or list_batches(config["staging.path"], config["name"])
     target = _target(args, config)
     for batch in batches:

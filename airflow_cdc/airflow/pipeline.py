@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_cdc.apply.submit import ApplyOptions
-from airflow_cdc.core.config import COMMON_PROPERTIES, split_list
+from airflow_cdc.core.config import COMMON_PROPERTIES, ConnectorConfig, split_list
 from airflow_cdc.core.errors import ConfigError
 from airflow_cdc.core.pipeline import read_pipeline_file
 
@@ -129,20 +129,12 @@ def delta_settings(spec: PipelineSpec) -> tuple[str | None, ApplyOptions]:
     ``bronze``), else the ``delta.*`` properties, else their defaults."""
     props = spec.properties
     target = spec.option("target") or expand_env(props.get("delta.root"), "delta.root")
-    values = {}
+    values = {name: props.get(name) for name in ApplyOptions.PROPERTIES}  # None: the default
     for option, name in (("delete_mode", "delta.delete.mode"), ("bronze", "delta.bronze.enabled")):
-        raw = spec.option(option)
-        values[name] = props.get(name) if raw is None else raw
-    values["delta.rewrite.ratio"] = props.get("delta.rewrite.ratio")
-    parsed = {}
-    for prop in COMMON_PROPERTIES:
-        if prop.name in values:
-            raw = values[prop.name]
-            parsed[prop.name] = prop.default if raw is None else prop.parse(raw)
-    options = ApplyOptions(
-        parsed["delta.delete.mode"], parsed["delta.bronze.enabled"], parsed["delta.rewrite.ratio"]
-    )
-    return (str(target) if target else None), options
+        if spec.option(option) is not None:
+            values[name] = spec.option(option)
+    delta = ConnectorConfig([p for p in COMMON_PROPERTIES if p.name in ApplyOptions.PROPERTIES], values)
+    return (str(target) if target else None), ApplyOptions.from_config(delta)
 
 
 def literal_tables(spec: PipelineSpec) -> list[str]:

@@ -18,7 +18,9 @@ import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
+from airflow_cdc.core.config import ConnectorConfig
 from airflow_cdc.core.errors import BatchError, ConfigError
 from spark_jobs.cdc_apply.layout import DELTA_CONF, DELTA_PACKAGE, JARS_ENV, LAYERS, table_path
 
@@ -35,9 +37,20 @@ class ApplyOptions:
         least this many events per stored row (``delta.rewrite.ratio``); 0 always MERGEs.
     """
 
+    #: the pipeline properties these options come from, in field order
+    PROPERTIES: ClassVar[tuple[str, ...]] = (
+        "delta.delete.mode",
+        "delta.bronze.enabled",
+        "delta.rewrite.ratio",
+    )
+
     delete_mode: str = "delete"
     bronze: bool = True
     rewrite_ratio: float = 0.5
+
+    @classmethod
+    def from_config(cls, config: ConnectorConfig) -> ApplyOptions:
+        return cls(*(config[name] for name in cls.PROPERTIES))
 
     def __post_init__(self) -> None:
         if self.delete_mode not in ("delete", "soft"):
