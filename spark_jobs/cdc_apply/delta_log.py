@@ -51,6 +51,9 @@ class LogState:
     files: dict[str, int | None] = field(default_factory=dict)  # path -> numRecords, if recorded
     configuration: dict[str, str] = field(default_factory=dict)
 
+    def has_applied(self, app_id: str, version: int = 1) -> bool:
+        return self.txns.get(app_id, -1) >= version
+
     @property
     def records(self) -> int | None:
         """Rows in the current version, from file statistics (None when a file has none)."""
@@ -109,11 +112,6 @@ def replay(table_path: str) -> LogState:
     return state
 
 
-def transactions(table_path: str) -> dict[str, int]:
-    """``appId -> version`` of every idempotent write the table has recorded ({} if no table)."""
-    return replay(table_path).txns
-
-
 def _actions(fs: pafs.FileSystem, path: str) -> list[dict[str, Any]]:
     with fs.open_input_stream(path) as f:
         return [json.loads(line) for line in f.read().decode().splitlines() if line.strip()]
@@ -133,4 +131,4 @@ def last_commit_info(table_path: str) -> dict[str, Any] | None:
 
 
 def has_applied(table_path: str, app_id: str, version: int = 1) -> bool:
-    return transactions(table_path).get(app_id, -1) >= version
+    return replay(table_path).has_applied(app_id, version)

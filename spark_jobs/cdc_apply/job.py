@@ -79,7 +79,8 @@ def _apply_table(
         out["bronze"] = "appended"
         crash_point("apply_after_bronze")
     silver_path = _path(target, "silver", staged, table)
-    if delta_log.has_applied(silver_path, commit.app_id):
+    silver_log = delta_log.replay(silver_path)
+    if silver_log.has_applied(commit.app_id):
         out["silver"] = "already applied"
         return out
     soft = settings.delete_mode == "soft"
@@ -103,7 +104,7 @@ def _apply_table(
         )
         crash_point("apply_after_tombstones")
         out["silver"] = silver.merge_silver(
-            spark, silver_path, latest, frame, commit, soft, settings.rewrite_ratio
+            spark, silver_path, latest, frame, commit, soft, silver_log, settings.rewrite_ratio
         )
     finally:
         latest.unpersist()

@@ -14,7 +14,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .delta_log import CHANGE_FEED, LogState, replay
+from .delta_log import CHANGE_FEED, LogState
 from .frames import (
     ACTION,
     BATCH,
@@ -145,19 +145,20 @@ def merge_silver(
     frame: TableFrame,
     commit: Commit,
     soft: bool,
+    stored_log: LogState,
     rewrite_ratio: float = 0.0,
 ) -> str:
     """The ordered MERGE: newer deletes remove (or flag), newer upserts replace, new keys insert.
 
+    ``stored_log`` is the table's log before this batch (``delta_log.replay``; creating the table
+    and adding or widening columns here adds no data files, so its files and row counts still hold).
     Returns how it was written: ``appended`` (the table had no rows), ``rewritten`` (the batch's
     events are at least ``rewrite_ratio`` times the stored rows: one join and a rewrite of the
     whole table beat MERGE's two passes over it) or ``merged``.
     """
     schema = target_schema(frame, soft)
     create_table(spark, path, schema, TABLE_PROPERTIES)
-    ensure_columns(spark, path, schema)
-    table = DeltaTable.forPath(spark, path)
-    current = {f.name: f.dataType for f in table.toDF().schema.fields}
+    current = ensure_columns(spark, path, schema)
     data = [n for n in frame.columns]
     source = latest.select(
         *(F.col(quoted(n)).cast(current[n]).alias(n) for n in data),
@@ -169,17 +170,17 @@ def merge_silver(
         F.lit(commit.batch_id).alias(BATCH),
     )
     meta = {POSITION: f"s.{POSITION}", OP: f"s.{OP}", TS_MS: f"s.{TS_MS}", BATCH: f"s.{BATCH}"}
-    state = replay(path)
-    if not soft and not state.files:
+    if not soft and not stored_log.files:
         rows = source.where(f"{ACTION} = 'upsert'").select(*(F.col(quoted(n)) for n in data), *meta)
         commit.append(rows, path)  # nothing to match: a MERGE would only re-read an empty table
         return "appended"
-    if _dense(state, frame.events, rewrite_ratio):
+    if _dense(stored_log, frame.events, rewrite_ratio):
         stored = spark.read.format("delta").load(path)
         if frame.truncate_at is not None:
             stored = stored.where(F.col(POSITION) >= F.lit(frame.truncate_at))
         commit.write(rewritten(stored, source, frame.keys, soft), path, mode="overwrite")
         return "rewritten"
+    table = DeltaTable.forPath(spark, path)
     if frame.truncate_at is not None:
         with commit.conf(spark, txn=False):
             table.delete(F.col(POSITION) < F.lit(frame.truncate_at))
@@ -250,8 +251,7 @@ def append_keyless(spark: SparkSession, path: str, frame: TableFrame, commit: Co
     """Tables without a key: silver is an append-only log of row images."""
     schema = target_schema(frame, soft=False)
     create_table(spark, path, schema, TABLE_PROPERTIES)
-    ensure_columns(spark, path, schema)
-    current = {f.name: f.dataType for f in spark.read.format("delta").load(path).schema.fields}
+    current = ensure_columns(spark, path, schema)
     rows = frame.actions.select(
         *(F.col(quoted(n)).cast(current[n]).alias(n) for n in frame.columns),
         POSITION,

@@ -92,8 +92,9 @@ def create_table(
     builder.execute()
 
 
-def ensure_columns(spark: SparkSession, path: str, schema: T.StructType) -> None:
-    """Add missing columns and widen narrower ones so ``schema`` fits the table (idempotent).
+def ensure_columns(spark: SparkSession, path: str, schema: T.StructType) -> dict[str, T.DataType]:
+    """Add missing columns and widen narrower ones so ``schema`` fits the table (idempotent);
+    returns the table's column types afterwards.
 
     :raises SchemaChangeError: a type change Delta cannot widen.
     """
@@ -103,13 +104,16 @@ def ensure_columns(spark: SparkSession, path: str, schema: T.StructType) -> None
     if missing:
         cols = ", ".join(f"{quoted(f.name)} {f.dataType.simpleString()}" for f in missing)
         spark.sql(f"ALTER TABLE {target} ADD COLUMNS ({cols})")
+    after = {**current, **{f.name: f.dataType for f in missing}}
     for f in schema.fields:
         if f.name not in current:
             continue
         if widening(current[f.name], f.dataType) == "widen":
             spark.sql(f"ALTER TABLE {target} ALTER COLUMN {quoted(f.name)} TYPE {f.dataType.simpleString()}")
+            after[f.name] = f.dataType
         elif refused(current[f.name], f.dataType):
             raise SchemaChangeError(
                 f"Delta table {path}: column {f.name!r} is {current[f.name].simpleString()}, the batch has "
                 f"{f.dataType.simpleString()}; Delta cannot change it in place"
             )
+    return after
