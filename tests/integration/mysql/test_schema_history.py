@@ -16,11 +16,11 @@ from tests.integration.mysql.support import execute, pipeline, run_capture, stat
 
 
 def _ms(text: str) -> int:
-    return int(dt.datetime.fromisoformat(text).replace(tzinfo=dt.timezone.utc).timestamp() * 1000)
+    return int(dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC).timestamp() * 1000)
 
 
 def _us(text: str) -> int:
-    stamp = dt.datetime.fromisoformat(text).replace(tzinfo=dt.timezone.utc)
+    stamp = dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC)
     return int(stamp.replace(microsecond=0).timestamp()) * 1_000_000 + stamp.microsecond
 
 
@@ -237,8 +237,10 @@ def test_schema_change_events_describe_the_structure_at_their_position(mariadb_d
     execute(mariadb_db, "ALTER TABLE `rename` ADD COLUMN z int", "ALTER TABLE `rename` DROP COLUMN z")
     result = run_capture(config)
     changes = Batch(result.batch_path).manifest["schema_changes"]
-    columns = [[c["name"] for c in ch["tableChanges"][0]["table"]["columns"]] if ch["tableChanges"] else None
-               for ch in changes]
+    columns = [
+        [c["name"] for c in ch["tableChanges"][0]["table"]["columns"]] if ch["tableChanges"] else None
+        for ch in changes
+    ]
     # CHANGE and RENAME COLUMN: stated by the next row's table map; ADD z: no row before the DROP,
     # so its structure is unknown and left out rather than reported wrong; DROP z: the last read
     assert columns == [["id", "x", "b"], ["id", "x", "a"], None, ["id", "x", "a"]]
