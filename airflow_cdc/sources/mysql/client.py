@@ -153,6 +153,15 @@ def check_server(conn: Any) -> ServerInfo:
                 f"server setting {name} is {value or 'unset'!r}; change capture needs {' or '.join(allowed)}",
                 hint=f"{hint} and restart the server",
             )
+    metadata = values.get("binlog_row_metadata")
+    if metadata is not None and metadata.upper() != "FULL":
+        # not required: a table map without column names is still decoded exactly when the schema
+        # history can prove the structure, and stops with an error naming the table when not
+        log.warning(
+            "server setting binlog_row_metadata is %r: set it to FULL so that every binlog row names its "
+            "columns; without it two DDLs on one table in quick succession stop capture with a SchemaError",
+            metadata,
+        )
     return ServerInfo(
         detect(version),
         int(values.get("server_id", 0)),

@@ -4,9 +4,10 @@ A :class:`TableDef` is what information_schema says about a table; the history k
 table, the structure versions with the binlog coordinate from which each applies, plus the
 DDL statements themselves (Debezium's schema change events: ``ddl``, ``tableChanges``).  It is
 stored in the connector state, so after a restart an event is decoded with the structure that
-applied when it was written.  With ``binlog_row_metadata=FULL`` each TABLE_MAP event carries
-names, signedness, ENUM/SET values and the key as well; then the table map is authoritative and
-the history fills in what it lacks (declared types such as ``tinyint(1)``).
+applied when it was written.  information_schema is read when the DDL is captured, not when it
+ran, so each version also keeps the binlog head at that read: :mod:`proof` checks that no later
+DDL on the table lies in between before a row is trusted to the version.  With
+``binlog_row_metadata=FULL`` the TABLE_MAP events state the structure themselves (:mod:`mapdef`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from airflow_cdc.sources.mysql import client
-from airflow_cdc.sources.mysql import rowcodec as rc
 from airflow_cdc.sources.mysql import sql as q
 
 SYSTEM_DATABASES = ("mysql", "information_schema", "performance_schema", "sys")
@@ -195,16 +195,26 @@ def ddl_tables(ddl: str, default_db: str) -> tuple[str, list[tuple[str, str]]]:
     return "", []
 
 
-class SchemaHistory:
-    """Structure versions per table (``[coordinate, TableDef | None]``, ascending) and recent DDLs.
+#: (coordinate from which it applies, structure or None when dropped, binlog head when read)
+Version = tuple[int, TableDef | None, int]
 
-    JSON shape in the state: ``{"tables": {"db.t": [[coord, def|null], ...]}, "ddl": [...]}``.
+
+class SchemaHistory:
+    """Structure versions per table (``(coordinate, TableDef | None, read_at)``, ascending) and recent DDLs.
+
+    ``read_at`` is the binlog head read just after information_schema was: the structure is the
+    one at ``coordinate`` only if no DDL on the table lies between the two (:mod:`proof` checks).
+    JSON shape in the state: ``{"tables": {"db.t": [[coord, def|null, read_at], ...]}, "ddl": [...]}``;
+    versions stored before ``read_at`` existed count as read at their own coordinate.
     """
 
     def __init__(self, data: dict[str, Any] | None = None) -> None:
         data = data or {}
-        self.versions: dict[str, list[tuple[int, TableDef | None]]] = {
-            name: [(int(c), TableDef.from_json(d) if d else None) for c, d in vs]
+        self.versions: dict[str, list[Version]] = {
+            name: [
+                (int(v[0]), TableDef.from_json(v[1]) if v[1] else None, int(v[2] if len(v) > 2 else v[0]))
+                for v in vs
+            ]
             for name, vs in (data.get("tables") or {}).items()
         }
         self.ddl: list[dict[str, Any]] = list(data.get("ddl") or [])
@@ -212,28 +222,36 @@ class SchemaHistory:
     def to_json(self) -> dict[str, Any]:
         return {
             "tables": {
-                n: [[c, d.to_json() if d else None] for c, d in vs] for n, vs in self.versions.items()
+                n: [[c, d.to_json() if d else None, r] for c, d, r in vs] for n, vs in self.versions.items()
             },
             "ddl": self.ddl[-HISTORY_DDL_KEPT:],
         }
 
+    def version_at(self, name: str, coord: int) -> Version | None:
+        """The version of ``name`` that applied at binlog coordinate ``coord``."""
+        found = None
+        for v in self.versions.get(name, ()):
+            if v[0] > coord:
+                break
+            found = v
+        return found
+
     def at(self, name: str, coord: int) -> TableDef | None:
         """The structure of ``name`` that applied at binlog coordinate ``coord``."""
-        found = None
-        for c, d in self.versions.get(name, ()):
-            if c > coord:
-                break
-            found = d
-        return found
+        v = self.version_at(name, coord)
+        return None if v is None else v[1]
 
     def latest(self, name: str) -> TableDef | None:
         vs = self.versions.get(name)
         return vs[-1][1] if vs else None
 
-    def record(self, name: str, coord: int, tdef: TableDef | None) -> None:
-        """Add a version from ``coord`` on (replacing versions at or after it: a re-read window)."""
+    def record(self, name: str, coord: int, tdef: TableDef | None, read_at: int | None = None) -> None:
+        """Add a version from ``coord`` on (replacing versions at or after it: a re-read window).
+
+        :param read_at: binlog head read after ``tdef`` was read from information_schema.
+        """
         vs = [v for v in self.versions.get(name, []) if v[0] < coord]
-        vs.append((coord, tdef))
+        vs.append((coord, tdef, coord if read_at is None else max(read_at, coord)))
         self.versions[name] = vs
 
     def prune(self, before: int) -> None:
@@ -247,46 +265,3 @@ class SchemaHistory:
                 self.versions[name] = keep
             else:
                 del self.versions[name]
-
-
-def binlog_compatible(tdef: TableDef, tm: Any) -> bool:
-    """Whether a TABLE_MAP layout can be the binary form of ``tdef`` (count and type families)."""
-    if len(tdef.columns) != len(tm.types):
-        return False
-    if tm.names is not None and [c.name for c in tdef.columns] != tm.names:
-        return False
-    return all(binlog_type_matches(c, t) for c, t in zip(tdef.columns, tm.types, strict=True))
-
-
-_FAMILY = {
-    "tinyint": {rc.T_TINY},
-    "smallint": {rc.T_SHORT},
-    "mediumint": {rc.T_INT24},
-    "int": {rc.T_LONG},
-    "bigint": {rc.T_LONGLONG},
-    "float": {rc.T_FLOAT},
-    "double": {rc.T_DOUBLE},
-    "decimal": {rc.T_NEWDECIMAL},
-    "date": {rc.T_DATE, rc.T_NEWDATE},
-    "datetime": {rc.T_DATETIME, rc.T_DATETIME2},
-    "timestamp": {rc.T_TIMESTAMP, rc.T_TIMESTAMP2},
-    "time": {rc.T_TIME, rc.T_TIME2},
-    "year": {rc.T_YEAR},
-    "bit": {rc.T_BIT},
-    "enum": {rc.T_ENUM},
-    "set": {rc.T_SET},
-    "json": {rc.T_JSON, rc.T_BLOB},
-    "char": {rc.T_STRING},
-    "binary": {rc.T_STRING},
-    "varchar": {rc.T_VARCHAR, rc.T_VAR_STRING},
-    "varbinary": {rc.T_VARCHAR, rc.T_VAR_STRING},
-}
-
-
-def binlog_type_matches(col: ColumnDef, binlog_type: int) -> bool:
-    family = _FAMILY.get(col.data_type)
-    if family is not None:
-        return binlog_type in family
-    if col.data_type.endswith(("blob", "text")):
-        return binlog_type == rc.T_BLOB
-    return binlog_type == rc.T_GEOMETRY  # spatial types

@@ -82,6 +82,7 @@ class MySqlSource:
             self.flavour.json_decoder(),
             self.config["inconsistent.schema.handling.mode"],
             self.files,
+            self._head_coord,
         )
         for tdef in self._tables.values():
             self.resolver.build(tdef)  # no key / unsupported type: fail before anything is read
@@ -210,10 +211,23 @@ class MySqlSource:
         return None
 
     def _init_history(self, coord: int, only_missing: bool) -> None:
-        for name, tdef in self._tables.items():
-            if not only_missing or name not in self.history.versions:
-                self.history.record(name, coord, tdef)
+        """Record the structures of tables the history lacks as applying from ``coord``.
+
+        They are re-read now, after ``coord`` was chosen, with the head read after: the window
+        checks that no DDL on them lies in between (:mod:`proof`).
+        """
+        names = [n for n in self._tables if not only_missing or n not in self.history.versions]
+        if names:
+            fresh = load_tables(self.conn, names=[(t.db, t.table) for t in map(self._tables.get, names) if t])
+            read_at = self._head_coord()
+            for name in names:
+                tdef = self._tables[name] = fresh.get(name, self._tables[name])
+                self.history.record(name, coord, tdef, read_at)
         self.history.prune(coord)
+
+    def _head_coord(self) -> int:
+        file, pos, _ = client.head(self.conn, self.flavour)
+        return self._coord(file, pos)
 
     def changes_after(self, offset: dict[str, Any] | None, check: str = "wal") -> bool:
         """Whether the server may hold changes past ``offset`` -- cheap, no event is read.

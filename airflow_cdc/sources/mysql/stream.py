@@ -106,6 +106,8 @@ class WindowReader:
         progress = Progress("binlog window", total=max(upto_lsn - from_lsn, 1), unit="binlog bytes")
         file_no, txn, events, n = binlog_file_number(file), _Txn(), 0, 0
         gtid_type = self.flavour.gtid_event
+        self.resolver.proof.reset()
+        data: bytes | None = None
         while True:
             data = stream.read()
             if data is None:
@@ -119,7 +121,7 @@ class WindowReader:
                 continue  # artificial events (format description resent at the start)
             start = (file_no << 32) | (log_pos - size)
             if start >= upto_lsn:
-                break
+                break  # ``data`` is the first event after the window: the look-ahead starts there
             if etype in _ROWS:
                 if txn.active:
                     events += self._rows(data, etype, file_no, log_pos - size, txn)
@@ -148,13 +150,36 @@ class WindowReader:
                 failpoint("mid_window")
             if not txn.start and events >= max_events and res.last_commit_lsn is not None:
                 res.bounded, res.end_lsn = True, res.last_commit_lsn
+                data = stream.read()
                 break
+        self._look_ahead(stream, data, file_no)
+        for change in self.schema_changes:  # entries the proof could not vouch for are left out
+            change["tableChanges"] = [t for t in change["tableChanges"] if t]
         res.events, res.gtids = events, str(gset)
         res.end_file = self.resolver.file_name(res.end_lsn >> 32)
         res.per_table.update(self.writer.op_counts("stream"))
         res.manifest_extra = {"schema_changes": self.schema_changes}
         progress.finish(rows=events)
         return res
+
+    def _look_ahead(self, stream: BinlogStream, data: bytes | None, file_no: int) -> None:
+        """Check the DDLs logged after the window up to the proof horizon (see :mod:`proof`).
+
+        The schema history versions the window relied on were read from information_schema during
+        this run; a DDL on their table logged after the window but before that read disproves them.
+        """
+        horizon = self.resolver.proof.horizon()
+        while data is not None:
+            _, etype, _, size, log_pos, _ = _HEADER(data, 0)
+            if etype == p.ROTATE:
+                file_no = binlog_file_number(p.parse_rotate(data[p.HEADER_SIZE :]).next_file)
+            elif log_pos:
+                start = (file_no << 32) | (log_pos - size)
+                if start >= horizon:
+                    return
+                if etype == p.QUERY:
+                    self.resolver.later_ddl(p.parse_query(data[p.HEADER_SIZE :]), start)
+            data = stream.read()
 
     # -- transaction boundaries ---------------------------------------------------------------
     def _begin(

@@ -1,16 +1,20 @@
 """Per-table capture state and the resolution of binlog table maps to table structures.
 
-:class:`TableResolver` turns each TABLE_MAP event into a :class:`TableState` using the schema
-history version that applied at the event's coordinate (checked against the map's layout), or,
-when the history does not match and the map carries full metadata, the map itself.  A layout
-that neither explains is handled per ``inconsistent.schema.handling.mode``.
+:class:`TableResolver` turns each TABLE_MAP event into a :class:`TableState`.  A map with full
+metadata (column names) states the structure itself; the schema history version that applied
+at the event's coordinate only adds declared details the binlog lacks (``tinyint(1)``,
+``mediumtext``), and only for columns whose binary form it matches exactly.  A map without names
+is decoded with the history version when its layout matches position by position; the version
+must then be proved (:mod:`proof`).  A layout that neither explains is handled per
+``inconsistent.schema.handling.mode``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -22,8 +26,17 @@ from airflow_cdc.core.filters import TableFilter, TableId
 from airflow_cdc.core.table_sink import SourceLayout, TableSink
 from airflow_cdc.sources.mysql import protocol as p
 from airflow_cdc.sources.mysql import rowcodec as rc
-from airflow_cdc.sources.mysql.schema import ColumnDef, SchemaHistory, TableDef, binlog_compatible, ddl_tables
-from airflow_cdc.sources.mysql.types import Modes, MySqlCodec, column_codec
+from airflow_cdc.sources.mysql.mapdef import (
+    Charsets,
+    column_from_map,
+    image_of_def,
+    image_of_map,
+    images_match,
+    layout_matches,
+)
+from airflow_cdc.sources.mysql.proof import VersionProof
+from airflow_cdc.sources.mysql.schema import ColumnDef, SchemaHistory, TableDef, Version, ddl_tables
+from airflow_cdc.sources.mysql.types import META_MYSQL_TYPE, Modes, MySqlCodec, column_codec
 
 log = logging.getLogger(__name__)
 
@@ -51,30 +64,6 @@ SOURCE_TYPE = pa.struct(
     ]
 )
 VARYING = ("ts_ms", "server_id", "gtid", "file", "pos", "row", "thread", "query")
-_BINLOG_NAMES = {
-    rc.T_TINY: "tinyint",
-    rc.T_SHORT: "smallint",
-    rc.T_INT24: "mediumint",
-    rc.T_LONG: "int",
-    rc.T_LONGLONG: "bigint",
-    rc.T_FLOAT: "float",
-    rc.T_DOUBLE: "double",
-    rc.T_NEWDECIMAL: "decimal",
-    rc.T_DATE: "date",
-    rc.T_DATETIME2: "datetime",
-    rc.T_DATETIME: "datetime",
-    rc.T_TIMESTAMP2: "timestamp",
-    rc.T_TIMESTAMP: "timestamp",
-    rc.T_TIME2: "time",
-    rc.T_TIME: "time",
-    rc.T_YEAR: "year",
-    rc.T_BIT: "bit",
-    rc.T_ENUM: "enum",
-    rc.T_SET: "set",
-    rc.T_JSON: "json",
-    rc.T_GEOMETRY: "geometry",
-}
-BINARY_COLLATION = 63
 
 
 @dataclass
@@ -177,44 +166,6 @@ class TableState:
         return reader
 
 
-def _column_from_map(tm: p.TableMap, i: int, known: ColumnDef | None) -> ColumnDef:
-    t, meta = tm.types[i], tm.metas[i]
-    binary = tm.charsets is not None and tm.charsets[i] == BINARY_COLLATION
-    unsigned = " unsigned" if tm.unsigned and tm.unsigned[i] else ""
-    name = tm.names[i] if tm.names else f"col{i}"
-    if t in (rc.T_VARCHAR, rc.T_VAR_STRING):
-        dtype, ctype = ("varbinary", f"varbinary({meta})") if binary else ("varchar", f"varchar({meta})")
-    elif t == rc.T_STRING:
-        dtype, ctype = ("binary", f"binary({meta})") if binary else ("char", f"char({meta})")
-    elif t == rc.T_BLOB:
-        dtype = "blob" if binary else "text"
-        ctype = dtype
-    elif t in (rc.T_ENUM, rc.T_SET):
-        dtype = "enum" if t == rc.T_ENUM else "set"
-        ctype = dtype + "()"
-    else:
-        dtype = _BINLOG_NAMES.get(t, "unknown")
-        ctype = dtype + unsigned
-    col = ColumnDef(
-        name, dtype, ctype, tm.nullable[i], "utf8mb4" if dtype in ("varchar", "char", "text") else None
-    )
-    if t == rc.T_NEWDECIMAL:
-        col.precision, col.scale, col.column_type = (
-            meta >> 8,
-            meta & 0xFF,
-            f"decimal({meta >> 8},{meta & 0xFF})",
-        )
-    elif t in (rc.T_DATETIME2, rc.T_TIMESTAMP2, rc.T_TIME2):
-        col.fsp = meta
-    elif t == rc.T_BIT:
-        col.precision = meta
-    elif dtype == "binary":
-        col.length = meta
-    if known is not None and known.name == name and known.data_type == dtype:
-        return known  # the history's declared type (e.g. tinyint(1)) is still right
-    return col
-
-
 class TableResolver:
     """Table structures for the window: schema history plus table maps, and DDL bookkeeping."""
 
@@ -228,11 +179,18 @@ class TableResolver:
         json_decoder: Any,
         inconsistent: str,
         files: dict[int, str],
+        head: Callable[[], int] | None = None,
     ) -> None:
+        """:param head: the binlog head coordinate now (read after each information_schema read)."""
         self.conn, self.filters, self.modes, self.history = conn, filters, modes, history
         self.constants, self.json_decoder, self.inconsistent = constants, json_decoder, inconsistent
-        self.files = files
+        self.files, self.head = files, head
+        self.charsets = Charsets(conn)
+        self.proof = VersionProof(self.where)
         self._states: dict[tuple, TableState | None] = {}
+
+    def where(self, coord: int) -> str:
+        return f"{self.file_name(coord >> 32)}:{coord & 0xFFFFFFFF}"
 
     def file_name(self, file_no: int) -> str:
         if file_no in self.files:
@@ -256,29 +214,62 @@ class TableResolver:
         if not self.captured(tm.schema, tm.table):
             return None
         name = f"{tm.schema}.{tm.table}"
-        tdef = self.history.at(name, coord)
-        key = (tm.signature(), tuple(tm.names or ()), id(tdef))
+        version = self.history.version_at(name, coord)
+        tdef = None if version is None else version[1]
+        key = (
+            tm.signature(),
+            tuple(tm.names or ()),
+            tuple(tm.unsigned or ()),
+            tuple(tm.charsets or ()),
+            id(tdef),
+        )
         if key in self._states:
             return self._states[key]
-        if tdef is not None and binlog_compatible(tdef, tm):
-            resolved: TableDef | None = tdef
-        elif tm.names is not None:
-            resolved = self._from_map(tm, tdef)
+        if tm.names is not None:
+            resolved: TableDef | None = self._from_map(name, tm, version, coord)
+        elif tdef is not None and version is not None and layout_matches(tdef, tm, self.charsets):
+            why = "its table map does not name the columns (binlog_row_metadata is not FULL)"
+            self.proof.decoded(name, version, coord, why)
+            resolved = tdef
         else:
             resolved = self._inconsistent(name, tm, coord)
         state = None if resolved is None else self.build(resolved, tm)
         self._states[key] = state
         return state
 
-    def _from_map(self, tm: p.TableMap, tdef: TableDef | None) -> TableDef:
+    def _from_map(self, name: str, tm: p.TableMap, version: Version | None, coord: int) -> TableDef:
+        """The structure a full-metadata map states; history details only where the binary form matches."""
+        tdef = None if version is None else version[1]
         known = {c.name: c for c in tdef.columns} if tdef else {}
-        cols = [_column_from_map(tm, i, known.get((tm.names or [])[i])) for i in range(len(tm.types))]
+        cols = []
+        for i in range(len(tm.types)):
+            col = column_from_map(tm, i, self.charsets)
+            old = known.get(col.name)
+            if old is not None and images_match(
+                image_of_def(old, self.charsets), image_of_map(tm, i, self.charsets)
+            ):
+                if version is not None and not self._same_encoding(old, col):
+                    why = f"column {col.name!r} is {old.column_type!r} per the history, not the binlog"
+                    self.proof.decoded(name, version, coord, why)
+                col = replace(old, nullable=col.nullable)
+            cols.append(col)
         names = [c.name for c in cols]
         if tm.primary_key is not None:
             key = [names[i] for i in tm.primary_key if i < len(names)]
         else:
             key = [k for k in (tdef.key if tdef else []) if k in names]
-        return TableDef(tm.schema, tm.table, cols, key, tdef.charset if tdef else None)
+        resolved = TableDef(tm.schema, tm.table, cols, key, tdef.charset if tdef else None)
+        self.proof.stated(name, version, resolved)
+        return resolved
+
+    def _same_encoding(self, a: ColumnDef, b: ColumnDef) -> bool:
+        """Whether two columns of one binary form are encoded alike (the declared type not mattering)."""
+        try:
+            fa, fb = column_codec(a, self.modes).field, column_codec(b, self.modes).field
+        except UnsupportedType:
+            return False
+        strip = lambda f: {k: v for k, v in (f.metadata or {}).items() if k != META_MYSQL_TYPE}  # noqa: E731
+        return fa.type == fb.type and strip(fa) == strip(fb)
 
     def _inconsistent(self, name: str, tm: p.TableMap, coord: int) -> TableDef | None:
         msg = (
@@ -344,6 +335,14 @@ class TableResolver:
         tdef = self.history.latest(name)
         return None if tdef is None else self.build(tdef)
 
+    def later_ddl(self, query: p.Query, coord: int) -> None:
+        """A DDL logged after the window: only checked against the versions the window relied on."""
+        kind, names = ddl_tables(query.query, query.schema)
+        if kind not in ("", "TRUNCATE"):
+            for db, t in names:
+                if self.captured(db, t):
+                    self.proof.ddl(f"{db}.{t}", coord)
+
     def apply_ddl(
         self, query: p.Query, coord: int, gtid: str | None, ts_ms: int, file: str
     ) -> dict[str, Any] | None:
@@ -355,17 +354,22 @@ class TableResolver:
         if not names:
             return None
         pos = coord & 0xFFFFFFFF
-        changes, truncated = [], []
+        changes: list[dict[str, Any]] = []
+        truncated: list[str] = []
         if kind == "TRUNCATE":
             truncated = [f"{db}.{t}" for db, t in names]
         else:
+            for db, t in names:
+                self.proof.ddl(f"{db}.{t}", coord)
             current = load_tables(self.conn, names=names)
+            read_at = self.head() if self.head is not None else None
             for db, t in names:
                 full = f"{db}.{t}"
                 tdef = current.get(full)
-                self.history.record(full, coord, tdef)
+                self.history.record(full, coord, tdef, read_at)
                 if tdef is not None:
                     changes.append(tdef.table_change("CREATE" if kind == "CREATE" else "ALTER"))
+                    self.proof.described(full, self.history.versions[full][-1], changes, len(changes) - 1)
                 else:
                     changes.append({"type": "DROP", "id": f'"{db}"."{t}"', "table": None})
             self._states.clear()
