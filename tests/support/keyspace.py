@@ -105,6 +105,8 @@ class Mutator:
 
     def _one(self) -> None:
         op = self.rng.random()
+        if not self.live and not self.spare:
+            return
         if not self.live or (op < 0.25 and self.spare):
             self._insert()
             return
@@ -137,9 +139,7 @@ class Mutator:
 
 def insert_sql(table: str, columns: Sequence[str], keys: Sequence[tuple[str, ...]], first_id: int) -> str:
     """One multi-row ``INSERT`` of ``keys`` with ids from ``first_id`` (payload ``v`` = id)."""
-    values = ", ".join(
-        f"({first_id + i}, {first_id + i}, {', '.join(k)})" for i, k in enumerate(keys)
-    )
+    values = ", ".join(f"({first_id + i}, {first_id + i}, {', '.join(k)})" for i, k in enumerate(keys))
     return f"INSERT INTO {table} (id, v, {', '.join(columns)}) VALUES {values}"
 
 

@@ -20,7 +20,16 @@ import pytest
 from airflow_cdc.core.errors import UnsupportedType
 from airflow_cdc.sources.mysql.source import MySqlSource
 from tests.integration.mysql.support import pipeline, run_capture, source_rows, state
-from tests.support.keyspace import KeyCase, KeyType, Mutator, case_variants, frac, insert_sql, key_tuples, many
+from tests.support.keyspace import (
+    KeyCase,
+    KeyType,
+    Mutator,
+    case_variants,
+    frac,
+    insert_sql,
+    key_tuples,
+    many,
+)
 from tests.support.pipeline import assert_rows_equal, replay
 
 
@@ -36,9 +45,15 @@ def _datetime(p: int, zero: bool = True) -> KeyType:
                 f"{r.randint(0, 23):02d}:{r.randint(0, 59):02d}:{r.randint(0, 59):02d}{frac(r, p)}"
             )
 
-        edges = [f"1000-01-01 00:00:00{'.' + '0' * p if p else ''}", f"9999-12-31 23:59:59{'.' + '9' * p if p else ''}"]
+        edges = [
+            f"1000-01-01 00:00:00{'.' + '0' * p if p else ''}",
+            f"9999-12-31 23:59:59{'.' + '9' * p if p else ''}",
+        ]
         edges += ["0000-00-00 00:00:00"] if zero else []
-        edges += [f"2024-02-29 12:00:00{frac(rng, p)}", f"2024-02-29 12:00:00{'.' + '0' * (p - 1) + '1' if p else ''}"]
+        edges += [
+            f"2024-02-29 12:00:00{frac(rng, p)}",
+            f"2024-02-29 12:00:00{'.' + '0' * (p - 1) + '1' if p else ''}",
+        ]
         return [_q(v) for v in many(rng, 200, one, edges)]
 
     return KeyType(f"datetime{p}", f"datetime({p})", gen)
@@ -54,8 +69,15 @@ def _timestamp(p: int) -> KeyType:
 
         nines = "." + "9" * p if p else ""
         # instants around the 2024 EU DST changes (01:00 UTC): equal local texts in Europe/Berlin
-        edges = ["1970-01-01 00:00:01", f"2038-01-19 03:14:07{nines}", f"2024-03-31 00:59:59{nines}",
-                 "2024-03-31 01:00:00", "2024-10-27 00:30:00", "2024-10-27 01:30:00", f"2024-10-27 00:59:59{nines}"]
+        edges = [
+            "1970-01-01 00:00:01",
+            f"2038-01-19 03:14:07{nines}",
+            f"2024-03-31 00:59:59{nines}",
+            "2024-03-31 01:00:00",
+            "2024-10-27 00:30:00",
+            "2024-10-27 01:30:00",
+            f"2024-10-27 00:59:59{nines}",
+        ]
         return [_q(v) for v in many(rng, 200, one, edges)]
 
     return KeyType(f"timestamp{p}", f"timestamp({p})", gen)
@@ -68,7 +90,15 @@ def _time(p: int) -> KeyType:
             return f"{sign}{r.randint(0, 838):02d}:{r.randint(0, 59):02d}:{r.randint(0, 59):02d}{frac(r, p)}"
 
         f1 = "." + "0" * (p - 1) + "1" if p else ""
-        edges = ["-838:59:59", "838:59:59", "00:00:00", f"-00:00:00{f1}", f"00:00:00{f1}", "24:00:00", "-24:00:01"]
+        edges = [
+            "-838:59:59",
+            "838:59:59",
+            "00:00:00",
+            f"-00:00:00{f1}",
+            f"00:00:00{f1}",
+            "24:00:00",
+            "-24:00:01",
+        ]
         return [_q(v) for v in many(rng, 200, one, edges)]
 
     return KeyType(f"time{p}", f"time({p})", gen)
@@ -82,7 +112,9 @@ def _date(rng: random.Random) -> list[str]:
 
 
 def _ints(lo: int, hi: int) -> Any:
-    return lambda rng: many(rng, 200, lambda r: str(r.randint(lo, hi)), [str(lo), str(hi), "0", "1", "-1"][: 5 if lo < 0 else 3])
+    return lambda rng: many(
+        rng, 200, lambda r: str(r.randint(lo, hi)), [str(lo), str(hi), "0", "1", "-1"][: 5 if lo < 0 else 3]
+    )
 
 
 def _decimal(p: int, s: int) -> Any:
@@ -91,12 +123,16 @@ def _decimal(p: int, s: int) -> Any:
         return f"{'-' if r.random() < 0.5 else ''}{whole}.{r.randint(0, 10**s - 1):0{s}d}"
 
     top = "9" * (p - s) + "." + "9" * s
-    return lambda rng: many(rng, 200, one, [top, "-" + top, "0." + "0" * (s - 1) + "1", "-0." + "0" * (s - 1) + "1", "0"])
+    return lambda rng: many(
+        rng, 200, one, [top, "-" + top, "0." + "0" * (s - 1) + "1", "-0." + "0" * (s - 1) + "1", "0"]
+    )
 
 
 def _double(single: bool) -> Any:
     def one(r: random.Random) -> str:
-        v = r.choice([r.uniform(-1, 1), r.uniform(-1e30, 1e30), r.expovariate(1) * 1e-30, r.uniform(-1e6, 1e6)])
+        v = r.choice(
+            [r.uniform(-1, 1), r.uniform(-1e30, 1e30), r.expovariate(1) * 1e-30, r.uniform(-1e6, 1e6)]
+        )
         if single:
             v = struct.unpack("f", struct.pack("f", v))[0]
         return repr(v) + ("" if "e" in repr(v) else "e0")
@@ -120,7 +156,9 @@ def _text(accents: bool, pad: bool) -> Any:
 
 def _binary(rng: random.Random) -> list[str]:
     vals = ["00" * 16, "ff" * 16, "01" + "00" * 15, "00" * 15 + "01", "80" + "00" * 15]
-    vals += [rng.randbytes(16).hex() for _ in range(150)] + [rng.randbytes(10).hex() + "00" * 6 for _ in range(20)]
+    vals += [rng.randbytes(16).hex() for _ in range(150)] + [
+        rng.randbytes(10).hex() + "00" * 6 for _ in range(20)
+    ]
     return [f"X'{v}'" for v in dict.fromkeys(vals)]
 
 
@@ -130,7 +168,11 @@ def _varbinary(rng: random.Random) -> list[str]:
     return [f"X'{v}'" for v in dict.fromkeys(vals)]
 
 
-ENUM = KeyType("enum", "enum('zulu','bravo','alpha','mike','','x y')", lambda r: ["'zulu'", "'bravo'", "'alpha'", "'mike'", "''", "'x y'"])
+ENUM = KeyType(
+    "enum",
+    "enum('zulu','bravo','alpha','mike','','x y')",
+    lambda r: ["'zulu'", "'bravo'", "'alpha'", "'mike'", "''", "'x y'"],
+)
 SET = KeyType("set", "set('z','b','a','m')", lambda r: [f"'{','.join(s)}'" for s in _subsets("zbam")])
 
 
@@ -139,11 +181,21 @@ def _subsets(labels: str) -> list[list[str]]:
 
 
 DATE = KeyType("date", "date", _date)
-YEAR = KeyType("year", "year", lambda r: ["0", "1901", "2155", "2000", "1999"] + [str(y) for y in range(1902, 2155, 3)])
-BIT = KeyType("bit10", "bit(10)", lambda r: many(r, 200, lambda x: str(x.randint(0, 1023)), ["0", "1023", "512", "1"]))
+YEAR = KeyType(
+    "year", "year", lambda r: ["0", "1901", "2155", "2000", "1999"] + [str(y) for y in range(1902, 2155, 3)]
+)
+BIT = KeyType(
+    "bit10", "bit(10)", lambda r: many(r, 200, lambda x: str(x.randint(0, 1023)), ["0", "1023", "512", "1"])
+)
 INT = KeyType("int", "int", _ints(-(2**31), 2**31 - 1))
 TINY = KeyType("tinyint", "tinyint", _ints(-128, 127))
-BIGU = KeyType("bigint_unsigned", "bigint unsigned", lambda r: many(r, 200, lambda x: str(x.randint(0, 2**64 - 1)), ["0", str(2**64 - 1), str(2**63), str(2**63 - 1)]))
+BIGU = KeyType(
+    "bigint_unsigned",
+    "bigint unsigned",
+    lambda r: many(
+        r, 200, lambda x: str(x.randint(0, 2**64 - 1)), ["0", str(2**64 - 1), str(2**63), str(2**63 - 1)]
+    ),
+)
 BIG = KeyType("bigint", "bigint", _ints(-(2**63), 2**63 - 1))
 DEC = KeyType("decimal20_6", "decimal(20,6)", _decimal(20, 6))
 DEC65 = KeyType("decimal65_30", "decimal(65,30)", _decimal(65, 30))
@@ -156,7 +208,9 @@ COLLATED = {
     "unicode_ci": KeyType("unicode_ci", "varchar(20) collate utf8mb4_unicode_ci", _text(True, False)),
     "nopad_ci": KeyType("nopad_ci", "varchar(20) collate utf8mb4_general_nopad_ci", _text(True, True)),
     "bin": KeyType("utf8mb4_bin", "varchar(20) collate utf8mb4_bin", _text(True, True)),
-    "latin1": KeyType("latin1", "varchar(20) character set latin1 collate latin1_swedish_ci", _text(True, False)),
+    "latin1": KeyType(
+        "latin1", "varchar(20) character set latin1 collate latin1_swedish_ci", _text(True, False)
+    ),
     "char": KeyType("char", "char(12) collate utf8mb4_unicode_ci", _text(True, False)),
 }
 
@@ -257,7 +311,9 @@ def _run_group(db: Any, conn: Any, cases: list[KeyCase], chunk: int, tmp_path: A
             lambda s, a: cur.execute(s, a), table, case.columns, live, spare, pymysql.err.IntegrityError, n
         )
     config = pipeline(
-        db, tmp_path / "staging", **{"incremental.snapshot.chunk.size": chunk, "snapshot.max.rows.per.run": 80},
+        db,
+        tmp_path / "staging",
+        **{"incremental.snapshot.chunk.size": chunk, "snapshot.max.rows.per.run": 80},
         **_key_props(db, tables),
     )
     original = MySqlSource._read_chunk
@@ -268,7 +324,7 @@ def _run_group(db: Any, conn: Any, cases: list[KeyCase], chunk: int, tmp_path: A
         return read
 
     monkeypatch.setattr(MySqlSource, "_read_chunk", read_then_mutate)
-    for runs in range(1, 200):
+    for runs in range(1, 200):  # noqa: B007 (the count is checked after the loop)
         run_capture(config)
         for m in mutators.values():
             m.step(1)
@@ -297,7 +353,9 @@ def test_old_cursor_format_restarts_the_table(mariadb_db: Any, tmp_path: Any, ca
     cur = conn.cursor()
     cur.execute("CREATE TABLE d (k date PRIMARY KEY, v int)")
     cur.execute("INSERT INTO d SELECT '2020-01-01' + INTERVAL seq DAY, seq FROM seq_1_to_40")
-    config = pipeline(mariadb_db, tmp_path, **{"incremental.snapshot.chunk.size": 7, "snapshot.max.rows.per.run": 14})
+    config = pipeline(
+        mariadb_db, tmp_path, **{"incremental.snapshot.chunk.size": 7, "snapshot.max.rows.per.run": 14}
+    )
     run_capture(config)
     store_state = state(config)
     snap = store_state.data["snapshot"]["pending"][0]
@@ -324,7 +382,9 @@ def test_old_cursor_format_restarts_the_table(mariadb_db: Any, tmp_path: Any, ca
         ("CREATE TABLE g (k int PRIMARY KEY, p geometry NOT NULL)", "k,p"),
     ],
 )
-def test_key_without_exact_order_is_a_startup_error(mariadb_db: Any, tmp_path: Any, ddl: str, key: str) -> None:
+def test_key_without_exact_order_is_a_startup_error(
+    mariadb_db: Any, tmp_path: Any, ddl: str, key: str
+) -> None:
     conn = _connect(mariadb_db)
     conn.cursor().execute(ddl)
     config = pipeline(mariadb_db, tmp_path, **{"message.key.columns": f"{mariadb_db.name}.g:{key}"})
