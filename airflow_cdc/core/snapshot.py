@@ -43,6 +43,8 @@ class TableSnapshot:
     chunks: int = 0
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     started_at: float = field(default_factory=time.time)
+    #: form of ``last_key`` / ``max_key``, set by the source (0: stored before forms were versioned)
+    cursor_format: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

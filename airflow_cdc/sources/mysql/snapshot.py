@@ -11,6 +11,7 @@ binlog decoder produces, so tracker keys and codecs are shared.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,11 +19,13 @@ import pyarrow as pa
 import pymysql
 
 from airflow_cdc.core.snapshot import ChunkRead, TableSnapshot
+from airflow_cdc.sources.mysql import chunk_keys as ck
 from airflow_cdc.sources.mysql import client
 from airflow_cdc.sources.mysql import sql as q
 from airflow_cdc.sources.mysql.schema import ColumnDef, TableDef
 from airflow_cdc.sources.mysql.types import key_text
 
+log = logging.getLogger(__name__)
 _INTS = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint", "year"})
 
 
@@ -46,6 +49,10 @@ def select_expr(col: ColumnDef) -> str:
         return f"{name} + 0"
     if col.data_type == "timestamp":
         return f"UNIX_TIMESTAMP({name})"
+    if col.data_type in ck.CHARS and col.charset not in (None, "binary"):
+        # the stored bytes, as the binlog carries them: tracker keys and values then agree for
+        # every character set (the connection's utf8mb4 would re-encode latin1 & co.)
+        return f"CAST({name} AS BINARY)"
     if col.data_type == "float":
         # FLOAT prints with 6 significant digits; as a DOUBLE it prints the stored value exactly,
         # which is what the binlog carries
@@ -85,10 +92,24 @@ def neutral(col: ColumnDef, v: Any) -> Any:
     return v
 
 
-def _bind(col: ColumnDef, text: str | None) -> Any:
-    if text is None:
-        return None
-    return int(text) if col.data_type in _INTS else text
+def _restart_old_cursor(snap: TableSnapshot, cursor: list | None) -> list | None:
+    """A cursor stored by an older version (neutral values, not comparable by the server): restart
+    the table's snapshot from its first row -- rows are emitted again, never skipped."""
+    if snap.cursor_format == ck.CURSOR_FORMAT:
+        return cursor
+    if snap.last_key is not None or snap.max_key is not None:
+        log.warning(
+            "snapshot of %s: its stored chunk cursor has an older format (%s) that the server cannot "
+            "compare exactly; restarting this table's snapshot from its first row (%d rows already "
+            "emitted are emitted again)",
+            snap.table,
+            snap.cursor_format,
+            snap.rows,
+        )
+        snap.last_key = snap.max_key = None
+        cursor = None
+    snap.cursor_format = ck.CURSOR_FORMAT
+    return cursor
 
 
 def read_chunk(
@@ -101,10 +122,20 @@ def read_chunk(
     limit: int,
     status_sql: str,
 ) -> MySqlChunk:
-    """Read one chunk of ``snap`` after ``cursor`` in a consistent snapshot of its own."""
-    cols = {c.name: c for c in tdef.columns}
+    """Read one chunk of ``snap`` after ``cursor`` in a consistent snapshot of its own.
+
+    Ordered by a key that may repeat (a surrogate key, NULLs in ``message.key.columns``), a full
+    chunk is re-read up to and including its last cursor value, so a run of equal values never
+    straddles two chunks.
+
+    :raises UnsupportedType: a chunking column has no exact order (nothing is read).
+    """
     order = [snap.surrogate_key] if snap.surrogate_key else key
     with conn.cursor() as cur:
+        collations = ck.read_collations(cur, tdef) if ck.needs_collations(tdef, order) else {}
+        keys = ck.key_columns(tdef, order, collations)
+        cursor = _restart_old_cursor(snap, cursor)
+        cur.execute(ck.SESSION_SQL)
         cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
         try:
@@ -116,59 +147,83 @@ def read_chunk(
                     status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
                 )
             if snap.max_key is None:
-                cur.execute(q.max_key(tdef.db, tdef.table, order, snap.condition))
+                cur.execute(q.max_key(tdef.db, tdef.table, [k.cursor for k in keys], order, snap.condition))
                 row = cur.fetchone()
-                snap.max_key = (
-                    [key_text(neutral(cols[c], v)) for c, v in zip(order, row, strict=True)] if row else []
-                )
+                snap.max_key = [None if v is None else str(v) for v in row] if row else []
             rows: list[tuple] = []
             if snap.max_key:
-                args = [_bind(cols[c], v) for c, v in zip(order, snap.max_key, strict=True)]
-                if cursor is not None:
-                    args += [_bind(cols[c], v) for c, v in zip(order, cursor, strict=True)]
-                cur.execute(
-                    q.chunk(
-                        tdef.db,
-                        tdef.table,
-                        [select_expr(c) for c in tdef.columns],
-                        order,
-                        cursor is not None,
-                        snap.condition,
-                        limit,
-                    ),
-                    args,
-                )
-                rows = [
-                    tuple(neutral(c, v) for c, v in zip(tdef.columns, r, strict=True)) for r in cur.fetchall()
-                ]
-            after_sql = status_sql if coord is None else None
+                rows = _select(cur, tdef, keys, cursor, snap.max_key, snap.condition, limit)
+                if len(rows) == limit and order != tdef.key:
+                    rows = _select(cur, tdef, keys, cursor, _cursor_of(rows[-1], keys), snap.condition, None)
             lsn_after = coord
-            if after_sql is not None:
-                cur.execute(after_sql)
+            if coord is None:
+                cur.execute(status_sql)
                 head = cur.fetchone()
                 lsn_after = client.coordinate(str(head[0]), int(head[1]))
         finally:
             cur.execute("COMMIT")
-    return _chunk(snap, tdef, key, order, rows, limit, Watermark(coord, lsn_after or 0))
+    return _chunk(snap, tdef, key, rows, limit, Watermark(coord, lsn_after or 0))
+
+
+def _cursor_of(row: tuple, keys: list[ck.KeyColumn]) -> list[str | None]:
+    return [None if v is None else str(v) for v in row[len(row) - len(keys) :]]
+
+
+def _select(
+    cur: Any,
+    tdef: TableDef,
+    keys: list[ck.KeyColumn],
+    after: list | None,
+    upto: list,
+    condition: str | None,
+    limit: int | None,
+) -> list[tuple]:
+    """Rows after ``after`` up to ``upto`` (cursor texts): table columns then cursor texts."""
+    upper, args = ck.bound(keys, upto, "<=")
+    where = [upper]
+    if after is not None:
+        lower, more = ck.bound(keys, after, ">")
+        where.append(lower)
+        args += more
+    select = [select_expr(c) for c in tdef.columns] + [k.cursor for k in keys]
+    cur.execute(q.chunk(tdef.db, tdef.table, select, [k.name for k in keys], where, condition, limit), args)
+    return list(cur.fetchall())
+
+
+def _tracker_text(value: Any, fixed_binary: bool) -> str | None:
+    """A key value as the binlog decoder's key text: the binlog drops a BINARY(n) value's
+    trailing zero bytes (the codec pads them back), so the tracker compares without them."""
+    if fixed_binary and isinstance(value, bytes):
+        value = value.rstrip(b"\0")
+    return key_text(value)
 
 
 def _chunk(
     snap: TableSnapshot,
     tdef: TableDef,
     key: list[str],
-    order: list[str],
-    rows: list[tuple],
+    raw: list[tuple],
     limit: int,
     watermark: Watermark,
 ) -> MySqlChunk:
     names = [c.name for c in tdef.columns]
-    text_cols = list(dict.fromkeys(key + order))
-    data = {c: pa.array([key_text(r[names.index(c)]) for r in rows], pa.string()) for c in text_cols}
+    ncols = len(names)
+    rows = [tuple(neutral(c, v) for c, v in zip(tdef.columns, r[:ncols], strict=True)) for r in raw]
+    cols = {c.name: (names.index(c.name), c.data_type == "binary") for c in tdef.columns}
+    data = {
+        c: pa.array([_tracker_text(r[cols[c][0]], cols[c][1]) for r in rows], pa.string()) for c in key
+    }
+    ncursor = len(raw[0]) - ncols if raw else len(snap.max_key or [])
+    for i in range(ncursor):
+        data[f"__cursor{i}"] = pa.array(
+            [None if r[ncols + i] is None else str(r[ncols + i]) for r in raw], pa.string()
+        )
     data["__row"] = pa.array(range(len(rows)), pa.int64())
     table = pa.table(data)
-    key_index = [text_cols.index(k) for k in key]
-    cursor_index = [text_cols.index(k) for k in order]
-    chunk = MySqlChunk(snap, text_cols + ["__row"], table, key_index, watermark, False, cursor_index, rows)
+    columns = list(data)
+    key_index = list(range(len(key)))
+    cursor_index = [columns.index(f"__cursor{i}") for i in range(ncursor)]
+    chunk = MySqlChunk(snap, columns, table, key_index, watermark, False, cursor_index, rows)
     last_cursor = chunk.next_cursor() if rows else None
     chunk.last = not snap.max_key or len(rows) < limit or last_cursor == snap.max_key
     return chunk

@@ -22,7 +22,7 @@ from airflow_cdc.core.events import now_us
 from airflow_cdc.core.filters import IncludeExclude, TableFilter
 from airflow_cdc.core.position import MySqlPosition, binlog_file_number
 from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot, read_budgeted
-from airflow_cdc.sources.mysql import client, offsets, snapshot
+from airflow_cdc.sources.mysql import chunk_keys, client, offsets, snapshot
 from airflow_cdc.sources.mysql.flavour import GtidSet
 from airflow_cdc.sources.mysql.schema import SchemaHistory, load_tables
 from airflow_cdc.sources.mysql.stream import WindowReader, WindowResult
@@ -85,7 +85,8 @@ class MySqlSource:
             self._head_coord,
         )
         for tdef in self._tables.values():
-            self.resolver.build(tdef)  # no key / unsupported type: fail before anything is read
+            # no key / unsupported type / a key without exact chunk order: fail before anything is read
+            chunk_keys.check_key(tdef, self.resolver.build(tdef).key_columns)
         self._snapshot_sinks = {}
 
     def restore_state(self, data: dict[str, Any]) -> None:

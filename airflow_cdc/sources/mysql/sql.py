@@ -39,17 +39,13 @@ def qualified(db: str, table: str) -> str:
     return f"{ident(db)}.{ident(table)}"
 
 
-def _row_compare(columns: Sequence[str], op: str) -> str:
-    """``(a, b) > (%s, %s)`` written out so MySQL can use the key index for the range."""
-    return "(" + ", ".join(ident(c) for c in columns) + f") {op} (" + ", ".join(["%s"] * len(columns)) + ")"
-
-
-def max_key(db: str, table: str, order: Sequence[str], condition: str | None) -> str:
-    cols = ", ".join(ident(c) for c in order)
+def max_key(db: str, table: str, cursors: Sequence[str], order: Sequence[str], condition: str | None) -> str:
+    """The cursor texts of the greatest key (``ORDER BY ... DESC``: NULLs last, as ascending
+    order puts them first)."""
     where = f" WHERE {condition}" if condition else ""
     desc = ", ".join(f"{ident(c)} DESC" for c in order)
     # identifiers quoted by ident(); the condition is the operator's own additional-conditions SQL
-    return f"SELECT {cols} FROM {qualified(db, table)}{where} ORDER BY {desc} LIMIT 1"  # noqa: S608
+    return f"SELECT {', '.join(cursors)} FROM {qualified(db, table)}{where} ORDER BY {desc} LIMIT 1"  # noqa: S608
 
 
 def chunk(
@@ -57,17 +53,17 @@ def chunk(
     table: str,
     select: Sequence[str],
     order: Sequence[str],
-    after: bool,
+    where: Sequence[str],
     condition: str | None,
-    limit: int,
+    limit: int | None,
 ) -> str:
-    """A key-ordered chunk: rows after the cursor (when ``after``) up to the snapshot's max key."""
-    where = [_row_compare(order, "<=")]
-    if after:
-        where.append(_row_compare(order, ">"))
+    """A key-ordered chunk: rows matching the bound predicates ``where`` (see
+    :func:`airflow_cdc.sources.mysql.chunk_keys.bound`), ``limit`` rows at most (None: all)."""
+    clauses = list(where)
     if condition:
-        where.append(f"({condition})")  # additional-conditions: the operator's own SQL filter
+        clauses.append(f"({condition})")  # additional-conditions: the operator's own SQL filter
+    tail = f" LIMIT {int(limit)}" if limit is not None else ""
     return (
-        f"SELECT {', '.join(select)} FROM {qualified(db, table)} WHERE {' AND '.join(where)} "  # noqa: S608
-        f"ORDER BY {', '.join(ident(c) for c in order)} LIMIT {int(limit)}"
+        f"SELECT {', '.join(select)} FROM {qualified(db, table)} WHERE {' AND '.join(clauses)} "  # noqa: S608
+        f"ORDER BY {', '.join(ident(c) for c in order)}{tail}"
     )

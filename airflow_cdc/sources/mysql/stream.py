@@ -292,6 +292,7 @@ class WindowReader:
     def _observe(self, state: TableState, before: Any, after: Any, txn_start: int) -> None:
         for image in (before, after):
             if image is not None:
+                # full row images: a NULL in a key column (a NULL-able message.key.columns) is the
+                # row's real key, which chunk rows carry too
                 key = tuple(key_text(image[i]) for i in state.key_index)
-                if None not in key:
-                    self.tracker.observe(state.name, key, txn_start)  # type: ignore[union-attr]
+                self.tracker.observe(state.name, key, txn_start)  # type: ignore[union-attr]

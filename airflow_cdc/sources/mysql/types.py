@@ -334,5 +334,13 @@ def key_text(value: Any) -> str | None:
     if value is None:
         return None
     if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode("utf-8", "surrogateescape")
+        # valid UTF-8 reads as the text the snapshot reads for utf8 columns; other bytes (binary
+        # keys) as NUL + hex, which no decoded text starting without NUL can equal
+        try:
+            text = bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        if text is not None and not text.startswith("\0"):
+            return text
+        return "\0" + bytes(value).hex()
     return str(value)

@@ -23,7 +23,7 @@ import pyarrow.csv as pacsv
 
 from airflow_cdc.core.batch import BatchWriter
 from airflow_cdc.core.config import ConnectorConfig, skipped_ops
-from airflow_cdc.core.errors import ConfigError, OffsetUnavailable, ServerMisconfigured
+from airflow_cdc.core.errors import ConfigError, OffsetUnavailable, ServerMisconfigured, UnsupportedType
 from airflow_cdc.core.filters import TableFilter, TableId
 from airflow_cdc.core.position import PgPosition, format_pg_lsn, parse_pg_lsn
 from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot, read_budgeted
@@ -101,8 +101,11 @@ class PostgresSource:
         self.catalog = client.Catalog(self.conn)
         via_root = self.config["publish.via.partition.root"]
         self._tables = {str(t): (t, oid) for t, oid, _ in self.catalog.tables(self.filters, via_root)}
+        ordered: set[int] = set()
         for tid, oid in self._tables.values():
-            self.catalog.check_select(self.catalog.table_meta(tid, oid, self.filters))
+            meta = self.catalog.table_meta(tid, oid, self.filters)
+            self.catalog.check_select(meta)
+            self._check_key_order(meta, ordered)
         replication.ensure_publication(
             self.conn,
             self.publication,
@@ -110,6 +113,29 @@ class PostgresSource:
             [t for t, _ in self._tables.values()],
             via_root,
         )
+
+    def _check_key_order(self, meta: Any, checked: set[int]) -> None:
+        """Refuse key columns without a btree order (json, xml, point ...): chunks could not be
+        bounded exactly.  Checked once per type by planning a range read; nothing is read.
+
+        :raises UnsupportedType: naming table and column.
+        """
+        assert self.conn is not None
+        types = {c.name: c for c in meta.columns}
+        for name in meta.key:
+            col = types[name]
+            if col.type_oid in checked:
+                continue
+            try:
+                with self.conn.transaction():
+                    self.conn.execute(q.order_check(meta.id.schema, meta.id.table, name))
+            except (psycopg.errors.UndefinedFunction, psycopg.errors.FeatureNotSupported) as e:
+                raise UnsupportedType(
+                    f"table {meta.id}: key column {name!r} has type {col.type_sql}, which has no order "
+                    f"the snapshot can chunk by exactly ({e.diag.message_primary})",
+                    hint="choose other key columns with message.key.columns",
+                ) from None
+            checked.add(col.type_oid)
 
     def heartbeat(self) -> None:
         """Run ``heartbeat.action.query`` (once per capture run, not on commit)."""
@@ -257,10 +283,14 @@ class PostgresSource:
         assert self.conn is not None
         state = self.table_state(snap.table)
         tid = state.tid
-        all_cols = [
-            c.name for c in self.catalog.table_meta(tid, self._tables[snap.table][1], self.filters).columns
-        ]
+        meta = self.catalog.table_meta(tid, self._tables[snap.table][1], self.filters)
+        all_cols = [c.name for c in meta.columns]
         order = [snap.surrogate_key] if snap.surrogate_key else state.key_columns
+        not_null = {c.name: c.not_null for c in meta.columns}
+        nullable = [not not_null.get(c, False) for c in order]
+        # a surrogate key or message.key.columns may repeat (NULLs): a full chunk is re-read up
+        # to its last value so a run of equal values never straddles two chunks
+        unique = not snap.surrogate_key and self.filters.message_key_columns(tid) is None
         with self.conn.transaction():
             self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             # a chunk is a key-ordered range read with LIMIT: without statistics (fresh tables) the
@@ -271,18 +301,37 @@ class PostgresSource:
             if snap.max_key is None:
                 row = self.conn.execute(q.max_key(tid.schema, tid.table, order, snap.condition)).fetchone()
                 snap.max_key = list(row) if row else []
-            buf = io.BytesIO()
+            cursor_index = [all_cols.index(k) for k in order]
+            data = _parse_csv(b"", len(all_cols))
             if snap.max_key:
-                with self.conn.cursor().copy(
-                    q.chunk_copy(
-                        tid.schema, tid.table, all_cols, order, after, snap.max_key, snap.condition, limit
+                copy = q.chunk_copy(
+                    tid.schema,
+                    tid.table,
+                    all_cols,
+                    order,
+                    after,
+                    snap.max_key,
+                    snap.condition,
+                    limit,
+                    nullable,
+                )
+                data = _parse_csv(self._copy(copy), len(all_cols))
+                if not unique and data.num_rows == limit:
+                    last_value = [data.column(i)[-1].as_py() for i in cursor_index]
+                    copy = q.chunk_copy(
+                        tid.schema,
+                        tid.table,
+                        all_cols,
+                        order,
+                        after,
+                        last_value,
+                        snap.condition,
+                        None,
+                        nullable,
                     )
-                ) as copy:
-                    buf.write(b"".join(copy))
+                    data = _parse_csv(self._copy(copy), len(all_cols))
             lsn_after = parse_pg_lsn(self.conn.execute(q.INSERT_LSN).fetchone()[0])  # type: ignore[index]
-        data = _parse_csv(buf.getvalue(), len(all_cols))
         key_index = [all_cols.index(k) for k in state.key_columns]
-        cursor_index = [all_cols.index(k) for k in order]
         last = data.num_rows < limit or (
             data.num_rows > 0 and [data.column(i)[-1].as_py() for i in cursor_index] == snap.max_key
         )
@@ -295,6 +344,11 @@ class PostgresSource:
             last or not snap.max_key,
             cursor_index=cursor_index,
         )
+
+    def _copy(self, query: Any) -> bytes:
+        assert self.conn is not None
+        with self.conn.cursor().copy(query) as copy:
+            return b"".join(copy)
 
     # -- the change window ------------------------------------------------------------------
     def read_window(

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 from psycopg import sql
 
+from airflow_cdc.core import key_bounds
+
 #: Session settings that fix the text output of every type, so snapshot (COPY) and streaming
 #: (pgoutput text tuples, produced by output functions in this same session) agree byte for byte.
 SESSION_OPTIONS = (
@@ -108,6 +110,35 @@ def user_condition(condition: str) -> sql.Composed:
     return sql.SQL("(") + sql.SQL(condition) + sql.SQL(")")  # type: ignore[arg-type]
 
 
+def key_bound(
+    key: Sequence[str], values: Sequence[str | None], nullable: Sequence[bool], op: str
+) -> sql.Composable:
+    """``key op values`` (``>`` or ``<=``) in the order of ``ORDER BY key`` (ascending, NULLs last).
+
+    Values are literals of unknown type, which PostgreSQL resolves to the key columns' types and
+    collations (exact for every type with a btree order: they are the server's own text output).
+    A plain row comparison when no NULL can take part (an index range scan); otherwise written
+    out with explicit NULL tests, as a row comparison with a NULL is NULL.
+    """
+    if not key_bounds.needs_expansion(values, nullable):
+        return sql.SQL("({}) {} ({})").format(
+            sql.SQL(", ").join(sql.Identifier(k) for k in key),
+            sql.SQL(op),
+            sql.SQL(", ").join(map(sql.Literal, values)),
+        )
+    dnf = (key_bounds.after if op == ">" else key_bounds.upto)(values, nullable, False)
+    ors = []
+    for conj in dnf:
+        ands = [
+            sql.SQL("{} IS {}").format(sql.Identifier(key[i]), sql.SQL(o.upper()))
+            if o in ("null", "not null")
+            else sql.SQL("{} {} {}").format(sql.Identifier(key[i]), sql.SQL(o), sql.Literal(values[i]))
+            for i, o in conj
+        ]
+        ors.append(sql.SQL("(") + (sql.SQL(" AND ").join(ands) if ands else sql.SQL("TRUE")) + sql.SQL(")"))
+    return sql.SQL("(") + (sql.SQL(" OR ").join(ors) if ors else sql.SQL("FALSE")) + sql.SQL(")")
+
+
 def chunk_copy(
     schema: str,
     table: str,
@@ -116,31 +147,38 @@ def chunk_copy(
     after: Sequence[str | None] | None,
     upto: Sequence[str | None] | None,
     condition: str | None,
-    limit: int,
+    limit: int | None,
+    nullable: Sequence[bool] | None = None,
 ) -> sql.Composed:
     """``COPY (SELECT ... ORDER BY key LIMIT n) TO STDOUT (FORMAT csv)`` for one snapshot chunk.
 
-    Key bounds are literals of unknown type, which PostgreSQL resolves to the key columns' types
-    (exact for every type: the values are the server's own text output).  ``condition`` is the
-    user's ``additional-conditions`` filter: SQL by definition (Debezium semantics), wrapped in
-    parentheses.
+    Bounds: see :func:`key_bound`.  ``condition`` is the user's ``additional-conditions`` filter:
+    SQL by definition (Debezium semantics), wrapped in parentheses.  ``limit`` None: no limit.
     """
-    keys = sql.SQL(", ").join(sql.Identifier(k) for k in key)
+    nulls = list(nullable) if nullable is not None else [False] * len(key)
     where: list[sql.Composable] = []
     if after is not None:
-        where.append(sql.SQL("({}) > ({})").format(keys, sql.SQL(", ").join(map(sql.Literal, after))))
+        where.append(key_bound(key, after, nulls, ">"))
     if upto is not None:
-        where.append(sql.SQL("({}) <= ({})").format(keys, sql.SQL(", ").join(map(sql.Literal, upto))))
+        where.append(key_bound(key, upto, nulls, "<="))
     if condition:
         where.append(user_condition(condition))
-    query = sql.SQL("SELECT {cols} FROM {tbl}{where} ORDER BY {keys} LIMIT {n}").format(
+    query = sql.SQL("SELECT {cols} FROM {tbl}{where} ORDER BY {keys}{limit}").format(
         cols=sql.SQL(", ").join(sql.Identifier(c) for c in columns),
         tbl=qualified(schema, table),
         where=(sql.SQL(" WHERE ") + sql.SQL(" AND ").join(where)) if where else sql.SQL(""),
-        keys=keys,
-        n=sql.Literal(limit),
+        keys=sql.SQL(", ").join(sql.Identifier(k) for k in key),
+        limit=sql.SQL(" LIMIT {}").format(sql.Literal(limit)) if limit is not None else sql.SQL(""),
     )
     return sql.SQL("COPY ({}) TO STDOUT (FORMAT csv)").format(query)
+
+
+def order_check(schema: str, table: str, column: str) -> sql.Composed:
+    """Plans (never runs) an ordered range read on ``column``: fails for types without a btree order."""
+    col = sql.Identifier(column)
+    return sql.SQL("EXPLAIN SELECT 1 FROM {} WHERE ({}) > ({}) ORDER BY {}").format(
+        qualified(schema, table), col, col, col
+    )
 
 
 def max_key(schema: str, table: str, key: Sequence[str], condition: str | None) -> sql.Composed:

@@ -255,10 +255,13 @@ class WindowReader:
             return 0
         self._emit(relid, rs, op, before, after, change_lsn, st)
         if rs.name in self.tracked:
-            for image in (before, after):
+            # a NULL key column of a full image (new row, or REPLICA IDENTITY FULL old row) is the
+            # row's real key (NULL-able message.key.columns); in a key-only old row it is unknown
+            full_before = kind != _I and data[5] == _O
+            for image, full in ((before, full_before), (after, True)):
                 if image is not None:
                     key = tuple(_text(image[i]) for i in rs.key_index)
-                    if None not in key:
+                    if full or None not in key:
                         self.tracker.observe(rs.name, key, st.xid)  # type: ignore[union-attr]
         return 1
 
