@@ -547,6 +547,8 @@ class MariaDbServer(_ThrowawayServer):
                     "--skip-test-db",
                     "--skip-name-resolve",
                     "--innodb-log-file-size=" + self.settings["innodb-log-file-size"],
+                    # its own temp dir: bootstraps running at once in /tmp collide on temp table names
+                    f"--tmpdir={self.base_dir}",
                 ],
                 capture_output=True,
                 text=True,
@@ -571,6 +573,7 @@ class MariaDbServer(_ThrowawayServer):
             "port": str(self.port),
             "pid-file": str(self.log_file.with_name("mysqld.pid")),
             "log-error": str(self.log_file),
+            "tmpdir": str(self.base_dir),
             "skip-name-resolve": "",
         }
         args = [f"--{k}={v}" if v != "" else f"--{k}" for k, v in options.items()]

@@ -10,6 +10,7 @@ the binlog is kept by the server's own retention, and a purged offset is detecte
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,11 +18,12 @@ import pyarrow as pa
 
 from airflow_cdc.core.batch import BatchWriter, list_batches
 from airflow_cdc.core.config import ConnectorConfig, skipped_ops
-from airflow_cdc.core.errors import OffsetUnavailable, SchemaError
+from airflow_cdc.core.errors import OffsetUnavailable, SchemaError, ServerMisconfigured
 from airflow_cdc.core.events import now_us
 from airflow_cdc.core.filters import IncludeExclude, TableFilter
 from airflow_cdc.core.position import MySqlPosition, binlog_file_number
 from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot, read_budgeted
+from airflow_cdc.core.source import Capabilities, ChangeSource
 from airflow_cdc.sources.mysql import client, offsets, snapshot
 from airflow_cdc.sources.mysql.flavour import GtidSet
 from airflow_cdc.sources.mysql.schema import SchemaHistory, load_tables
@@ -32,10 +34,11 @@ from airflow_cdc.sources.mysql.types import Modes
 log = logging.getLogger(__name__)
 
 
-class MySqlSource:
+class MySqlSource(ChangeSource):
     """One MySQL or MariaDB server captured from its binlog."""
 
     kind = "mysql"
+    capabilities = Capabilities(keeps_state=True, checks=offsets.CHECKS)
 
     def __init__(self, config: ConnectorConfig) -> None:
         self.config, self.name = config, config["name"]
@@ -87,7 +90,7 @@ class MySqlSource:
             self.resolver.build(tdef)  # no key / unsupported type: fail before anything is read
         self._snapshot_sinks = {}
 
-    def restore_state(self, data: dict[str, Any]) -> None:
+    def restore_state(self, data: Any) -> None:
         """Load the schema history kept in the connector state."""
         self.history.__init__(data.get("schema_history"))  # type: ignore[misc]
 
@@ -215,7 +218,7 @@ class MySqlSource:
                 self.history.record(name, coord, tdef)
         self.history.prune(coord)
 
-    def changes_after(self, offset: dict[str, Any] | None, check: str = "wal") -> bool:
+    def changes_after(self, offset: dict[str, Any] | None, check: str | None = None) -> bool:
         """Whether the server may hold changes past ``offset`` -- cheap, no event is read.
 
         See :func:`offsets.changes_after` for the checks (``binlog``/``wal``, ``gtid``).  No offset
@@ -225,16 +228,21 @@ class MySqlSource:
             return True
         conn = self.conn or client.connect(self.config)
         try:
-            return offsets.changes_after(conn, offset, check, self.gtid_filter)
+            return offsets.changes_after(conn, offset, check or "binlog", self.gtid_filter)
         finally:
             if conn is not self.conn:
                 conn.close()
 
-    def head(self) -> tuple[int, int]:
+    def head(self) -> int:
         file, pos, gtids = client.head(self.conn, self.flavour)
         self._head_gtids = gtids
-        coord = self._coord(file, pos)
-        return coord, coord
+        return self._coord(file, pos)
+
+    def describe_offset(self, offset: Any) -> str:
+        if not offset:
+            return "(none)"
+        epoch = f" (epoch {offset['epoch']})" if offset.get("epoch") else ""
+        return f"{offset.get('file')}:{offset.get('pos')}{epoch}"
 
     def offset_at(
         self, lsn: int, window: WindowResult | None, previous: dict[str, Any] | None
@@ -266,6 +274,35 @@ class MySqlSource:
         return read_budgeted(pending, self._tables, max_rows, chunk_size, self._read_chunk)
 
     def _read_chunk(self, snap: TableSnapshot, cursor: list | None, limit: int) -> ChunkRead:
+        """Read one chunk whose snapshot already holds every transaction below the window start.
+
+        With semi-synchronous replication (``AFTER_SYNC``) a transaction is in the binlog -- and
+        maybe emitted by an earlier window -- before the engine commits it; a chunk read meanwhile
+        would not contain it and could not be reconciled with a window that no longer holds it.
+        MariaDB's ``binlog_snapshot_position`` shows this (it lies below the window start): such a
+        chunk is read again once the commit completes.
+
+        :raises ServerMisconfigured: the snapshot stayed behind the window start for ``timeout``.
+        """
+        # no window start when verify reads the live table: nothing to reconcile with
+        start = client.coordinate(self._start[0], self._start[1]) if self._start[0] else 0
+        deadline = time.monotonic() + VISIBILITY_TIMEOUT
+        while True:
+            chunk = self._read_chunk_structured(snap, cursor, limit)
+            coord = chunk.watermark.coord
+            if coord is None or coord >= start:
+                return chunk
+            if time.monotonic() > deadline:
+                raise ServerMisconfigured(
+                    f"snapshot chunk of {snap.table}: the consistent snapshot stayed at binlog "
+                    f"{self.resolver.file_name(coord >> 32)}:{coord & 0xFFFFFFFF}, below the window start "
+                    f"{self._start[0]}:{self._start[1]}, for {VISIBILITY_TIMEOUT:.0f}s",
+                    hint="transactions are logged but not committed: check semi-synchronous replication "
+                    "(rpl_semi_sync_master_wait_point=AFTER_SYNC waiting for a replica's ACK)",
+                )
+            time.sleep(0.02)
+
+    def _read_chunk_structured(self, snap: TableSnapshot, cursor: list | None, limit: int) -> ChunkRead:
         for attempt in range(3):
             tdef = self._tables[snap.table]
             state = self.table_state(snap.table)
@@ -350,7 +387,19 @@ class MySqlSource:
         if not self.config["include.schema.changes"]:
             result.manifest_extra = {}
         self.history.prune(from_lsn)
+        self._discover_tables()
         return result
+
+    def _discover_tables(self) -> None:
+        """Add captured tables that exist now but did not when the run opened (created or renamed
+        into the filters inside the window); the core snapshots them from the next run on."""
+        for name, tdef in load_tables(self.conn).items():
+            if name not in self._tables and self.filters.includes_table(_tid(tdef)):
+                log.info("new captured table %s: it will be snapshotted", name)
+                self._tables[name] = tdef
+
+
+VISIBILITY_TIMEOUT = 30.0
 
 
 def next_epoch(offset: dict[str, Any], start: int) -> int:

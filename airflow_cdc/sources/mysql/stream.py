@@ -46,6 +46,11 @@ class WindowResult:
     per_table: dict[str, dict[str, int]] = field(default_factory=dict)
     manifest_extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def end(self) -> int:
+        """The window's end coordinate (the source contract's name for ``end_lsn``)."""
+        return self.end_lsn
+
 
 class _Txn:
     __slots__ = (
