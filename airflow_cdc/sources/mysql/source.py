@@ -135,11 +135,12 @@ class MySqlSource(ChangeSource):
             reason = "no stored offset"
         if offset is not None:
             available = client.binlog_files(self.conn)
-            start = self._resume(offset, available, committed=reason is None)
+            problem, relocate = self._restarted(offset, file, pos, gtids)
+            start = None if problem else self._resume(offset, available, reason is None, relocate)
             if start is not None:
                 self.epoch = next_epoch(offset, start)
                 return start, reason
-            problem = (
+            problem = problem or (
                 f"the stored offset {offset['file']}:{offset['pos']} (GTIDs {offset.get('gtids') or 'none'}) "
                 f"is not in the binlog of this server (server_id {self.info.server_id}, oldest file: "
                 f"{available[0] if available else 'none'}); the binlog was purged or the server changed"
@@ -160,11 +161,38 @@ class MySqlSource(ChangeSource):
         self._init_history(start, only_missing=False)
         return start, reason or "no stored offset"
 
-    def _resume(self, offset: dict[str, Any], available: list[str], committed: bool) -> int | None:
-        """The start coordinate of a stored offset on this server, or None when it cannot be found."""
+    def _restarted(self, offset: dict[str, Any], file: str, pos: int, gtids: str) -> tuple[str | None, bool]:
+        """``(why the stored offset is lost, whether to relocate it by GTIDs)`` when the binlog of the
+        server that wrote the offset now ends below it.
+
+        A binlog ending below the stored coordinates was restored from a backup or reset
+        (``RESET MASTER``): file names are reused for other events, so the coordinates mean nothing.
+        If the server still has every captured transaction (its GTID set covers the stored one), the
+        offset is found again by GTIDs; otherwise the server lost transactions that were captured.
+        """
+        same_server = int(offset.get("server_id") or self.info.server_id) == self.info.server_id
+        stored = client.coordinate(offset["file"], int(offset["pos"]))
+        if not same_server or client.coordinate(file, pos) >= stored:
+            return None, False
+        stored_gtids = GtidSet(offset.get("gtids") or "")
+        if stored_gtids and GtidSet(gtids).covers(stored_gtids):
+            return None, True
+        return (
+            f"the binlog of this server ends at {file}:{pos}, below the stored offset {offset['file']}:"
+            f"{offset['pos']}, and it lacks captured transactions (restored from a backup, or RESET MASTER)",
+            False,
+        )
+
+    def _resume(
+        self, offset: dict[str, Any], available: list[str], committed: bool, relocate: bool = False
+    ) -> int | None:
+        """The start coordinate of a stored offset on this server, or None when it cannot be found.
+
+        :param relocate: the stored coordinates are meaningless here: find the offset by GTIDs.
+        """
         stored_gtids = offset.get("gtids") or ""
         same_server = int(offset.get("server_id") or self.info.server_id) == self.info.server_id
-        if offset["file"] in available and (same_server or not stored_gtids):
+        if offset["file"] in available and (same_server or not stored_gtids) and not relocate:
             if not same_server:
                 log.warning(
                     "the stored offset is from server_id %s, this server is %s; no GTID set to locate "
@@ -190,13 +218,14 @@ class MySqlSource(ChangeSource):
             file,
             offset["file"],
             offset["pos"],
-            "is on another server" if not same_server else "was purged",
+            "is on another server" if not same_server else "was reset" if relocate else "was purged",
         )
         self._start, self._skip = (file, 4, stored_gtids), stored
         start = self._coord(file, 4)
-        if not same_server:
-            self.history.versions.clear()  # coordinates of another server's binlog mean nothing here
-        self._init_history(start, only_missing=committed and same_server)
+        trusted = same_server and not relocate
+        if not trusted:
+            self.history.versions.clear()  # coordinates of another binlog mean nothing here
+        self._init_history(start, only_missing=committed and trusted)
         return start
 
     def _uncommitted_start(self) -> dict[str, Any] | None:
