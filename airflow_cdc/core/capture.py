@@ -136,6 +136,13 @@ class Capture:
             tables = self.source.tables()
             include = self.config["snapshot.include.collection.list"]
             notes = _plan_snapshots(ctx, mode, reason, tables, include)
+            if reason is not None and data.get("offset") is not None:
+                # a lost offset: what changed meanwhile is only in the re-snapshot, which cannot
+                # show deletions -- so its completion voids everything captured before this epoch
+                floor = self.source.position_floor().hex()
+                for snap in ctx.pending:
+                    if snap.origin == "initial":
+                        snap.purge_below = floor
             if reason is None:
                 notes += _plan_new_tables(ctx, mode, data.get("tables"), tables, include)
             notes += apply_signals(ctx, parsed, tables)
@@ -271,6 +278,9 @@ class Capture:
             total += rows.num_rows
             self._snapshot_counts[snap.table] = self._snapshot_counts.get(snap.table, 0) + rows.num_rows
             if chunk.last:
+                if snap.purge_below:
+                    self.source.write_purge(writer, snap.table, bytes.fromhex(snap.purge_below), end_lsn)
+                    notes.append(f"{snap.table}: rows captured before the offset was lost are void")
                 ctx.finish(snap)
                 notes.append(f"snapshot of {snap.table} complete: {snap.rows} rows in {snap.chunks} chunk(s)")
         return total

@@ -150,6 +150,18 @@ class ChangeSource(abc.ABC):
         raise NotImplementedError(f"{self.kind} does not read snapshot chunks")
 
     @abc.abstractmethod
+    def position_floor(self) -> bytes:
+        """The smallest ``__position`` of the current epoch (every event of this run is above it)."""
+
+    @abc.abstractmethod
+    def write_purge(self, writer: Any, table: str, position: bytes, end: Any) -> None:
+        """Stage a truncate of ``table`` at ``position``: silver drops every row captured below it.
+
+        Emitted when a re-snapshot after a lost offset completes: every row the source still has
+        was re-captured above ``position``; anything older is gone from the source.
+        """
+
+    @abc.abstractmethod
     def read_window(self, start: Any, upto: Any, writer: Any, tracker: Any, max_events: int) -> Any:
         """Stage the change window ``[start, upto)`` (whole transactions, at most about
         ``max_events``), reporting every windowed change of a chunked table to ``tracker``.

@@ -599,7 +599,9 @@ class MariaDbServer(_ThrowawayServer):
             try:
                 pymysql.connect(unix_socket=str(self.socket_path), user="root", password="").close()
                 return True
-            except pymysql.err.OperationalError:
+            except pymysql.err.OperationalError as e:
+                if e.args and e.args[0] == 1045:  # up, and root has its password: a restart
+                    return True
                 time.sleep(0.05)
         return False
 

@@ -156,7 +156,10 @@ class MySqlSource(ChangeSource):
                 reason = problem
         self._start = (file, pos, client.gtids_at(self.conn, self.flavour, file, pos, gtids))
         start = self._coord(file, pos)
-        self.epoch = next_epoch(offset, start) if offset is not None else 0
+        if offset is None or reason == "no stored offset":
+            self.epoch = next_epoch(offset, start) if offset is not None else 0
+        else:  # a lost offset: the re-snapshot's completion voids everything below the new epoch
+            self.epoch = int(offset.get("epoch", 0)) + 1
         self.history.versions.clear()
         self._init_history(start, only_missing=False)
         return start, reason or "no stored offset"
@@ -365,30 +368,34 @@ class MySqlSource(ChangeSource):
     def reflects(self, watermark: snapshot.Watermark, txn_start: int) -> bool:
         return watermark.coord is not None and txn_start < watermark.coord
 
+    def _snapshot_sink(self, writer: BatchWriter, table: str) -> Any:
+        state = self.table_state(table)
+        key = (id(writer), state.name, state.signature)
+        sink = self._snapshot_sinks.get(key)
+        if sink is None or sink.closed:
+            sink = self._snapshot_sinks[key] = state.open_sink(writer, "snapshot")
+        return sink
+
+    def _snapshot_source(self, end_lsn: int) -> tuple:
+        file = self.resolver.file_name(end_lsn >> 32)
+        return (now_us() // 1000, self.info.server_id, None, file, end_lsn & 0xFFFFFFFF, 0, None, None)
+
     def write_snapshot_rows(
         self, writer: BatchWriter, chunk: ChunkRead, rows: pa.Table, end_lsn: int
     ) -> None:
         """Append a chunk's surviving rows as ``op=r`` positioned at the window end."""
         assert isinstance(chunk, snapshot.MySqlChunk)
-        state = self.table_state(chunk.snapshot.table)
-        key = (id(writer), state.name, state.signature)
-        sink = self._snapshot_sinks.get(key)
-        if sink is None or sink.closed:
-            sink = self._snapshot_sinks[key] = state.open_sink(writer, "snapshot")
+        sink = self._snapshot_sink(writer, chunk.snapshot.table)
         position = MySqlPosition(self.epoch, end_lsn >> 32, end_lsn & 0xFFFFFFFF, 0).sort_key()
-        ts_ms = now_us() // 1000
-        src = (
-            ts_ms,
-            self.info.server_id,
-            None,
-            self.resolver.file_name(end_lsn >> 32),
-            end_lsn & 0xFFFFFFFF,
-            0,
-            None,
-            None,
-        )
+        src = self._snapshot_source(end_lsn)
         for i in rows.column("__row").to_pylist():
             sink.append("r", None, chunk.rows[i], position, src)
+
+    def position_floor(self) -> bytes:
+        return MySqlPosition(self.epoch, 0, 0, 0).sort_key()
+
+    def write_purge(self, writer: BatchWriter, table: str, position: bytes, end: int) -> None:
+        self._snapshot_sink(writer, table).append("t", None, None, position, self._snapshot_source(end))
 
     # -- the change window ------------------------------------------------------------------
     def read_window(

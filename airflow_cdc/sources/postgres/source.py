@@ -420,15 +420,27 @@ class PostgresSource(ChangeSource):
     def snapshot_position(self, end_lsn: int) -> bytes:
         return PgPosition(self.epoch, end_lsn, 0).sort_key()
 
-    def write_snapshot_rows(
-        self, writer: BatchWriter, chunk: ChunkRead, rows: pa.Table, end_lsn: int
-    ) -> None:
-        """Append a chunk's surviving rows as ``op=r``; chunks of a table share one part per batch."""
-        state = self.table_state(chunk.snapshot.table)
+    def position_floor(self) -> bytes:
+        return PgPosition(self.epoch, 0, 0).sort_key()
+
+    def _snapshot_sink(self, writer: BatchWriter, table: str) -> Any:
+        state = self.table_state(table)
         key = (id(writer), state.name, state.signature)
         sink = self._snapshot_sinks.get(key)
         if sink is None or sink.closed:
             sink = self._snapshot_sinks[key] = state.open_sink(writer, kind="snapshot")
+        return sink
+
+    def write_purge(self, writer: BatchWriter, table: str, position: bytes, end: int) -> None:
+        ts = time.time_ns() // 1000
+        src = (ts // 1000, ts, ts * 1000, None, None, end)
+        self._snapshot_sink(writer, table).append("t", None, None, position, src)
+
+    def write_snapshot_rows(
+        self, writer: BatchWriter, chunk: ChunkRead, rows: pa.Table, end_lsn: int
+    ) -> None:
+        """Append a chunk's surviving rows as ``op=r``; chunks of a table share one part per batch."""
+        sink = self._snapshot_sink(writer, chunk.snapshot.table)
         ts = time.time_ns() // 1000
         sink.write_columnar(
             "r",
