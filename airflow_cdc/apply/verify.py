@@ -84,10 +84,10 @@ class VerifyReport:
 
 
 def _source_chunks(source: Any, table: str, chunk: int) -> Iterator[pa.Table]:
-    reader = getattr(source, "encoded_chunks", None)
-    if reader is None:
-        raise ConfigError(f"verify does not support the {type(source).__name__} source yet")
-    return reader(table, chunk)  # type: ignore[no-any-return]
+    try:
+        return source.encoded_chunks(table, chunk)  # type: ignore[no-any-return]
+    except NotImplementedError as e:
+        raise ConfigError(f"verify does not support the {source.kind} source yet") from e
 
 
 def verify(

@@ -14,41 +14,18 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from airflow_cdc.core.batch import Batch, BatchWriter, clean_incomplete, expire_batches
 from airflow_cdc.core.config import ConnectorConfig
 from airflow_cdc.core.errors import ServerMisconfigured
 from airflow_cdc.core.failpoints import failpoint
-from airflow_cdc.core.position import format_pg_lsn
 from airflow_cdc.core.signals import SnapshotSignal, apply_signals, parse_signal
 from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, SnapshotContext, match_tables
+from airflow_cdc.core.source import ChangeSource
 from airflow_cdc.core.state import StateStore
 
 log = logging.getLogger(__name__)
-
-
-class ChangeSource(Protocol):
-    """What a source supplies.  Contract: windows are read without consuming (the source keeps
-    everything after the acknowledged position); ``acknowledge`` never moves backward; chunk
-    watermarks tell exactly which windowed transactions a chunk already reflects; ``acknowledge``
-    works whether or not the source is open."""
-
-    kind: str
-
-    def open(self) -> None: ...
-    def close(self) -> None: ...
-    def heartbeat(self) -> None: ...
-    def tables(self) -> list[str]: ...
-    def start_offset(self, offset: dict[str, Any] | None, when_needed: bool) -> tuple[int, str | None]: ...
-    def head(self) -> tuple[int, int]: ...
-    def read_chunks(self, pending: list, max_rows: int, chunk_size: int) -> list[ChunkRead]: ...
-    def read_window(
-        self, from_lsn: int, upto_lsn: int, writer: BatchWriter, tracker: ChunkTracker | None, max_events: int
-    ) -> Any: ...
-    def reflects(self, watermark: Any, txn: Any) -> bool: ...
-    def write_snapshot_rows(self, writer: BatchWriter, chunk: ChunkRead, rows: Any, end_lsn: int) -> None: ...
-    def acknowledge(self, offset: dict[str, Any]) -> None: ...
 
 
 @dataclass
@@ -94,6 +71,27 @@ def _plan_snapshots(
     return notes
 
 
+def _plan_new_tables(
+    ctx: SnapshotContext, mode: str, known: list[str] | None, tables: list[str], include: tuple[str, ...]
+) -> list[str]:
+    """Snapshot captured tables that were not captured at the last commit.
+
+    A table can join the captured set between runs or inside a window (a new partition, a table
+    created or renamed into ``table.include.list``, a filtered publication extended at the next
+    start): its rows written before the log carried them are only reachable by a snapshot, which
+    the window reconciliation keeps exact.  ``no_data`` means stream only, as Debezium does.
+    """
+    if known is None or mode == "no_data":
+        return []
+    pending = {p.table for p in ctx.pending}
+    new = [t for t in tables if t not in set(known) and t not in pending]
+    new = match_tables(include, new) if include else new
+    if not new:
+        return []
+    ctx.add(new, "initial")
+    return [f"new captured table(s) {', '.join(new)}: snapshot scheduled"]
+
+
 class Capture:
     """Runs captures and commits for one connector."""
 
@@ -101,22 +99,21 @@ class Capture:
         self.source, self.config, self.store = source, config, store
         self.name = config["name"]
 
-    def _offset_json(self, lsn: int) -> dict[str, Any]:
-        """The JSON offset of ``lsn`` outside a window (the source's own form, else a PostgreSQL LSN)."""
-        offset_at = getattr(self.source, "offset_at", None)
-        return offset_at(lsn, None, None) if offset_at else {"lsn": format_pg_lsn(lsn)}
+    def _offset_json(self, coord: Any) -> dict[str, Any]:
+        """The source's JSON offset of a coordinate outside a window."""
+        return self.source.offset_at(coord, None, None)
 
-    def _wait_flushed(self, lsn: int, timeout: float = 10.0) -> int:
-        """Poll the source's head until it has flushed ``lsn`` (a chunk's closing watermark)."""
+    def _wait_flushed(self, lsn: Any, timeout: float = 10.0) -> Any:
+        """Poll the source's head until it has logged ``lsn`` (a chunk's closing watermark)."""
         deadline = time.monotonic() + timeout
         while True:
-            flush, _ = self.source.head()
+            flush = self.source.head()
             if flush >= lsn:
                 return flush
             if time.monotonic() > deadline:
                 raise ServerMisconfigured(
                     f"{self.source.kind}: the server's flushed log did not reach "
-                    f"{self._offset_json(lsn)} within {timeout}s"
+                    f"{self.source.describe_offset(self._offset_json(lsn))} within {timeout}s"
                 )
             time.sleep(0.01)
 
@@ -133,15 +130,21 @@ class Capture:
         mode = self.config["snapshot.mode"]
         self.source.open()
         try:
-            restore = getattr(self.source, "restore_state", None)
-            if restore is not None:  # sources keeping more than an offset (MySQL schema history)
-                restore(data)
+            self.source.restore_state(data)
             self.source.heartbeat()
             from_lsn, reason = self.source.start_offset(data.get("offset"), mode == "when_needed")
             tables = self.source.tables()
-            notes = _plan_snapshots(
-                ctx, mode, reason, tables, self.config["snapshot.include.collection.list"]
-            )
+            include = self.config["snapshot.include.collection.list"]
+            notes = _plan_snapshots(ctx, mode, reason, tables, include)
+            if reason is not None and data.get("offset") is not None:
+                # a lost offset: what changed meanwhile is only in the re-snapshot, which cannot
+                # show deletions -- so its completion voids everything captured before this epoch
+                floor = self.source.position_floor().hex()
+                for snap in ctx.pending:
+                    if snap.origin == "initial":
+                        snap.purge_below = floor
+            if reason is None:
+                notes += _plan_new_tables(ctx, mode, data.get("tables"), tables, include)
             notes += apply_signals(ctx, parsed, tables)
             writer = BatchWriter(staging, self.name, piece_rows=self.config["staging.piece.rows"])
             try:
@@ -161,7 +164,7 @@ class Capture:
         self,
         writer: BatchWriter,
         ctx: SnapshotContext,
-        from_lsn: int,
+        from_lsn: Any,
         data: dict[str, Any],
         version: int | None,
         notes: list[str],
@@ -179,42 +182,40 @@ class Capture:
             if ctx.pending
             else []
         )
-        flush, _ = self.source.head()
-        need = max((c.watermark.lsn_after for c in chunks), default=0)
-        upto = max(flush, self._wait_flushed(need)) if need > flush else flush
+        flush = self.source.head()
+        need = max(c.watermark.lsn_after for c in chunks) if chunks else None
+        upto = max(flush, self._wait_flushed(need)) if need is not None and need > flush else flush
         tracker = ChunkTracker(chunks, self.source.reflects) if chunks else None
+        previous = data.get("offset")
         if streaming_off:
             notes.append("snapshot.mode=initial_only: snapshot complete, changes are not streamed")
             window = None
             end_lsn = upto
         else:
             window = self.source.read_window(from_lsn, upto, writer, tracker, self.config["run.max.events"])
-            end_lsn = window.end_lsn
+            end_lsn = window.end
         snap_rows = self._reconcile(writer, ctx, chunks, tracker, end_lsn, notes)
         if not any(p.origin == "initial" for p in ctx.pending):
             ctx.initial_done = True
-        offset_at = getattr(self.source, "offset_at", None)
-        if offset_at is not None:  # source-specific offset (e.g. MySQL file/pos/GTID set)
-            to_offset: dict[str, Any] = offset_at(end_lsn, window, data.get("offset"))
+        if end_lsn < from_lsn and previous is not None:
+            # a window that ends below its start emitted nothing new (e.g. it only skipped what the
+            # stored offset already covers): the offset must not move backward
+            to_offset: dict[str, Any] = dict(previous)
         else:
-            to_offset = {"lsn": format_pg_lsn(end_lsn)}
-            if window is not None and window.last_commit_lsn is not None:
-                to_offset.update(
-                    txId=window.last_xid,
-                    last_commit_lsn=format_pg_lsn(window.last_commit_lsn),
-                    ts_usec=window.last_commit_ts_us,
-                )
-            elif data.get("offset"):
-                to_offset.update({k: v for k, v in data["offset"].items() if k != "lsn"})
+            to_offset = self.source.offset_at(end_lsn, window, previous)
+        captured = self.source.tables()  # may have grown inside the window
+        known = data.get("tables")
+        if known is not None:
+            include = self.config["snapshot.include.collection.list"]
+            notes += _plan_new_tables(ctx, self.config["snapshot.mode"], known, captured, include)
         state_after = {
             "source": self.source.kind,
             "offset": to_offset,
             "snapshot": ctx.to_json(),
             "last_batch": writer.batch_id,
+            "tables": captured,
         }
-        extra_state = getattr(self.source, "extra_state", None)
-        if extra_state is not None:
-            state_after.update(extra_state())
+        state_after.update(self.source.extra_state())
         events = window.events if window else 0
         tables = dict(window.per_table) if window else {}
         manifest: dict[str, Any] = {
@@ -232,7 +233,7 @@ class Capture:
             "capture_seconds": round(time.time() - started, 3),
             "notes": notes,
         }
-        manifest.update(getattr(window, "manifest_extra", None) or {})
+        manifest.update((window.manifest_extra if window is not None else None) or {})
         path = writer.finish(manifest)
         for table, n in self._snapshot_counts.items():
             tables.setdefault(table, {})["r"] = n
@@ -241,8 +242,8 @@ class Capture:
             writer.batch_id,
             events,
             snap_rows,
-            manifest["from_offset"].get("lsn", manifest["from_offset"]),
-            to_offset.get("lsn", to_offset),
+            self.source.describe_offset(manifest["from_offset"]),
+            self.source.describe_offset(to_offset),
         )
         return CaptureResult(
             writer.batch_id, str(path), data.get("offset"), to_offset, events, snap_rows, tables, notes
@@ -254,7 +255,7 @@ class Capture:
         ctx: SnapshotContext,
         chunks: list[ChunkRead],
         tracker: ChunkTracker | None,
-        end_lsn: int,
+        end_lsn: Any,
         notes: list[str],
     ) -> int:
         """Emit surviving chunk rows at the window end; chunks the window does not cover wait."""
@@ -277,6 +278,9 @@ class Capture:
             total += rows.num_rows
             self._snapshot_counts[snap.table] = self._snapshot_counts.get(snap.table, 0) + rows.num_rows
             if chunk.last:
+                if snap.purge_below:
+                    self.source.write_purge(writer, snap.table, bytes.fromhex(snap.purge_below), end_lsn)
+                    notes.append(f"{snap.table}: rows captured before the offset was lost are void")
                 ctx.finish(snap)
                 notes.append(f"snapshot of {snap.table} complete: {snap.rows} rows in {snap.chunks} chunk(s)")
         return total
@@ -301,7 +305,7 @@ class Capture:
         log.info(
             "committed batch %s at offset %s (state version %d)",
             batch.batch_id,
-            m["to_offset"].get("lsn", m["to_offset"]),
+            self.source.describe_offset(m["to_offset"]),
             version,
         )
         return version

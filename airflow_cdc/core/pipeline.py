@@ -21,19 +21,11 @@ from typing import Any
 
 import yaml
 
-from airflow_cdc.core.capture import Capture, ChangeSource
+from airflow_cdc.core.capture import Capture
 from airflow_cdc.core.config import ConnectorConfig
 from airflow_cdc.core.errors import ConfigError
+from airflow_cdc.core.source import ChangeSource, resolve_connector, source_spec
 from airflow_cdc.core.state import StateStore, open_state_store
-
-SOURCES = ("postgresql", "mysql")
-_CLASS_ALIASES = {
-    "io.debezium.connector.postgresql.PostgresConnector": "postgresql",
-    "postgres": "postgresql",
-    "io.debezium.connector.mysql.MySqlConnector": "mysql",
-    "io.debezium.connector.mariadb.MariaDbConnector": "mysql",
-    "mariadb": "mysql",
-}
 
 
 def read_pipeline_file(path: str | Path) -> dict[str, Any]:
@@ -55,41 +47,24 @@ def read_pipeline_file(path: str | Path) -> dict[str, Any]:
 
 
 def source_kind(raw: Mapping[str, Any]) -> str:
-    kind = str(raw.get("connector") or raw.get("connector.class") or "")
-    kind = _CLASS_ALIASES.get(kind, kind).lower()
-    if kind not in SOURCES:
-        raise ConfigError(
-            f"property 'connector': {kind or '(missing)'!r} is not a supported source; "
-            f"supported: {', '.join(SOURCES)}"
-        )
-    return kind
+    """The canonical connector name of raw properties (``connector`` or ``connector.class``).
+
+    :raises ConfigError: missing or unknown connector.
+    """
+    return resolve_connector(raw)[0]
 
 
 def build_config(raw: Mapping[str, Any]) -> ConnectorConfig:
-    kind = source_kind(raw)
+    """Validate raw properties with the configuration of the source they name."""
+    kind, spec = resolve_connector(raw)
     values = {k: v for k, v in raw.items() if k != "connector.class"}
     values["connector"] = kind
-    if kind == "postgresql":
-        from airflow_cdc.sources.postgres.config import pg_config
-
-        return pg_config(values)
-    if kind == "mysql":
-        from airflow_cdc.sources.mysql.config import mysql_config
-
-        return mysql_config(values)
-    raise AssertionError(kind)
+    return spec.build_config(values)
 
 
 def build_source(config: ConnectorConfig) -> ChangeSource:
-    if config["connector"] == "postgresql":
-        from airflow_cdc.sources.postgres.source import PostgresSource
-
-        return PostgresSource(config)
-    if config["connector"] == "mysql":
-        from airflow_cdc.sources.mysql.source import MySqlSource
-
-        return MySqlSource(config)
-    raise ConfigError(f"no source for connector {config['connector']!r}")
+    """The change source of a validated config, from the source registry."""
+    return source_spec(config).build_source(config)
 
 
 def build_store(config: ConnectorConfig) -> StateStore:

@@ -60,37 +60,47 @@ class PgLsn:
         return format_pg_lsn(self.value)
 
 
+_PG_KEY = struct.Struct(">IQQ")
+
+
 @dataclass(frozen=True, order=True, slots=True)
 class PgPosition:
-    """Position of a PostgreSQL event: commit LSN of its transaction, then order inside it.
+    """Position of a PostgreSQL event: epoch, commit LSN of its transaction, order inside it.
 
     Change LSNs alone interleave across concurrent transactions; commit LSN order is the order
     in which transactions became durable, which is the order logical decoding emits them.
-    Snapshot rows of a chunk are placed at ``(window_end, 0)``: after every event of the window
-    (all of which have a commit LSN below the window end) and before any later transaction
-    (sequence numbers of real events start at 1).
+    Snapshot rows of a chunk are placed at ``(epoch, window_end, 0)``: after every event of the
+    window (all of which have a commit LSN below the window end) and before any later transaction
+    (sequence numbers of real events start at 1).  The *epoch* goes up whenever the connector's log
+    restarts at lower LSNs than it captured (a restore or PITR, a new cluster, a re-created slot),
+    so positions keep growing across it.  ``sort_key`` is 20 bytes: epoch (4), LSN (8), sequence (8).
     """
 
     kind: ClassVar[str] = "postgresql"
+    epoch: int
     commit_lsn: int
     seq: int
 
+    def __post_init__(self) -> None:
+        if not (0 <= self.epoch < 1 << 32 and 0 <= self.commit_lsn <= _U64 and 0 <= self.seq <= _U64):
+            raise ValueError(f"position out of range: {self.epoch}/{self.commit_lsn}/{self.seq}")
+
     def sort_key(self) -> bytes:
-        return self.commit_lsn.to_bytes(8, "big") + self.seq.to_bytes(8, "big")
+        return _PG_KEY.pack(self.epoch, self.commit_lsn, self.seq)
 
     @classmethod
     def from_sort_key(cls, key: bytes) -> PgPosition:
-        return cls(int.from_bytes(key[:8], "big"), int.from_bytes(key[8:16], "big"))
+        return cls(*_PG_KEY.unpack(key))
 
     def to_json(self) -> dict[str, Any]:
-        return {"commit_lsn": format_pg_lsn(self.commit_lsn), "seq": self.seq}
+        return {"epoch": self.epoch, "commit_lsn": format_pg_lsn(self.commit_lsn), "seq": self.seq}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PgPosition:
-        return cls(parse_pg_lsn(data["commit_lsn"]), int(data["seq"]))
+        return cls(int(data.get("epoch", 0)), parse_pg_lsn(data["commit_lsn"]), int(data["seq"]))
 
     def __str__(self) -> str:
-        return f"{format_pg_lsn(self.commit_lsn)}#{self.seq}"
+        return f"{self.epoch}/{format_pg_lsn(self.commit_lsn)}#{self.seq}"
 
 
 #: epoch, file number, position, row: 4 bytes each, big-endian (byte order = typed order)

@@ -41,6 +41,9 @@ class TableSnapshot:
     max_key: list[str | None] | None = None
     rows: int = 0
     chunks: int = 0
+    #: hex position: when this snapshot completes, rows captured below it are void (the offset was
+    #: lost and the log restarted in a new epoch; rows deleted meanwhile must leave silver too)
+    purge_below: str | None = None
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     started_at: float = field(default_factory=time.time)
     #: form of ``last_key`` / ``max_key``, set by the source (0: stored before forms were versioned)

@@ -547,6 +547,8 @@ class MariaDbServer(_ThrowawayServer):
                     "--skip-test-db",
                     "--skip-name-resolve",
                     "--innodb-log-file-size=" + self.settings["innodb-log-file-size"],
+                    # its own temp dir: bootstraps running at once in /tmp collide on temp table names
+                    f"--tmpdir={self.base_dir}",
                 ],
                 capture_output=True,
                 text=True,
@@ -571,6 +573,7 @@ class MariaDbServer(_ThrowawayServer):
             "port": str(self.port),
             "pid-file": str(self.log_file.with_name("mysqld.pid")),
             "log-error": str(self.log_file),
+            "tmpdir": str(self.base_dir),
             "skip-name-resolve": "",
         }
         args = [f"--{k}={v}" if v != "" else f"--{k}" for k, v in options.items()]
@@ -596,7 +599,9 @@ class MariaDbServer(_ThrowawayServer):
             try:
                 pymysql.connect(unix_socket=str(self.socket_path), user="root", password="").close()
                 return True
-            except pymysql.err.OperationalError:
+            except pymysql.err.OperationalError as e:
+                if e.args and e.args[0] == 1045:  # up, and root has its password: a restart
+                    return True
                 time.sleep(0.05)
         return False
 

@@ -35,5 +35,18 @@ def assert_rows_equal(
     assert not missing and not extra and not wrong, (
         f"{table}: {len(missing)} missing, {len(extra)} extra, {len(wrong)} different of {len(expected)}; "
         f"e.g. missing {sorted(missing)[:3]}, extra {sorted(extra)[:3]}, "
-        f"different {[(k, expected[k], got[k]) for k in wrong[:2]]}"
+        f"different {[(k, _diff(expected[k], got[k])) for k in wrong[:3]]}"
     )
+
+
+def _diff(expected: dict[str, Any] | None, got: dict[str, Any] | None) -> dict[str, tuple[str, str]]:
+    """The differing columns of two rows as (expected, got), long values shortened."""
+    if expected is None or got is None:
+        return {"(row)": (_short(expected), _short(got))}
+    cols = expected.keys() | got.keys()
+    return {c: (_short(expected.get(c)), _short(got.get(c))) for c in sorted(cols) if expected.get(c) != got.get(c)}
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}...({len(text)} chars)"

@@ -139,7 +139,6 @@ class CdcHook(BaseHook):
     def changes_after(self, offset: dict[str, Any] | None, check: str = "wal") -> bool:
         """Whether the source may hold changes past ``offset`` (cheap; see the source's docs).
 
-        A source without a cheap check (``changes_after``) always answers yes: capture then decides.
         """
         return _source_changes_after(build_source(self.get_conn()), offset, check)
 
@@ -158,8 +157,7 @@ class CdcHook(BaseHook):
 
 
 def _source_changes_after(source: Any, offset: dict[str, Any] | None, check: str) -> bool:
-    check_fn = getattr(source, "changes_after", None)
-    return True if check_fn is None else bool(check_fn(offset, check))
+    return bool(source.changes_after(offset, check))
 
 
 class CdcMySqlHook(CdcHook):

@@ -51,7 +51,9 @@ class CdcCaptureOperator(BaseOperator):
             if signals:
                 self.log.info("ad hoc snapshot signals: %s", signals)
             hook = CdcHook(pipeline=self.pipeline, cdc_conn_id=self.cdc_conn_id)
-            result = hook.get_capture().run(signals=list(signals))
+            capture = hook.get_capture()
+            result = capture.run(signals=list(signals))
+        describe = capture.source.describe_offset
         for note in result.notes:
             self.log.info("note: %s", note)
         self.log.info(
@@ -59,8 +61,8 @@ class CdcCaptureOperator(BaseOperator):
             result.batch_id,
             result.events,
             result.snapshot_rows,
-            (result.from_offset or {}).get("lsn"),
-            result.to_offset.get("lsn"),
+            describe(result.from_offset),
+            describe(result.to_offset),
         )
         summary = result.summary(max_notes=20)
         del summary["committed"]  # the commit task commits

@@ -10,6 +10,7 @@ the binlog is kept by the server's own retention, and a purged offset is detecte
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,11 +18,12 @@ import pyarrow as pa
 
 from airflow_cdc.core.batch import BatchWriter, list_batches
 from airflow_cdc.core.config import ConnectorConfig, skipped_ops
-from airflow_cdc.core.errors import OffsetUnavailable, SchemaError
+from airflow_cdc.core.errors import OffsetUnavailable, SchemaError, ServerMisconfigured
 from airflow_cdc.core.events import now_us
 from airflow_cdc.core.filters import IncludeExclude, TableFilter
 from airflow_cdc.core.position import MySqlPosition, binlog_file_number
 from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot, read_budgeted
+from airflow_cdc.core.source import Capabilities, ChangeSource
 from airflow_cdc.sources.mysql import chunk_keys, client, offsets, snapshot
 from airflow_cdc.sources.mysql.flavour import GtidSet
 from airflow_cdc.sources.mysql.schema import SchemaHistory, load_tables
@@ -32,10 +34,11 @@ from airflow_cdc.sources.mysql.types import Modes
 log = logging.getLogger(__name__)
 
 
-class MySqlSource:
+class MySqlSource(ChangeSource):
     """One MySQL or MariaDB server captured from its binlog."""
 
     kind = "mysql"
+    capabilities = Capabilities(keeps_state=True, checks=offsets.CHECKS)
 
     def __init__(self, config: ConnectorConfig) -> None:
         self.config, self.name = config, config["name"]
@@ -89,7 +92,7 @@ class MySqlSource:
             chunk_keys.check_key(tdef, self.resolver.build(tdef).key_columns)
         self._snapshot_sinks = {}
 
-    def restore_state(self, data: dict[str, Any]) -> None:
+    def restore_state(self, data: Any) -> None:
         """Load the schema history kept in the connector state."""
         self.history.__init__(data.get("schema_history"))  # type: ignore[misc]
 
@@ -134,11 +137,12 @@ class MySqlSource:
             reason = "no stored offset"
         if offset is not None:
             available = client.binlog_files(self.conn)
-            start = self._resume(offset, available, committed=reason is None)
+            problem, relocate = self._restarted(offset, file, pos, gtids)
+            start = None if problem else self._resume(offset, available, reason is None, relocate)
             if start is not None:
                 self.epoch = next_epoch(offset, start)
                 return start, reason
-            problem = (
+            problem = problem or (
                 f"the stored offset {offset['file']}:{offset['pos']} (GTIDs {offset.get('gtids') or 'none'}) "
                 f"is not in the binlog of this server (server_id {self.info.server_id}, oldest file: "
                 f"{available[0] if available else 'none'}); the binlog was purged or the server changed"
@@ -154,16 +158,46 @@ class MySqlSource:
                 reason = problem
         self._start = (file, pos, client.gtids_at(self.conn, self.flavour, file, pos, gtids))
         start = self._coord(file, pos)
-        self.epoch = next_epoch(offset, start) if offset is not None else 0
+        if offset is None or reason == "no stored offset":
+            self.epoch = next_epoch(offset, start) if offset is not None else 0
+        else:  # a lost offset: the re-snapshot's completion voids everything below the new epoch
+            self.epoch = int(offset.get("epoch", 0)) + 1
         self.history.versions.clear()
         self._init_history(start, only_missing=False)
         return start, reason or "no stored offset"
 
-    def _resume(self, offset: dict[str, Any], available: list[str], committed: bool) -> int | None:
-        """The start coordinate of a stored offset on this server, or None when it cannot be found."""
+    def _restarted(self, offset: dict[str, Any], file: str, pos: int, gtids: str) -> tuple[str | None, bool]:
+        """``(why the stored offset is lost, whether to relocate it by GTIDs)`` when the binlog of the
+        server that wrote the offset now ends below it.
+
+        A binlog ending below the stored coordinates was restored from a backup or reset
+        (``RESET MASTER``): file names are reused for other events, so the coordinates mean nothing.
+        If the server still has every captured transaction (its GTID set covers the stored one), the
+        offset is found again by GTIDs; otherwise the server lost transactions that were captured.
+        """
+        same_server = int(offset.get("server_id") or self.info.server_id) == self.info.server_id
+        stored = client.coordinate(offset["file"], int(offset["pos"]))
+        if not same_server or client.coordinate(file, pos) >= stored:
+            return None, False
+        stored_gtids = GtidSet(offset.get("gtids") or "")
+        if stored_gtids and GtidSet(gtids).covers(stored_gtids):
+            return None, True
+        return (
+            f"the binlog of this server ends at {file}:{pos}, below the stored offset {offset['file']}:"
+            f"{offset['pos']}, and it lacks captured transactions (restored from a backup, or RESET MASTER)",
+            False,
+        )
+
+    def _resume(
+        self, offset: dict[str, Any], available: list[str], committed: bool, relocate: bool = False
+    ) -> int | None:
+        """The start coordinate of a stored offset on this server, or None when it cannot be found.
+
+        :param relocate: the stored coordinates are meaningless here: find the offset by GTIDs.
+        """
         stored_gtids = offset.get("gtids") or ""
         same_server = int(offset.get("server_id") or self.info.server_id) == self.info.server_id
-        if offset["file"] in available and (same_server or not stored_gtids):
+        if offset["file"] in available and (same_server or not stored_gtids) and not relocate:
             if not same_server:
                 log.warning(
                     "the stored offset is from server_id %s, this server is %s; no GTID set to locate "
@@ -189,13 +223,14 @@ class MySqlSource:
             file,
             offset["file"],
             offset["pos"],
-            "is on another server" if not same_server else "was purged",
+            "is on another server" if not same_server else "was reset" if relocate else "was purged",
         )
         self._start, self._skip = (file, 4, stored_gtids), stored
         start = self._coord(file, 4)
-        if not same_server:
-            self.history.versions.clear()  # coordinates of another server's binlog mean nothing here
-        self._init_history(start, only_missing=committed and same_server)
+        trusted = same_server and not relocate
+        if not trusted:
+            self.history.versions.clear()  # coordinates of another binlog mean nothing here
+        self._init_history(start, only_missing=committed and trusted)
         return start
 
     def _uncommitted_start(self) -> dict[str, Any] | None:
@@ -230,7 +265,7 @@ class MySqlSource:
         file, pos, _ = client.head(self.conn, self.flavour)
         return self._coord(file, pos)
 
-    def changes_after(self, offset: dict[str, Any] | None, check: str = "wal") -> bool:
+    def changes_after(self, offset: dict[str, Any] | None, check: str | None = None) -> bool:
         """Whether the server may hold changes past ``offset`` -- cheap, no event is read.
 
         See :func:`offsets.changes_after` for the checks (``binlog``/``wal``, ``gtid``).  No offset
@@ -240,16 +275,21 @@ class MySqlSource:
             return True
         conn = self.conn or client.connect(self.config)
         try:
-            return offsets.changes_after(conn, offset, check, self.gtid_filter)
+            return offsets.changes_after(conn, offset, check or "binlog", self.gtid_filter)
         finally:
             if conn is not self.conn:
                 conn.close()
 
-    def head(self) -> tuple[int, int]:
+    def head(self) -> int:
         file, pos, gtids = client.head(self.conn, self.flavour)
         self._head_gtids = gtids
-        coord = self._coord(file, pos)
-        return coord, coord
+        return self._coord(file, pos)
+
+    def describe_offset(self, offset: Any) -> str:
+        if not offset:
+            return "(none)"
+        epoch = f" (epoch {offset['epoch']})" if offset.get("epoch") else ""
+        return f"{offset.get('file')}:{offset.get('pos')}{epoch}"
 
     def offset_at(
         self, lsn: int, window: WindowResult | None, previous: dict[str, Any] | None
@@ -281,6 +321,35 @@ class MySqlSource:
         return read_budgeted(pending, self._tables, max_rows, chunk_size, self._read_chunk)
 
     def _read_chunk(self, snap: TableSnapshot, cursor: list | None, limit: int) -> ChunkRead:
+        """Read one chunk whose snapshot already holds every transaction below the window start.
+
+        With semi-synchronous replication (``AFTER_SYNC``) a transaction is in the binlog -- and
+        maybe emitted by an earlier window -- before the engine commits it; a chunk read meanwhile
+        would not contain it and could not be reconciled with a window that no longer holds it.
+        MariaDB's ``binlog_snapshot_position`` shows this (it lies below the window start): such a
+        chunk is read again once the commit completes.
+
+        :raises ServerMisconfigured: the snapshot stayed behind the window start for ``timeout``.
+        """
+        # no window start when verify reads the live table: nothing to reconcile with
+        start = client.coordinate(self._start[0], self._start[1]) if self._start[0] else 0
+        deadline = time.monotonic() + VISIBILITY_TIMEOUT
+        while True:
+            chunk = self._read_chunk_structured(snap, cursor, limit)
+            coord = chunk.watermark.coord
+            if coord is None or coord >= start:
+                return chunk
+            if time.monotonic() > deadline:
+                raise ServerMisconfigured(
+                    f"snapshot chunk of {snap.table}: the consistent snapshot stayed at binlog "
+                    f"{self.resolver.file_name(coord >> 32)}:{coord & 0xFFFFFFFF}, below the window start "
+                    f"{self._start[0]}:{self._start[1]}, for {VISIBILITY_TIMEOUT:.0f}s",
+                    hint="transactions are logged but not committed: check semi-synchronous replication "
+                    "(rpl_semi_sync_master_wait_point=AFTER_SYNC waiting for a replica's ACK)",
+                )
+            time.sleep(0.02)
+
+    def _read_chunk_structured(self, snap: TableSnapshot, cursor: list | None, limit: int) -> ChunkRead:
         for attempt in range(3):
             tdef = self._tables[snap.table]
             state = self.table_state(snap.table)
@@ -314,30 +383,34 @@ class MySqlSource:
     def reflects(self, watermark: snapshot.Watermark, txn_start: int) -> bool:
         return watermark.coord is not None and txn_start < watermark.coord
 
+    def _snapshot_sink(self, writer: BatchWriter, table: str) -> Any:
+        state = self.table_state(table)
+        key = (id(writer), state.name, state.signature)
+        sink = self._snapshot_sinks.get(key)
+        if sink is None or sink.closed:
+            sink = self._snapshot_sinks[key] = state.open_sink(writer, "snapshot")
+        return sink
+
+    def _snapshot_source(self, end_lsn: int) -> tuple:
+        file = self.resolver.file_name(end_lsn >> 32)
+        return (now_us() // 1000, self.info.server_id, None, file, end_lsn & 0xFFFFFFFF, 0, None, None)
+
     def write_snapshot_rows(
         self, writer: BatchWriter, chunk: ChunkRead, rows: pa.Table, end_lsn: int
     ) -> None:
         """Append a chunk's surviving rows as ``op=r`` positioned at the window end."""
         assert isinstance(chunk, snapshot.MySqlChunk)
-        state = self.table_state(chunk.snapshot.table)
-        key = (id(writer), state.name, state.signature)
-        sink = self._snapshot_sinks.get(key)
-        if sink is None or sink.closed:
-            sink = self._snapshot_sinks[key] = state.open_sink(writer, "snapshot")
+        sink = self._snapshot_sink(writer, chunk.snapshot.table)
         position = MySqlPosition(self.epoch, end_lsn >> 32, end_lsn & 0xFFFFFFFF, 0).sort_key()
-        ts_ms = now_us() // 1000
-        src = (
-            ts_ms,
-            self.info.server_id,
-            None,
-            self.resolver.file_name(end_lsn >> 32),
-            end_lsn & 0xFFFFFFFF,
-            0,
-            None,
-            None,
-        )
+        src = self._snapshot_source(end_lsn)
         for i in rows.column("__row").to_pylist():
             sink.append("r", None, chunk.rows[i], position, src)
+
+    def position_floor(self) -> bytes:
+        return MySqlPosition(self.epoch, 0, 0, 0).sort_key()
+
+    def write_purge(self, writer: BatchWriter, table: str, position: bytes, end: int) -> None:
+        self._snapshot_sink(writer, table).append("t", None, None, position, self._snapshot_source(end))
 
     # -- the change window ------------------------------------------------------------------
     def read_window(
@@ -365,7 +438,19 @@ class MySqlSource:
         if not self.config["include.schema.changes"]:
             result.manifest_extra = {}
         self.history.prune(from_lsn)
+        self._discover_tables()
         return result
+
+    def _discover_tables(self) -> None:
+        """Add captured tables that exist now but did not when the run opened (created or renamed
+        into the filters inside the window); the core snapshots them from the next run on."""
+        for name, tdef in load_tables(self.conn).items():
+            if name not in self._tables and self.filters.includes_table(_tid(tdef)):
+                log.info("new captured table %s: it will be snapshotted", name)
+                self._tables[name] = tdef
+
+
+VISIBILITY_TIMEOUT = 30.0
 
 
 def next_epoch(offset: dict[str, Any], start: int) -> int:

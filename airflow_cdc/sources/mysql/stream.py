@@ -46,6 +46,11 @@ class WindowResult:
     per_table: dict[str, dict[str, int]] = field(default_factory=dict)
     manifest_extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def end(self) -> int:
+        """The window's end coordinate (the source contract's name for ``end_lsn``)."""
+        return self.end_lsn
+
 
 class _Txn:
     __slots__ = (
@@ -135,6 +140,8 @@ class WindowReader:
                 self._begin(txn, start, gtid, data, server_id, file, file_no, standalone)
             elif etype == p.XID:
                 self._commit(txn, res, (file_no << 32) | log_pos)
+                if res.transactions == 1:
+                    failpoint("mid_window")  # crash tests: a window with at least one transaction read
             elif etype == p.QUERY:
                 self._query(data, txn, res, start, server_id, file, file_no, (file_no << 32) | log_pos)
             elif etype == p.MARIA_ANNOTATE_ROWS or etype == p.ROWS_QUERY:

@@ -284,12 +284,12 @@ Decoder_take(Decoder *d, PyObject *arg)
         return NULL;
     for (Py_ssize_t i = 0; i <= n; i++) {
         ((int32_t *)steps.p)[i] = (int32_t)i;
-        ((int32_t *)steps.p)[n + 1 + i] = (int32_t)(16 * i);
+        ((int32_t *)steps.p)[n + 1 + i] = (int32_t)(POS_LEN * i);
     }
     PyObject *out = Py_BuildValue(
         "(n{sn,sn,sn}NNNNNNNNNNN)", n, "c", r->counts[0], "u", r->counts[1], "d", r->counts[2],
         PyBytes_FromStringAndSize(steps.p, (n + 1) * 4), buf_bytes(&r->ops, n),
-        PyBytes_FromStringAndSize(steps.p + (n + 1) * 4, (n + 1) * 4), buf_bytes(&r->pos, n * 16),
+        PyBytes_FromStringAndSize(steps.p + (n + 1) * 4, (n + 1) * 4), buf_bytes(&r->pos, n * POS_LEN),
         buf_bytes(&r->ts, n * 8), buf_bytes(&r->xid, n * 8), buf_bytes(&r->lsn, n * 8),
         buf_bytes(&r->seqoff, (n + 1) * 4), buf_bytes(&r->seqdata, r->seqdata.len),
         image_take(r, &r->img[0]), image_take(r, &r->img[1]));
@@ -324,6 +324,25 @@ Decoder_set_seq(Decoder *d, PyObject *value, void *closure)
 }
 
 static PyObject *
+Decoder_get_epoch(Decoder *d, void *closure)
+{
+    return PyLong_FromUnsignedLong(d->txn.epoch);
+}
+
+static int
+Decoder_set_epoch(Decoder *d, PyObject *value, void *closure)
+{
+    unsigned long v = value ? PyLong_AsUnsignedLong(value) : 0;
+    if (value == NULL || (v == (unsigned long)-1 && PyErr_Occurred()) || v > 0xFFFFFFFFUL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "epoch must be an int in [0, 2**32)");
+        return -1;
+    }
+    d->txn.epoch = (uint32_t)v;
+    return 0;
+}
+
+static PyObject *
 Decoder_get_full(Decoder *d, void *closure)
 {
     if (d->full < 0)
@@ -354,6 +373,7 @@ static PyMethodDef Decoder_methods[] = {
 
 static PyGetSetDef Decoder_getset[] = {
     {"seq", (getter)Decoder_get_seq, (setter)Decoder_set_seq, "sequence number of the last event", NULL},
+    {"epoch", (getter)Decoder_get_epoch, (setter)Decoder_set_epoch, "position epoch of every event", NULL},
     {"full", (getter)Decoder_get_full, NULL, "relid of a full piece to take, or None", NULL},
     {"events", (getter)Decoder_get_events, NULL, "events decoded so far", NULL},
     {NULL, NULL, NULL, NULL, NULL},

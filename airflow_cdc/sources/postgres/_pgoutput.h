@@ -12,6 +12,9 @@
 
 #define MAX_TUPLE_COLS 65536
 
+/* __position bytes: epoch (4), commit LSN (8), sequence in the transaction (8), big-endian */
+#define POS_LEN 20
+
 typedef struct {
     char *p;
     Py_ssize_t len, cap;
@@ -45,6 +48,7 @@ typedef struct {
     int skip[3];  /* c, u, d not emitted */
     int active, has_prev;
     uint64_t final_lsn, prev;
+    uint32_t epoch; /* position epoch: prefixes every position (see core.position.PgPosition) */
     int64_t ts_us, xid, seq;
     Py_ssize_t events;
 } Txn;

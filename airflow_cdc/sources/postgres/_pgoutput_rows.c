@@ -223,11 +223,13 @@ put_i64(char *out, int64_t v)
 static int
 meta_put(Txn *tx, Rel *r, int op, int64_t change_lsn)
 {
-    unsigned char key[16];
+    unsigned char key[POS_LEN];
     uint64_t seq = (uint64_t)tx->seq;
+    for (int i = 0; i < 4; i++)
+        key[i] = (unsigned char)(tx->epoch >> (24 - 8 * i));
     for (int i = 0; i < 8; i++) {
-        key[i] = (unsigned char)(tx->final_lsn >> (56 - 8 * i));
-        key[8 + i] = (unsigned char)(seq >> (56 - 8 * i));
+        key[4 + i] = (unsigned char)(tx->final_lsn >> (56 - 8 * i));
+        key[12 + i] = (unsigned char)(seq >> (56 - 8 * i));
     }
     char text[64], *t = text;
     *t++ = '[';
@@ -243,7 +245,7 @@ meta_put(Txn *tx, Rel *r, int op, int64_t change_lsn)
         if (buf_put(&r->seqoff, &zero, 4) < 0)
             return -2;
     }
-    if (buf_put(&r->ops, &OPS[op], 1) < 0 || buf_put(&r->pos, key, 16) < 0
+    if (buf_put(&r->ops, &OPS[op], 1) < 0 || buf_put(&r->pos, key, POS_LEN) < 0
         || buf_put(&r->ts, &tx->ts_us, 8) < 0 || buf_put(&r->xid, &tx->xid, 8) < 0
         || buf_put(&r->lsn, &change_lsn, 8) < 0 || buf_put(&r->seqdata, text, t - text) < 0)
         return -2;
@@ -303,7 +305,7 @@ change_put(Txn *tx, Rel *r, const unsigned char *buf, Py_ssize_t len, int64_t ch
         rel_rollback(r, row);
         if (p == -1) {  /* the envelope buffers may hold part of this row: cut them back */
             r->ops.len = row;
-            r->pos.len = row * 16;
+            r->pos.len = row * POS_LEN;
             r->ts.len = r->xid.len = r->lsn.len = row * 8;
             r->seqoff.len = row ? (row + 1) * 4 : 0;
             r->seqdata.len = row ? ((int32_t *)r->seqoff.p)[row] : 0;

@@ -27,8 +27,10 @@ from airflow_cdc.core.errors import ConfigError, OffsetUnavailable, ServerMiscon
 from airflow_cdc.core.filters import TableFilter, TableId
 from airflow_cdc.core.position import PgPosition, format_pg_lsn, parse_pg_lsn
 from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot, read_budgeted
+from airflow_cdc.core.source import Capabilities, ChangeSource
 from airflow_cdc.sources.postgres import client, replication
 from airflow_cdc.sources.postgres import sql as q
+from airflow_cdc.sources.postgres.offsets import PgOffset, ServerIdentity, restart_problem, server_identity
 from airflow_cdc.sources.postgres.stream import WindowReader, WindowResult, prefix_filter
 from airflow_cdc.sources.postgres.tables import RelationState, build_state, source_constants
 from airflow_cdc.sources.postgres.types import HandlingModes
@@ -67,10 +69,11 @@ def parse_snapshot(text: str, lsn_after: int) -> Watermark:
     )
 
 
-class PostgresSource:
+class PostgresSource(ChangeSource):
     """One PostgreSQL database captured through one slot and one publication."""
 
     kind = "postgresql"
+    capabilities = Capabilities(acknowledges=True, checks=("wal", "slot"))
 
     def __init__(self, config: ConnectorConfig) -> None:
         self.config = config
@@ -91,6 +94,8 @@ class PostgresSource:
         self._snapshot_sinks: dict[tuple, Any] = {}
         self._table_states: dict[str, RelationState] = {}
         self._tables: dict[str, tuple[TableId, int]] = {}
+        self.epoch = 0  # PgPosition.epoch of this run's events
+        self._identity: ServerIdentity | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
     def open(self) -> None:
@@ -100,12 +105,9 @@ class PostgresSource:
         self.server = client.check_server(self.conn)
         self.catalog = client.Catalog(self.conn)
         via_root = self.config["publish.via.partition.root"]
-        self._tables = {str(t): (t, oid) for t, oid, _ in self.catalog.tables(self.filters, via_root)}
-        ordered: set[int] = set()
-        for tid, oid in self._tables.values():
-            meta = self.catalog.table_meta(tid, oid, self.filters)
-            self.catalog.check_select(meta)
-            self._check_key_order(meta, ordered)
+        self._tables = {}
+        self._ordered: set[int] = set()  # key types proved orderable in this run
+        self._discover_tables()
         replication.ensure_publication(
             self.conn,
             self.publication,
@@ -151,6 +153,19 @@ class PostgresSource:
     def tables(self) -> list[str]:
         return sorted(self._tables)
 
+    def _discover_tables(self) -> list[str]:
+        """Add captured tables the catalog has now (checked for a key and SELECT); returns the new ones."""
+        via_root = self.config["publish.via.partition.root"]
+        new = []
+        for tid, oid, _ in self.catalog.tables(self.filters, via_root):
+            if str(tid) not in self._tables:
+                meta = self.catalog.table_meta(tid, oid, self.filters)
+                self.catalog.check_select(meta)
+                self._check_key_order(meta, self._ordered)
+                self._tables[str(tid)] = (tid, oid)
+                new.append(str(tid))
+        return new
+
     @property
     def application_name(self) -> str:
         return f"airflow-cdc:{self.name}"
@@ -163,11 +178,17 @@ class PostgresSource:
     def start_offset(self, offset: dict[str, Any] | None, when_needed: bool) -> tuple[int, str | None]:
         """Resolve where this run's window starts; create the slot when there is none yet.
 
+        A slot left behind the stored offset (a crash between the state commit and the slot
+        advance) is advanced to it first: the offset is committed, so nothing is lost, and the
+        window then neither re-reads nor counts what the offset already covers.
+
         :returns: (start LSN, reason a full snapshot is needed or None).
-        :raises OffsetUnavailable: the stored offset cannot be read any more and
-            ``snapshot.mode`` is not ``when_needed``.
+        :raises OffsetUnavailable: the stored offset cannot be read any more (slot lost or ahead,
+            another cluster, another timeline, WAL below the offset) and ``snapshot.mode`` is not
+            ``when_needed``.
         """
         assert self.conn is not None
+        self._identity = server_identity(self.conn)
         info = replication.slot_info(self.conn, self.slot)
         if info is not None:
             replication.check_slot(info, self.dbname)
@@ -175,32 +196,65 @@ class PostgresSource:
             if info is None:
                 return replication.create_slot(self.conn, self.slot), "no stored offset"
             return info.confirmed_flush or 0, "no stored offset"
-        stored = parse_pg_lsn(offset["lsn"])
-        problem = None
-        if info is None:
+        stored = PgOffset.from_json(offset)
+        self.epoch = stored.epoch
+        problem = restart_problem(stored, self._identity)
+        if problem is not None:
+            pass
+        elif info is None:
             problem = f"replication slot {self.slot!r} no longer exists"
         elif info.wal_status == "lost":
             problem = f"replication slot {self.slot!r} has lost required WAL (wal_status=lost)"
-        elif info.confirmed_flush is not None and info.confirmed_flush > stored:
+        elif info.confirmed_flush is not None and info.confirmed_flush > stored.lsn:
             problem = (
                 f"replication slot {self.slot!r} is at {format_pg_lsn(info.confirmed_flush)}, past the "
                 f"stored offset {offset['lsn']}"
             )
         if problem is None:
-            return stored, None
+            if info is not None and info.confirmed_flush is not None and info.confirmed_flush < stored.lsn:
+                log.info("replication slot %r is behind the committed offset: advancing it", self.slot)
+                self.acknowledge(offset)
+            return stored.lsn, None
         if not when_needed:
             raise OffsetUnavailable(f"{problem}: changes since {offset['lsn']} cannot be read")
         log.warning("%s; snapshot.mode=when_needed: recreating the slot and re-snapshotting", problem)
-        replication.drop_slot(self.conn, self.slot)
+        # the log restarts: a new epoch keeps every new position above everything captured
+        self.epoch = stored.epoch + 1
+        if info is not None:
+            replication.drop_slot(self.conn, self.slot)
         return replication.create_slot(self.conn, self.slot), problem
 
-    def head(self) -> tuple[int, int]:
-        """(flush LSN, insert LSN) of the server now."""
+    def head(self) -> int:
+        """The server's flushed WAL position now."""
         assert self.conn is not None
-        flush, insert = self.conn.execute(q.HEAD_LSNS).fetchone()  # type: ignore[misc]
-        return parse_pg_lsn(flush), parse_pg_lsn(insert)
+        flush, _insert = self.conn.execute(q.HEAD_LSNS).fetchone()  # type: ignore[misc]
+        return parse_pg_lsn(flush)
 
-    def changes_after(self, offset: dict[str, Any] | None, check: str = "wal") -> bool:
+    def offset_at(
+        self, end: int, window: WindowResult | None, previous: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """The JSON offset of LSN ``end``: the last transaction of the window (else the previous
+        offset's), this run's epoch, and the server identity the LSN belongs to."""
+        last: dict[str, Any] = {}
+        if window is not None and window.last_commit_lsn is not None:
+            last = {"txid": window.last_xid, "last_commit_lsn": window.last_commit_lsn,
+                    "ts_usec": window.last_commit_ts_us}  # fmt: skip
+        elif previous is not None:
+            old = PgOffset.from_json(previous)
+            last = {"txid": old.txid, "last_commit_lsn": old.last_commit_lsn, "ts_usec": old.ts_usec}
+        ident = self._identity
+        return PgOffset(
+            end,
+            self.epoch,
+            system_id=ident.system_id if ident else None,
+            timeline=ident.timeline if ident else None,
+            **last,
+        ).to_json()
+
+    def describe_offset(self, offset: Any) -> str:
+        return PgOffset.from_json(offset).describe() if offset else "(none)"
+
+    def changes_after(self, offset: dict[str, Any] | None, check: str | None = None) -> bool:
         """Whether the source may hold changes past ``offset`` -- cheap, nothing decoded here.
 
         ``check="wal"`` compares the flushed WAL position with the offset (any WAL, also of other
@@ -208,12 +262,19 @@ class PostgresSource:
         peek at the slot for one published change past the offset.  No offset means yes (a snapshot
         is due).  Uses a connection of its own when the source is not open.
         """
+        check = check or "wal"
         if check not in ("wal", "slot"):
             raise ConfigError(f"changes check {check!r} is not supported; use 'wal' or 'slot'")
         if offset is None:
             return True
         conn = self.conn or client.connect(self.config)
         try:
+            if check == "slot":
+                # a slot left behind the offset would be peeked from below it: the one change the
+                # check looks at could be one the offset covers, and the check would never fire
+                info = replication.slot_info(conn, self.slot)
+                if info is None or (info.confirmed_flush or 0) < parse_pg_lsn(offset["lsn"]):
+                    return True
             query, args = changes_query(check, self.slot, self.publication, offset["lsn"])
             row = conn.execute(query, args).fetchone()
             return bool(row and row[0])
@@ -280,6 +341,29 @@ class PostgresSource:
         return read_budgeted(pending, self._tables, max_rows, chunk_size, self._read_chunk)
 
     def _read_chunk(self, snap: TableSnapshot, after: list | None, limit: int) -> ChunkRead:
+        """Read one chunk in a snapshot that hides no committed transaction.
+
+        A snapshot taken while a commit waits for a synchronous standby lists that transaction as
+        running although its commit is already in the WAL -- and maybe already emitted by an earlier
+        window, which the chunk could then not be reconciled with.  Such a chunk is read again once
+        the transaction became visible (normally milliseconds).
+
+        :raises ServerMisconfigured: a committed transaction stayed invisible for ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + VISIBILITY_TIMEOUT
+        while True:
+            try:
+                return self._read_chunk_once(snap, after, limit)
+            except _HiddenCommits as e:
+                if time.monotonic() > deadline:
+                    raise ServerMisconfigured(
+                        f"snapshot chunk of {snap.table}: transaction(s) {', '.join(e.xids)} committed but "
+                        f"stayed invisible for {VISIBILITY_TIMEOUT:.0f}s",
+                        hint="check synchronous_standby_names: a synchronous standby is not confirming",
+                    ) from None
+                time.sleep(0.02)
+
+    def _read_chunk_once(self, snap: TableSnapshot, after: list | None, limit: int) -> ChunkRead:
         assert self.conn is not None
         state = self.table_state(snap.table)
         tid = state.tid
@@ -297,7 +381,9 @@ class PostgresSource:
             # planner sorts the whole remaining range per chunk, which makes a snapshot quadratic
             self.conn.execute("SET LOCAL enable_sort = off")
             self.conn.execute("SET LOCAL enable_bitmapscan = off")
-            snap_text = self.conn.execute(q.SNAPSHOT_WATERMARK).fetchone()[0]  # type: ignore[index]
+            snap_text, hidden = self.conn.execute(q.SNAPSHOT_WATERMARK).fetchone()  # type: ignore[misc]
+            if hidden:
+                raise _HiddenCommits(hidden)
             if snap.max_key is None:
                 row = self.conn.execute(q.max_key(tid.schema, tid.table, order, snap.condition)).fetchone()
                 snap.max_key = list(row) if row else []
@@ -367,32 +453,48 @@ class PostgresSource:
             ),
             self.config["topic.prefix"] or self.name,
             self.dbname,
+            epoch=self.epoch,
         )
         try:
-            return reader.read(self.conn, self.slot, self.publication, from_lsn, upto_lsn, max_events)
+            result = reader.read(self.conn, self.slot, self.publication, from_lsn, upto_lsn, max_events)
         except psycopg.errors.ObjectInUse as e:
             raise ServerMisconfigured(
                 f"replication slot {self.slot!r} is in use by another process: {e.diag.message_primary}",
                 hint="make sure only one consumer uses the slot (slot.name)",
             ) from e
+        new = self._discover_tables()  # created (or newly matching) while the window was read
+        if new:
+            log.info("new captured table(s) %s: they will be snapshotted", ", ".join(new))
+        return result
 
     @staticmethod
     def reflects(watermark: Watermark, xid: int) -> bool:
         return watermark.sees(xid)
 
-    @staticmethod
-    def snapshot_position(end_lsn: int) -> bytes:
-        return PgPosition(end_lsn, 0).sort_key()
+    def snapshot_position(self, end_lsn: int) -> bytes:
+        return PgPosition(self.epoch, end_lsn, 0).sort_key()
+
+    def position_floor(self) -> bytes:
+        return PgPosition(self.epoch, 0, 0).sort_key()
+
+    def _snapshot_sink(self, writer: BatchWriter, table: str) -> Any:
+        state = self.table_state(table)
+        key = (id(writer), state.name, state.signature)
+        sink = self._snapshot_sinks.get(key)
+        if sink is None or sink.closed:
+            sink = self._snapshot_sinks[key] = state.open_sink(writer, kind="snapshot")
+        return sink
+
+    def write_purge(self, writer: BatchWriter, table: str, position: bytes, end: int) -> None:
+        ts = time.time_ns() // 1000
+        src = (ts // 1000, ts, ts * 1000, None, None, end)
+        self._snapshot_sink(writer, table).append("t", None, None, position, src)
 
     def write_snapshot_rows(
         self, writer: BatchWriter, chunk: ChunkRead, rows: pa.Table, end_lsn: int
     ) -> None:
         """Append a chunk's surviving rows as ``op=r``; chunks of a table share one part per batch."""
-        state = self.table_state(chunk.snapshot.table)
-        key = (id(writer), state.name, state.signature)
-        sink = self._snapshot_sinks.get(key)
-        if sink is None or sink.closed:
-            sink = self._snapshot_sinks[key] = state.open_sink(writer, kind="snapshot")
+        sink = self._snapshot_sink(writer, chunk.snapshot.table)
         ts = time.time_ns() // 1000
         sink.write_columnar(
             "r",
@@ -400,6 +502,14 @@ class PostgresSource:
             self.snapshot_position(end_lsn),
             (ts // 1000, ts, ts * 1000, None, None, end_lsn),
         )
+
+
+VISIBILITY_TIMEOUT = 30.0
+
+
+class _HiddenCommits(Exception):
+    def __init__(self, xids: list[str]) -> None:
+        self.xids = xids
 
 
 def changes_query(check: str, slot: str, publication: str, lsn: str) -> tuple[str, tuple[str, ...]]:

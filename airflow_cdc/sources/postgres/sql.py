@@ -77,7 +77,13 @@ FROM pg_type t WHERE t.oid = %s
 
 TABLE_PRIVILEGE = "SELECT has_table_privilege(%s::oid, 'SELECT')"
 
-SNAPSHOT_WATERMARK = "SELECT pg_current_snapshot()::text"
+#: The chunk's snapshot, and the transactions it lists as running although they have committed:
+#: with synchronous replication a commit is logged (and may already be captured by an earlier
+#: window) but stays invisible until the standby confirms.
+SNAPSHOT_WATERMARK = (
+    "SELECT pg_current_snapshot()::text, ARRAY(SELECT x::text FROM pg_snapshot_xip(pg_current_snapshot()) x "
+    "WHERE pg_xact_status(x) = 'committed')"
+)
 
 INSERT_LSN = "SELECT pg_current_wal_insert_lsn()::text"
 

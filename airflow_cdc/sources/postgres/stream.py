@@ -54,6 +54,12 @@ class WindowResult:
     last_xid: int | None = None
     last_commit_ts_us: int | None = None
     per_table: dict[str, dict[str, int]] = field(default_factory=dict)
+    manifest_extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def end(self) -> int:
+        """The window's end coordinate (the source contract's name for ``end_lsn``)."""
+        return self.end_lsn
 
 
 class WindowReader:
@@ -69,8 +75,10 @@ class WindowReader:
         message_filter: Callable[[str], bool],
         connector_name: str,
         dbname: str,
+        epoch: int = 0,
     ) -> None:
         self._relation_state = relation_state
+        self.epoch = epoch  # PgPosition.epoch of every event of this window
         self.writer, self.tracker = writer, tracker
         self.skipped, self.provide_txn, self.message_filter = skipped, provide_txn, message_filter
         self.rels: dict[int, RelationState] = {}
@@ -80,6 +88,8 @@ class WindowReader:
         # the compiled decoder takes the row changes of relations whose events need no per-event
         # Python work (no snapshot key tracking, no transaction blocks); None: pure Python only
         self.native = None if provide_txn else native_decoder(writer.piece_rows, skipped)
+        if self.native is not None:
+            self.native.epoch = epoch
         self.native_rels: dict[int, RelationState] = {}
         self.events = 0
         self.last_commit_end: int | None = None
@@ -98,7 +108,7 @@ class WindowReader:
         res = WindowResult(end_lsn=upto_lsn)
         progress = Progress("change window", total=max(upto_lsn - from_lsn, 1), unit="WAL bytes")
         rows = 0
-        st = _TxnState()
+        st = _TxnState(self.epoch)
         with conn.transaction(), conn.cursor(name="airflow_cdc_window", binary=True) as cur:
             cur.execute(q.peek_changes(slot, format_pg_lsn(upto_lsn), max_events, publication))
             # closed explicitly: the fetching thread must be gone before the cursor closes
@@ -308,7 +318,7 @@ class WindowReader:
         else:
             if msg.lsn < from_lsn:
                 return
-            pos, ts_us, xid = PgPosition(msg.lsn, 0).sort_key(), now_us(), None
+            pos, ts_us, xid = PgPosition(self.epoch, msg.lsn, 0).sort_key(), now_us(), None
         src = dict(
             self.consts,
             ts_ms=ts_us // 1000,
@@ -367,9 +377,11 @@ class _TxnState:
         "per_table",
         "txn_id",
         "info",
+        "epoch",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, epoch: int = 0) -> None:
+        self.epoch = epoch
         self.active = False
         self.prev_commit: int | str = ""
         self.seq = 0
@@ -381,7 +393,7 @@ class _TxnState:
         self.xid, self.commit_lsn = begin.xid, begin.final_lsn
         self.ts_us = begin.commit_ts_us
         self.seq = 0
-        self.commit_key = begin.final_lsn.to_bytes(8, "big")
+        self.commit_key = self.epoch.to_bytes(4, "big") + begin.final_lsn.to_bytes(8, "big")
         if last_commit is not None:
             self.prev_commit = last_commit
         self.per_table: dict[str, int] = {}

@@ -85,7 +85,7 @@ def test_ops_envelope_and_replica_identity(pg_db, shape):
     last_commit, lsn = json.loads(src["sequence"])
     assert int(lsn) == src["lsn"]
     # transaction metadata: id "txId:LSN", total order across tables, order within the table
-    assert insert["transaction"]["id"] == f"{src['txId']}:{int.from_bytes(insert['__position'][:8], 'big')}"
+    assert insert["transaction"]["id"] == f"{src['txId']}:{int.from_bytes(insert['__position'][4:12], 'big')}"
     assert insert["transaction"]["total_order"] == 1 and f[0]["transaction"]["total_order"] == 2
     assert f[0]["transaction"]["data_collection_order"] == 1
     # positions strictly increase in log order

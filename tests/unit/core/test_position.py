@@ -19,7 +19,11 @@ def test_lsn_rejects_garbage(bad):
 def test_sort_key_order_equals_typed_order():
     rng = random.Random(7)
     positions = [
-        PgPosition(rng.choice([0, 1, 255, 256, 2**32, 2**40 + 5, 2**64 - 1]), rng.randrange(0, 2**20))
+        PgPosition(
+            rng.choice([0, 1, 7, 2**32 - 1]),
+            rng.choice([0, 1, 255, 256, 2**32, 2**40 + 5, 2**64 - 1]),
+            rng.randrange(0, 2**20),
+        )
         for _ in range(500)
     ]
     assert sorted(positions) == sorted(positions, key=PgPosition.sort_key)
@@ -30,6 +34,12 @@ def test_sort_key_order_equals_typed_order():
 
 def test_commit_lsn_dominates_sequence():
     # a later transaction with a small sequence sorts after an earlier one with a large sequence
-    assert PgPosition(0x200, 1).sort_key() > PgPosition(0x1FF, 10**9).sort_key()
+    assert PgPosition(0, 0x200, 1).sort_key() > PgPosition(0, 0x1FF, 10**9).sort_key()
     # text order would get this wrong: "9/0" > "10/0" as strings
-    assert PgPosition(parse_pg_lsn("10/0"), 1) > PgPosition(parse_pg_lsn("9/0"), 1)
+    assert PgPosition(0, parse_pg_lsn("10/0"), 1) > PgPosition(0, parse_pg_lsn("9/0"), 1)
+
+
+def test_epoch_dominates_lsn():
+    # after a restore the log restarts lower: the new epoch keeps every new event after the old ones
+    assert PgPosition(1, 0x10, 1).sort_key() > PgPosition(0, 2**64 - 1, 2**64 - 1).sort_key()
+    assert len(PgPosition(3, 5, 7).sort_key()) == 20

@@ -1,0 +1,254 @@
+"""The change-source contract and the registry through which sources plug into the core.
+
+A source is a package under ``airflow_cdc.sources`` (or any installed distribution exposing an
+``airflow_cdc.sources`` entry point) that registers a :class:`SourceSpec`: its connector name and
+aliases, how to validate its configuration, and how to build its :class:`ChangeSource`.  The core
+never imports a source by name; it asks the registry.
+
+Coordinates.  Inside a run a source speaks in *coordinates*: opaque values it hands out
+(``start_offset``, ``head``, chunk watermarks, the window end) and that the core only compares with
+each other (``<``, ``>=``, ``max``) and hands back.  They must be totally ordered within one run.
+The durable form is the source's JSON *offset* (``offset_at``): the core stores it and gives it back
+at the next run; it never looks inside.
+
+Positions.  Every staged event carries ``__position``, a fixed-width byte string whose byte order is
+the event order of the connector for its whole life -- including across restores, failovers and
+re-snapshots: a source prefixes an *epoch* that it raises whenever its log restarts at lower
+coordinates, so new events always sort after everything captured before.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any, ClassVar
+
+from airflow_cdc.core.config import ConnectorConfig
+from airflow_cdc.core.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+#: Entry-point group of third-party sources; built-ins register when ``airflow_cdc.sources`` loads.
+ENTRY_POINT_GROUP = "airflow_cdc.sources"
+_BUILTIN_PACKAGE = "airflow_cdc.sources"
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a source does beyond the required contract, declared rather than probed.
+
+    :param acknowledges: the server keeps the log for us until :meth:`ChangeSource.acknowledge`
+        (a PostgreSQL slot); False: the server's own retention decides (binlog, CDC cleanup job).
+    :param keeps_state: the source keeps state besides its offset (e.g. MySQL's schema history):
+        :meth:`ChangeSource.restore_state` / :meth:`ChangeSource.extra_state` carry it.
+    :param chunked_snapshots: snapshots are key-ordered chunks reconciled by the core against the
+        window (:meth:`ChangeSource.read_chunks`, ``reflects``, ``write_snapshot_rows``); False: the
+        source snapshots natively inside its window (Vitess's copy phase) from the pending list.
+    :param checks: names of the cheap change checks :meth:`ChangeSource.changes_after` accepts; the
+        first is the default.
+    """
+
+    acknowledges: bool = False
+    keeps_state: bool = False
+    chunked_snapshots: bool = True
+    checks: tuple[str, ...] = ("wal",)
+
+
+class ChangeSource(abc.ABC):
+    """One captured database, opened for one capture run (or one sensor check / commit).
+
+    Contract, for every source:
+
+    * **Non-consuming windows.**  ``read_window`` reads from a coordinate without consuming
+      anything: re-reading the same window (after a crash) yields the same events.  Only
+      ``acknowledge`` lets the server free log, and only up to an offset already committed.
+    * **Whole transactions.**  A window ends on a transaction boundary (``max_events`` bounds it at
+      transaction granularity), so a committed offset never splits a transaction.
+    * **Ordering.**  Events get ``__position`` bytes in strictly increasing order across windows and
+      epochs; snapshot rows of a chunk sit after every event of the window that holds its
+      watermark and before any later event.
+    * **Never backward.**  ``offset_at`` of a window end never precedes the start offset;
+      ``acknowledge`` never moves the server's position backward and works on a closed source.
+    * **Watermarks are exact.**  ``reflects(watermark, txn)`` says exactly whether a chunk read with
+      ``watermark`` already contains transaction ``txn`` of the window; a chunk that cannot be made
+      exact for its window is re-read or deferred, never emitted stale.
+    * **Errors.**  Everything raised is an :class:`airflow_cdc.core.errors.CdcError` naming the
+      table/column/setting at fault; nothing is acknowledged on an error.
+    """
+
+    kind: ClassVar[str]
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+    # -- life cycle ---------------------------------------------------------------------------
+    @abc.abstractmethod
+    def open(self) -> None:
+        """Connect, check server settings and privileges, discover the captured tables."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release connections; safe to call twice or after a failed ``open``."""
+
+    def heartbeat(self) -> None:  # noqa: B027 (optional hook)
+        """Run ``heartbeat.action.query`` or the source's equivalent (once per capture run)."""
+
+    @abc.abstractmethod
+    def tables(self) -> list[str]:
+        """Captured tables (``schema.table``) known now; may grow during ``read_window``."""
+
+    def restore_state(self, data: Mapping[str, Any]) -> None:  # noqa: B027 (optional hook)
+        """Load state kept besides the offset (only with ``capabilities.keeps_state``)."""
+
+    def extra_state(self) -> dict[str, Any]:
+        """State to commit besides the offset (only with ``capabilities.keeps_state``)."""
+        return {}
+
+    # -- offsets ------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def start_offset(self, offset: dict[str, Any] | None, when_needed: bool) -> tuple[Any, str | None]:
+        """Resolve where the window starts: ``(coordinate, reason a full snapshot is needed)``.
+
+        :raises OffsetUnavailable: the stored offset cannot be read and ``when_needed`` is false.
+        """
+
+    @abc.abstractmethod
+    def head(self) -> Any:
+        """The coordinate up to which the server has durably logged changes now."""
+
+    @abc.abstractmethod
+    def offset_at(self, end: Any, window: Any, previous: dict[str, Any] | None) -> dict[str, Any]:
+        """The JSON offset of coordinate ``end`` (a window end, or a start with ``window=None``)."""
+
+    @abc.abstractmethod
+    def describe_offset(self, offset: Mapping[str, Any] | None) -> str:
+        """A short human form of a JSON offset, for logs."""
+
+    def acknowledge(self, offset: dict[str, Any]) -> None:  # noqa: B027 (optional hook)
+        """Let the server free log up to a committed ``offset`` (only with ``acknowledges``)."""
+
+    @abc.abstractmethod
+    def changes_after(self, offset: dict[str, Any] | None, check: str | None = None) -> bool:
+        """Whether the source may hold captured changes past ``offset``; cheap, decodes nothing.
+
+        May over-report (one empty batch), never under-report.  Works on a closed source.
+        """
+
+    # -- snapshots and the window -------------------------------------------------------------
+    def read_chunks(self, pending: list, max_rows: int, chunk_size: int) -> list:
+        """Key-ordered chunks of the pending table snapshots (``chunked_snapshots`` sources)."""
+        raise NotImplementedError(f"{self.kind} does not read snapshot chunks")
+
+    def reflects(self, watermark: Any, txn: Any) -> bool:
+        """Whether a chunk read at ``watermark`` contains transaction ``txn``."""
+        raise NotImplementedError(f"{self.kind} does not read snapshot chunks")
+
+    def write_snapshot_rows(self, writer: Any, chunk: Any, rows: Any, end: Any) -> None:
+        """Stage a chunk's surviving rows as ``op=r`` positioned at window end ``end``."""
+        raise NotImplementedError(f"{self.kind} does not read snapshot chunks")
+
+    @abc.abstractmethod
+    def position_floor(self) -> bytes:
+        """The smallest ``__position`` of the current epoch (every event of this run is above it)."""
+
+    @abc.abstractmethod
+    def write_purge(self, writer: Any, table: str, position: bytes, end: Any) -> None:
+        """Stage a truncate of ``table`` at ``position``: silver drops every row captured below it.
+
+        Emitted when a re-snapshot after a lost offset completes: every row the source still has
+        was re-captured above ``position``; anything older is gone from the source.
+        """
+
+    @abc.abstractmethod
+    def read_window(self, start: Any, upto: Any, writer: Any, tracker: Any, max_events: int) -> Any:
+        """Stage the change window ``[start, upto)`` (whole transactions, at most about
+        ``max_events``), reporting every windowed change of a chunked table to ``tracker``.
+
+        Returns a result with ``end`` (coordinate), ``events``, ``per_table``, ``messages`` and
+        ``manifest_extra``.
+        """
+
+    def encoded_chunks(self, table: str, chunk_size: int) -> Iterator[Any]:
+        """The live table in key order, encoded like captured rows (``verify``)."""
+        raise NotImplementedError(f"{self.kind} cannot be verified")
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """How one kind of source plugs in.
+
+    :param kind: the canonical connector name (``connector: <kind>``).
+    :param aliases: other accepted names (Debezium ``connector.class`` values ...), each mapped to
+        the connector name it stands for (often ``kind``; MariaDB maps to ``mariadb``).
+    :param build_config: validate raw properties into a :class:`ConnectorConfig`.
+    :param build_source: make the source of a validated config.
+    """
+
+    kind: str
+    aliases: Mapping[str, str]
+    build_config: Callable[[Mapping[str, Any]], ConnectorConfig]
+    build_source: Callable[[ConnectorConfig], ChangeSource]
+    names: tuple[str, ...] = ()  # further canonical connector names served (e.g. mariadb)
+
+
+_SPECS: dict[str, SourceSpec] = {}
+_NAMES: dict[str, tuple[str, SourceSpec]] = {}
+_loaded = False
+
+
+def register_source(spec: SourceSpec) -> None:
+    """Make a source known.  Registering the same spec again is a no-op.
+
+    :raises ValueError: another spec already claims one of its names.
+    """
+    claims = {spec.kind: spec.kind, **{n: n for n in spec.names}, **dict(spec.aliases)}
+    for name, canonical in claims.items():
+        held = _NAMES.get(name.lower())
+        if held is not None and held[1] is not spec:
+            raise ValueError(f"connector name {name!r} is already registered by {held[1].kind!r}")
+        _NAMES[name.lower()] = (canonical, spec)
+    _SPECS[spec.kind] = spec
+
+
+def _load() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    importlib.import_module(_BUILTIN_PACKAGE)  # built-in sources register themselves
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            spec = ep.load()
+        except Exception as e:  # a broken plugin must not hide the built-ins
+            log.warning("source plugin %s could not be loaded: %s", ep.value, e)
+            continue
+        register_source(spec)
+
+
+def known_connectors() -> list[str]:
+    """Canonical connector names of every registered source."""
+    _load()
+    return sorted({canonical for canonical, _ in _NAMES.values()})
+
+
+def resolve_connector(raw: Mapping[str, Any]) -> tuple[str, SourceSpec]:
+    """The canonical connector name and spec of raw properties (``connector`` or ``connector.class``).
+
+    :raises ConfigError: missing or unknown connector.
+    """
+    _load()
+    given = str(raw.get("connector") or raw.get("connector.class") or "")
+    found = _NAMES.get(given.lower())
+    if found is None:
+        raise ConfigError(
+            f"property 'connector': {given or '(missing)'!r} is not a supported source; "
+            f"supported: {', '.join(known_connectors())}"
+        )
+    return found
+
+
+def source_spec(config: ConnectorConfig) -> SourceSpec:
+    """The spec serving a validated config."""
+    return resolve_connector({"connector": config["connector"]})[1]
