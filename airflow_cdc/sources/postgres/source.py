@@ -91,6 +91,9 @@ class PostgresSource:
         self._snapshot_sinks: dict[tuple, Any] = {}
         self._table_states: dict[str, RelationState] = {}
         self._tables: dict[str, tuple[TableId, int]] = {}
+        #: (last commit LSN, source timestamp in µs) the stored offset ends with: the first
+        #: events of the next window show them as Debezium's restored offset context does
+        self._resume: tuple[int | None, int | None] = (None, None)
 
     # -- lifecycle --------------------------------------------------------------------------
     def open(self) -> None:
@@ -145,6 +148,7 @@ class PostgresSource:
         info = replication.slot_info(self.conn, self.slot)
         if info is not None:
             replication.check_slot(info, self.dbname)
+        self._resume = _resume_facts(offset)
         if offset is None:
             if info is None:
                 return replication.create_slot(self.conn, self.slot), "no stored offset"
@@ -165,6 +169,7 @@ class PostgresSource:
         if not when_needed:
             raise OffsetUnavailable(f"{problem}: changes since {offset['lsn']} cannot be read")
         log.warning("%s; snapshot.mode=when_needed: recreating the slot and re-snapshotting", problem)
+        self._resume = (None, None)
         replication.drop_slot(self.conn, self.slot)
         return replication.create_slot(self.conn, self.slot), problem
 
@@ -313,14 +318,18 @@ class PostgresSource:
             ),
             self.config["topic.prefix"] or self.name,
             self.dbname,
+            self._resume,
         )
         try:
-            return reader.read(self.conn, self.slot, self.publication, from_lsn, upto_lsn, max_events)
+            res = reader.read(self.conn, self.slot, self.publication, from_lsn, upto_lsn, max_events)
         except psycopg.errors.ObjectInUse as e:
             raise ServerMisconfigured(
                 f"replication slot {self.slot!r} is in use by another process: {e.diag.message_primary}",
                 hint="make sure only one consumer uses the slot (slot.name)",
             ) from e
+        if res.last_commit_lsn is not None:
+            self._resume = (res.last_commit_lsn, res.last_commit_ts_us)
+        return res
 
     @staticmethod
     def reflects(watermark: Watermark, xid: int) -> bool:
@@ -346,6 +355,13 @@ class PostgresSource:
             self.snapshot_position(end_lsn),
             (ts // 1000, ts, ts * 1000, None, None, end_lsn),
         )
+
+
+def _resume_facts(offset: dict[str, Any] | None) -> tuple[int | None, int | None]:
+    if not offset:
+        return None, None
+    last_commit, ts_us = offset.get("last_commit_lsn"), offset.get("ts_usec")
+    return (parse_pg_lsn(last_commit) if last_commit else None), (int(ts_us) if ts_us is not None else None)
 
 
 def changes_query(check: str, slot: str, publication: str, lsn: str) -> tuple[str, tuple[str, ...]]:
