@@ -26,13 +26,14 @@ from airflow_cdc.core.config import ConnectorConfig
 from airflow_cdc.core.errors import ConfigError
 from airflow_cdc.core.state import StateStore, open_state_store
 
-SOURCES = ("postgresql", "mysql")
+#: ``mariadb`` is served by the MySQL source; it is kept apart because Debezium's MariaDB
+#: connector names itself ``mariadb`` in ``source.connector``.
+SOURCES = ("postgresql", "mysql", "mariadb")
 _CLASS_ALIASES = {
     "io.debezium.connector.postgresql.PostgresConnector": "postgresql",
     "postgres": "postgresql",
     "io.debezium.connector.mysql.MySqlConnector": "mysql",
-    "io.debezium.connector.mariadb.MariaDbConnector": "mysql",
-    "mariadb": "mysql",
+    "io.debezium.connector.mariadb.MariaDbConnector": "mariadb",
 }
 
 
@@ -73,7 +74,7 @@ def build_config(raw: Mapping[str, Any]) -> ConnectorConfig:
         from airflow_cdc.sources.postgres.config import pg_config
 
         return pg_config(values)
-    if kind == "mysql":
+    if kind in ("mysql", "mariadb"):
         from airflow_cdc.sources.mysql.config import mysql_config
 
         return mysql_config(values)
@@ -85,7 +86,7 @@ def build_source(config: ConnectorConfig) -> ChangeSource:
         from airflow_cdc.sources.postgres.source import PostgresSource
 
         return PostgresSource(config)
-    if config["connector"] == "mysql":
+    if config["connector"] in ("mysql", "mariadb"):
         from airflow_cdc.sources.mysql.source import MySqlSource
 
         return MySqlSource(config)

@@ -78,7 +78,7 @@ class MySqlSource:
             self.filters,
             self.modes,
             self.history,
-            source_constants(self.config["topic.prefix"] or self.name),
+            source_constants(self.config["topic.prefix"] or self.name, self.config["connector"]),
             self.flavour.json_decoder(),
             self.config["inconsistent.schema.handling.mode"],
             self.files,
@@ -310,9 +310,9 @@ class MySqlSource:
         if sink is None or sink.closed:
             sink = self._snapshot_sinks[key] = state.open_sink(writer, "snapshot")
         position = MySqlPosition(self.epoch, end_lsn >> 32, end_lsn & 0xFFFFFFFF, 0).sort_key()
-        ts_ms = now_us() // 1000
+        ts_us = now_us()
         src = (
-            ts_ms,
+            ts_us // 1000,
             self.info.server_id,
             None,
             self.resolver.file_name(end_lsn >> 32),
@@ -320,6 +320,8 @@ class MySqlSource:
             0,
             None,
             None,
+            ts_us,
+            ts_us * 1000,
         )
         for i in rows.column("__row").to_pylist():
             sink.append("r", None, chunk.rows[i], position, src)
