@@ -328,18 +328,7 @@ class WindowReader:
             # commit time, or the stored offset's (SourceInfo.update ignores a null commit time)
             ts_us = self.last_ts_us if self.last_ts_us is not None else now_us()
             pos, xid = PgPosition(msg.lsn, 0).sort_key(), None
-        src = dict(
-            self.consts,
-            ts_ms=ts_us // 1000,
-            ts_us=ts_us,
-            ts_ns=ts_us * 1000,
-            snapshot="false",
-            sequence=sequence(st.prev_commit, msg.lsn),
-            schema="",
-            table="",
-            txId=xid,
-            lsn=msg.lsn,
-        )
+        src = self._message_source(ts_us, sequence(st.prev_commit, msg.lsn), xid, msg.lsn)
         self.messages.append(
             {
                 "op": "m",
@@ -354,6 +343,20 @@ class WindowReader:
             }
         )
         res.messages += 1
+
+    def _message_source(self, ts_us: int, seq: str, xid: int | None, lsn: int) -> dict[str, Any]:
+        return dict(
+            self.consts,
+            ts_ms=ts_us // 1000,
+            ts_us=ts_us,
+            ts_ns=ts_us * 1000,
+            snapshot="false",
+            sequence=seq,
+            schema="",
+            table="",
+            txId=xid,
+            lsn=lsn,
+        )
 
     def _flush_messages(self) -> None:
         if not self.messages:
