@@ -249,7 +249,9 @@ class ConnectorConfig:
 COMMON_PROPERTIES: tuple[Property, ...] = (
     Property("name", "str", required=True, doc="Unique connector name; keys the stored state."),
     Property(
-        "connector", "str", doc="Source kind (also accepts `connector.class`); supported: postgresql, mysql."
+        "connector",
+        "str",
+        doc="Source kind (also accepts `connector.class`); supported: postgresql, mysql, mariadb.",
     ),
     Property("topic.prefix", "str", doc="Logical server name used in `source.name`; defaults to `name`."),
     Property("database.hostname", "str", "127.0.0.1", "Database server host."),

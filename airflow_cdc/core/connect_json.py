@@ -7,7 +7,8 @@ JSON schema fragment and a converted Python value into the JSON payload value, w
 converter's defaults (``decimal.format=BASE64``, ``schemas.enable=true``):
 
 * ``Decimal`` -> base64 of the unscaled value's big-endian two's complement bytes;
-* BYTES -> base64; FLOAT NaN/Infinity -> the strings Jackson writes for them;
+* BYTES -> base64; FLOAT32 -> the number Java's ``Float.toString`` prints; NaN/Infinity ->
+  the strings Jackson writes for them;
 * MAP with STRING keys -> JSON object, other keys -> array of ``[key, value]`` pairs;
 * STRUCT -> object in schema field order; ARRAY -> list.
 
@@ -19,11 +20,12 @@ from __future__ import annotations
 import base64
 import json
 import math
-import struct
 from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
+
+from airflow_cdc.core.java_numbers import java_float_value
 
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
 
@@ -121,22 +123,15 @@ def decimal_unscaled(value: Decimal, scale: int) -> int:
     return -unscaled if sign else unscaled
 
 
-def _float32_shortest(value: float) -> float:
-    # FLOAT32 prints as Java's Float.toString: the shortest decimal that reads back as this float
-    packed = struct.pack("<f", value)
-    for digits in range(1, 10):
-        candidate = float(f"{value:.{digits}g}")
-        if struct.pack("<f", candidate) == packed:
-            return candidate
-    return value
-
-
 def _render_float(value: float, ctype: str) -> float | str:
+    # JsonConverter writes FLOAT32 through Jackson as Java's Float.toString text (see
+    # core.java_numbers); returning that decimal as a Python float gives a JSON reader the
+    # same number.  Jackson quotes the non-finite values (WRITE_NAN_AS_STRINGS, on by default).
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):
         return "Infinity" if value > 0 else "-Infinity"
-    return _float32_shortest(value) if ctype == "float32" else value
+    return java_float_value(value) if ctype == "float32" else value
 
 
 def _render_map(value: Any, field: pa.Field) -> Any:

@@ -81,7 +81,7 @@ class MySqlSource(ChangeSource):
             self.filters,
             self.modes,
             self.history,
-            source_constants(self.config["topic.prefix"] or self.name),
+            source_constants(self.config["topic.prefix"] or self.name, self.config["connector"]),
             self.flavour.json_decoder(),
             self.config["inconsistent.schema.handling.mode"],
             self.files,
@@ -392,8 +392,10 @@ class MySqlSource(ChangeSource):
         return sink
 
     def _snapshot_source(self, end_lsn: int) -> tuple:
-        file = self.resolver.file_name(end_lsn >> 32)
-        return (now_us() // 1000, self.info.server_id, None, file, end_lsn & 0xFFFFFFFF, 0, None, None)
+        """Varying ``source`` values (``tables.VARYING``) of rows staged at window end ``end_lsn``."""
+        file, ts_us = self.resolver.file_name(end_lsn >> 32), now_us()
+        pos = end_lsn & 0xFFFFFFFF
+        return (ts_us // 1000, self.info.server_id, None, file, pos, 0, None, None, ts_us, ts_us * 1000)
 
     def write_snapshot_rows(
         self, writer: BatchWriter, chunk: ChunkRead, rows: pa.Table, end_lsn: int

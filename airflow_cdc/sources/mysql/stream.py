@@ -77,7 +77,12 @@ def expand_events(rows: list[tuple]) -> tuple[list[bytes], list[tuple], list | N
     events: ``(ts_ms, server_id, gtid, file, epoch << 32 | file_no, thread, query)``.
     """
     positions = [_POS(r[3][4], r[4], r[5]) for r in rows]
-    source = [(i[0], i[1], i[2], i[3], r[4], r[5], i[5], i[6]) for r in rows for i in (r[3],)]
+    # ts_us/ts_ns: Debezium derives all three from the binlog event's time (whole seconds)
+    source = [
+        (i[0], i[1], i[2], i[3], r[4], r[5], i[5], i[6], i[0] * 1000, i[0] * 1_000_000)
+        for r in rows
+        for i in (r[3],)
+    ]
     return positions, source, [r[6] for r in rows]
 
 
@@ -241,9 +246,9 @@ class WindowReader:
             self._commit(txn, res, end)
             return
         if not txn.start:
-            self._begin(txn, start, None, data, server_id, file, file_no, True, query.thread_id)
-        else:
-            txn.info = txn.info[:5] + (query.thread_id, txn.info[6])
+            # Debezium takes source.thread only from a BEGIN query event and clears it at every
+            # commit (BinlogStreamingChangeEventSource), so a DDL's TRUNCATE event has none
+            self._begin(txn, start, None, data, server_id, file, file_no, True)
         if not txn.covered:
             self._ddl(query, txn, start, file, file_no)
         if txn.standalone or txn.gtid is None:

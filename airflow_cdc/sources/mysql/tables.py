@@ -40,7 +40,8 @@ from airflow_cdc.sources.mysql.types import META_MYSQL_TYPE, Modes, MySqlCodec, 
 
 log = logging.getLogger(__name__)
 
-#: MySQL ``source`` block, exactly Debezium's fields (Debezium 2.3 MySQL connector).
+#: MySQL / MariaDB ``source`` block: Debezium 3.3's fields in its order (SchemaFactory's common
+#: fields -- ``ts_us``/``ts_ns`` after ``sequence`` -- then BinlogSourceInfoStructMaker's).
 SOURCE_TYPE = pa.struct(
     [
         pa.field(n, t)
@@ -52,6 +53,8 @@ SOURCE_TYPE = pa.struct(
             ("snapshot", pa.string()),
             ("db", pa.string()),
             ("sequence", pa.string()),
+            ("ts_us", pa.int64()),
+            ("ts_ns", pa.int64()),
             ("table", pa.string()),
             ("server_id", pa.int64()),
             ("gtid", pa.string()),
@@ -63,7 +66,8 @@ SOURCE_TYPE = pa.struct(
         )
     ]
 )
-VARYING = ("ts_ms", "server_id", "gtid", "file", "pos", "row", "thread", "query")
+#: the per-event ``source`` values, in the order of the tuples the readers build
+VARYING = ("ts_ms", "server_id", "gtid", "file", "pos", "row", "thread", "query", "ts_us", "ts_ns")
 
 
 @dataclass
@@ -400,5 +404,8 @@ class TableResolver:
         }
 
 
-def source_constants(connector_name: str) -> dict[str, Any]:
-    return {"version": __version__, "connector": "mysql", "name": connector_name, "sequence": None}
+def source_constants(connector_name: str, connector: str = "mysql") -> dict[str, Any]:
+    """The constant ``source`` fields; ``connector`` is ``mysql`` or ``mariadb`` as configured
+    (Debezium's MariaDbConnector writes ``mariadb``, its MySqlConnector ``mysql`` whatever the
+    server is)."""
+    return {"version": __version__, "connector": connector, "name": connector_name, "sequence": None}

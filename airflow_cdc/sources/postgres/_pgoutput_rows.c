@@ -231,13 +231,20 @@ meta_put(Txn *tx, Rel *r, int op, int64_t change_lsn)
         key[4 + i] = (unsigned char)(tx->final_lsn >> (56 - 8 * i));
         key[12 + i] = (unsigned char)(seq >> (56 - 8 * i));
     }
+    /* Debezium's sequence: ["<last commit LSN>","<change LSN>"], null before the first commit */
     char text[64], *t = text;
     *t++ = '[';
-    *t++ = '"';
-    if (tx->has_prev)
+    if (tx->has_prev) {
+        *t++ = '"';
         t = put_u64(t, tx->prev);
-    memcpy(t, "\",\"", 3);
-    t = put_i64(t + 3, change_lsn);
+        *t++ = '"';
+    }
+    else {
+        memcpy(t, "null", 4);
+        t += 4;
+    }
+    memcpy(t, ",\"", 2);
+    t = put_i64(t + 2, change_lsn);
     *t++ = '"';
     *t++ = ']';
     if (r->n == 0) {
@@ -253,6 +260,18 @@ meta_put(Txn *tx, Rel *r, int op, int64_t change_lsn)
         return -1;
     int32_t end = (int32_t)r->seqdata.len;
     return buf_put(&r->seqoff, &end, 4) < 0 ? -2 : 0;
+}
+
+/* Whether row ``row`` of an image holds an unchanged-TOAST value in a captured column. */
+static int
+has_toast(const Rel *r, const Image *img, Py_ssize_t row)
+{
+    for (int j = 0; j < r->nsel; j++) {
+        const Buf *b = &img->cols[j].toast;
+        if (row / 8 < b->len && ((b->p[row >> 3] >> (row & 7)) & 1))
+            return 1;
+    }
+    return 0;
 }
 
 /* Decode one I/U/D message into the relation's buffers.
@@ -280,6 +299,9 @@ change_put(Txn *tx, Rel *r, const unsigned char *buf, Py_ssize_t len, int64_t ch
             p = tuple_put(r, &r->img[0], buf, len, 6, row);
             if (p >= 0)
                 p = (p < len && buf[p] == 'N') ? tuple_put(r, &r->img[1], buf, len, p + 1, row) : -1;
+            /* unchanged TOAST next to an old image: Python fills it from the old values */
+            if (p >= 0 && has_toast(r, &r->img[1], row))
+                p = -1;
         }
         else {
             p = -1;

@@ -96,6 +96,9 @@ class PostgresSource(ChangeSource):
         self._tables: dict[str, tuple[TableId, int]] = {}
         self.epoch = 0  # PgPosition.epoch of this run's events
         self._identity: ServerIdentity | None = None
+        #: (last commit LSN, source timestamp in µs) the stored offset ends with: the first
+        #: events of the next window show them as Debezium's restored offset context does
+        self._resume: tuple[int | None, int | None] = (None, None)
 
     # -- lifecycle --------------------------------------------------------------------------
     def open(self) -> None:
@@ -192,6 +195,7 @@ class PostgresSource(ChangeSource):
         info = replication.slot_info(self.conn, self.slot)
         if info is not None:
             replication.check_slot(info, self.dbname)
+        self._resume = _resume_facts(offset)
         if offset is None:
             if info is None:
                 return replication.create_slot(self.conn, self.slot), "no stored offset"
@@ -220,6 +224,7 @@ class PostgresSource(ChangeSource):
         log.warning("%s; snapshot.mode=when_needed: recreating the slot and re-snapshotting", problem)
         # the log restarts: a new epoch keeps every new position above everything captured
         self.epoch = stored.epoch + 1
+        self._resume = (None, None)
         if info is not None:
             replication.drop_slot(self.conn, self.slot)
         return replication.create_slot(self.conn, self.slot), problem
@@ -453,19 +458,22 @@ class PostgresSource(ChangeSource):
             ),
             self.config["topic.prefix"] or self.name,
             self.dbname,
+            self._resume,
             epoch=self.epoch,
         )
         try:
-            result = reader.read(self.conn, self.slot, self.publication, from_lsn, upto_lsn, max_events)
+            res = reader.read(self.conn, self.slot, self.publication, from_lsn, upto_lsn, max_events)
         except psycopg.errors.ObjectInUse as e:
             raise ServerMisconfigured(
                 f"replication slot {self.slot!r} is in use by another process: {e.diag.message_primary}",
                 hint="make sure only one consumer uses the slot (slot.name)",
             ) from e
+        if res.last_commit_lsn is not None:
+            self._resume = (res.last_commit_lsn, res.last_commit_ts_us)
         new = self._discover_tables()  # created (or newly matching) while the window was read
         if new:
             log.info("new captured table(s) %s: they will be snapshotted", ", ".join(new))
-        return result
+        return res
 
     @staticmethod
     def reflects(watermark: Watermark, xid: int) -> bool:
@@ -510,6 +518,13 @@ VISIBILITY_TIMEOUT = 30.0
 class _HiddenCommits(Exception):
     def __init__(self, xids: list[str]) -> None:
         self.xids = xids
+
+
+def _resume_facts(offset: dict[str, Any] | None) -> tuple[int | None, int | None]:
+    if not offset:
+        return None, None
+    last_commit, ts_us = offset.get("last_commit_lsn"), offset.get("ts_usec")
+    return (parse_pg_lsn(last_commit) if last_commit else None), (int(ts_us) if ts_us is not None else None)
 
 
 def changes_query(check: str, slot: str, publication: str, lsn: str) -> tuple[str, tuple[str, ...]]:

@@ -41,6 +41,7 @@ _B, _C, _R, _I, _U, _D, _T, _M, _Y, _O = b"BCRIUDTMYO"
 _N, _K = b"NK"
 _U32 = struct.Struct(">I").unpack_from
 parse_tuple = proto.parse_tuple
+UNCHANGED_TOAST = proto.UNCHANGED_TOAST
 
 
 @dataclass
@@ -75,6 +76,7 @@ class WindowReader:
         message_filter: Callable[[str], bool],
         connector_name: str,
         dbname: str,
+        resume: tuple[int | None, int | None] = (None, None),
         epoch: int = 0,
     ) -> None:
         self._relation_state = relation_state
@@ -94,6 +96,8 @@ class WindowReader:
         self.events = 0
         self.last_commit_end: int | None = None
         self.last_nontx: int | None = None
+        #: Debezium's last commit LSN and source timestamp as the stored offset left them
+        self.resume = resume
 
     def read(
         self,
@@ -109,6 +113,8 @@ class WindowReader:
         progress = Progress("change window", total=max(upto_lsn - from_lsn, 1), unit="WAL bytes")
         rows = 0
         st = _TxnState(self.epoch)
+        st.prev_commit, st.ts_us = self.resume[0], self.resume[1] or 0
+        self.last_ts_us = self.resume[1]
         with conn.transaction(), conn.cursor(name="airflow_cdc_window", binary=True) as cur:
             cur.execute(q.peek_changes(slot, format_pg_lsn(upto_lsn), max_events, publication))
             # closed explicitly: the fetching thread must be gone before the cursor closes
@@ -162,7 +168,7 @@ class WindowReader:
                     st.commit_lsn,
                     st.ts_us,
                     st.xid,
-                    st.prev_commit if st.prev_commit != "" else None,
+                    st.prev_commit,
                     st.seq,
                 )
                 i += 1
@@ -176,13 +182,16 @@ class WindowReader:
         if kind == _C:
             commit = _decode(data)
             if st.active:
+                # Debezium's lastCommitLsn: the LSN its replication stream reports for the
+                # Commit message, i.e. the commit record's end (commitMessage, Debezium 3.3)
+                st.prev_commit = commit.end_lsn
                 res.transactions += 1
-                res.last_commit_lsn, res.last_xid = st.commit_lsn, st.xid
-                res.last_commit_ts_us = st.ts_us
+                res.last_commit_lsn, res.last_xid = commit.end_lsn, st.xid
+                res.last_commit_ts_us = self.last_ts_us = st.ts_us
             self.last_commit_end = commit.end_lsn
             st.active = False
         elif kind == _B:
-            st.begin(_decode(data), from_lsn, res.last_commit_lsn)
+            st.begin(_decode(data), from_lsn)
         elif kind == _I or kind == _U or kind == _D:
             if st.active:
                 self.events += self._change(data, kind, change_lsn, st)
@@ -242,6 +251,7 @@ class WindowReader:
             if rs is None or not rs.included:
                 return 0
             marker = data[5]
+            before: tuple | None
             if kind == _I:
                 op, before = "c", None
                 after = parse_tuple(data, 6)[0] if marker == _N else _bad(data, change_lsn)
@@ -253,6 +263,8 @@ class WindowReader:
                     before, off = parse_tuple(data, 6) if marker in (_K, _O) else _bad(data, change_lsn)
                     marker = data[off] if off < len(data) else -1
                     after = parse_tuple(data, off + 1)[0] if marker == _N else _bad(data, change_lsn)
+                    if UNCHANGED_TOAST in after:
+                        after = _fill_unchanged(after, before)
             else:
                 op, after = "d", None
                 before = parse_tuple(data, 6)[0] if marker in (_K, _O) else _bad(data, change_lsn)
@@ -288,7 +300,7 @@ class WindowReader:
         if relid in self.native_rels:
             self._drain(relid)  # the compiled decoder's earlier events of this table go first
         st.seq += 1
-        block = st.txn_block(rs.name) if self.provide_txn else None
+        block = st.txn_block(rs.name, change_lsn) if self.provide_txn else None
         sink = rs.sink or rs.open_sink(self.writer, expand=expand_events)
         sink.add((op, before, after, st.info, st.seq, change_lsn, block))
 
@@ -307,6 +319,14 @@ class WindowReader:
     def _message(
         self, msg: proto.Message, change_lsn: int, st: _TxnState, from_lsn: int, res: WindowResult
     ) -> None:
+        if not msg.transactional:
+            if msg.lsn < from_lsn:
+                return
+            # Debezium commits a non-transactional message's LSN as soon as it sees the message
+            # (commitMessage: lastCommitLsn = its LSN), before the prefix filter and before the
+            # event is built, so the event's own sequence is ["<its LSN>","<its LSN>"]
+            st.prev_commit = res.last_commit_lsn = msg.lsn
+            res.last_xid, res.last_commit_ts_us = None, self.last_ts_us
         if not self.message_filter(msg.prefix):
             return
         if msg.transactional:
@@ -316,27 +336,18 @@ class WindowReader:
             pos = st.commit_key + st.seq.to_bytes(8, "big")
             ts_us, xid = st.ts_us, st.xid
         else:
-            if msg.lsn < from_lsn:
-                return
-            pos, ts_us, xid = PgPosition(self.epoch, msg.lsn, 0).sort_key(), now_us(), None
-        src = dict(
-            self.consts,
-            ts_ms=ts_us // 1000,
-            ts_us=ts_us,
-            ts_ns=ts_us * 1000,
-            snapshot="false",
-            sequence=f'["{st.prev_commit}","{msg.lsn}"]',
-            schema="",
-            table="",
-            txId=xid,
-            lsn=msg.lsn,
-        )
+            # pgoutput sends no time for a non-transactional message: Debezium's source info
+            # keeps the timestamp of the last event it processed -- the previous transaction's
+            # commit time, or the stored offset's (SourceInfo.update ignores a null commit time)
+            ts_us = self.last_ts_us if self.last_ts_us is not None else now_us()
+            pos, xid = PgPosition(self.epoch, msg.lsn, 0).sort_key(), None
+        src = self._message_source(ts_us, sequence(st.prev_commit, msg.lsn), xid, msg.lsn)
         self.messages.append(
             {
                 "op": "m",
                 "source": src,
                 "message": {"prefix": msg.prefix, "content": msg.content},
-                "transaction": st.txn_block("\0message")
+                "transaction": st.txn_block("\0message", msg.lsn)
                 if (self.provide_txn and msg.transactional)
                 else None,
                 "__position": pos,
@@ -345,6 +356,20 @@ class WindowReader:
             }
         )
         res.messages += 1
+
+    def _message_source(self, ts_us: int, seq: str, xid: int | None, lsn: int) -> dict[str, Any]:
+        return dict(
+            self.consts,
+            ts_ms=ts_us // 1000,
+            ts_us=ts_us,
+            ts_ns=ts_us * 1000,
+            snapshot="false",
+            sequence=seq,
+            schema="",
+            table="",
+            txId=xid,
+            lsn=lsn,
+        )
 
     def _flush_messages(self) -> None:
         if not self.messages:
@@ -375,7 +400,6 @@ class _TxnState:
         "prev_commit",
         "commit_key",
         "per_table",
-        "txn_id",
         "info",
         "epoch",
     )
@@ -383,26 +407,36 @@ class _TxnState:
     def __init__(self, epoch: int = 0) -> None:
         self.epoch = epoch
         self.active = False
-        self.prev_commit: int | str = ""
+        #: Debezium's lastCommitLsn (None before the first commit: the sequence shows null)
+        self.prev_commit: int | None = None
         self.seq = 0
         self.xid = self.commit_lsn = self.ts_us = 0
 
-    def begin(self, begin: proto.Begin, from_lsn: int, last_commit: int | None) -> None:
+    def begin(self, begin: proto.Begin, from_lsn: int) -> None:
         # final_lsn is the commit record's start: below the offset means already committed
         self.active = begin.final_lsn >= from_lsn
         self.xid, self.commit_lsn = begin.xid, begin.final_lsn
         self.ts_us = begin.commit_ts_us
         self.seq = 0
         self.commit_key = self.epoch.to_bytes(4, "big") + begin.final_lsn.to_bytes(8, "big")
-        if last_commit is not None:
-            self.prev_commit = last_commit
         self.per_table: dict[str, int] = {}
-        self.txn_id = f"{begin.xid}:{begin.final_lsn}"
         self.info = (self.commit_key, self.ts_us, self.xid, self.prev_commit)
 
-    def txn_block(self, table: str) -> tuple[str, int, int]:
+    def txn_block(self, table: str, lsn: int) -> tuple[str, int, int]:
+        """``(id, total_order, data_collection_order)`` of the transaction's next event.
+
+        Debezium's PostgresTransactionMonitor writes the id as ``"<txId>:<LSN>"`` with the LSN
+        of the event itself (the source info's last seen LSN), so it varies within a
+        transaction; the orders count the events emitted (skipped operations excluded).
+        """
         self.per_table[table] = n = self.per_table.get(table, 0) + 1
-        return (self.txn_id, self.seq, n)
+        return (f"{self.xid}:{lsn}", self.seq, n)
+
+
+def sequence(last_commit: int | None, lsn: int) -> str:
+    """Debezium's PostgreSQL ``source.sequence``: the JSON array ``[lastCommitLsn, lsn]`` of
+    decimal strings, ``null`` for a commit LSN not known yet (SourceInfo.sequence)."""
+    return f'[null,"{lsn}"]' if last_commit is None else f'["{last_commit}","{lsn}"]'
 
 
 def expand_events(rows: list[tuple]) -> tuple[list[bytes], list[tuple], list | None]:
@@ -413,9 +447,22 @@ def expand_events(rows: list[tuple]) -> tuple[list[bytes], list[tuple], list | N
     """
     positions = [r[3][0] + r[4].to_bytes(8, "big") for r in rows]
     source = [
-        (t[1] // 1000, t[1], t[1] * 1000, f'["{t[3]}","{r[5]}"]', t[2], r[5]) for r in rows for t in (r[3],)
+        (t[1] // 1000, t[1], t[1] * 1000, sequence(t[3], r[5]), t[2], r[5]) for r in rows for t in (r[3],)
     ]
     return positions, source, [r[6] for r in rows]
+
+
+def _fill_unchanged(after: tuple, before: tuple) -> tuple:
+    """The new row image with unchanged TOAST values taken from the old image where it has them.
+
+    Debezium does this for any update carrying an old tuple (REPLICA IDENTITY FULL, or the key
+    columns of a key change): PostgresChangeRecordEmitter.columnValues caches the old values and
+    replaces an unchanged-TOAST new value by the cached one when that is not null.
+    """
+    return tuple(
+        old if new is UNCHANGED_TOAST and old is not None and old is not UNCHANGED_TOAST else new
+        for new, old in zip(after, before, strict=True)
+    )
 
 
 def _bad(data: bytes, change_lsn: int) -> Any:

@@ -1,18 +1,29 @@
-"""One-dimensional PostgreSQL arrays: ARRAY of the element type's encoding.
+"""PostgreSQL arrays: ARRAY of the element type's encoding.
 
 The array text output (``{1,NULL,"a \\"b\\""}``, optionally prefixed with bounds like
 ``[0:2]=``) is split in Python, then all elements of the column are converted in one go by
 the element codec, so arrays of any supported element type cost one vectorised conversion.
+
+Multi-dimensional values (``{{1,2},{3,4}}``; the column type does not fix the number of
+dimensions) become one null element per sub-array, as in Debezium: its ``convertArray`` hands
+each top-level item of the JDBC array -- itself an array -- to the element converter, which
+cannot convert it and, elements being optional, yields null (``handleUnknownData``,
+PostgresValueConverter / JdbcValueConverters, Debezium 3.3).  For string-like elements Debezium
+emits the Java array's ``toString()`` (``[Ljava.lang.String;@<identity hash>``), a value that
+exists only in that JVM; we emit null there as well.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from hashlib import md5
 
 import pyarrow as pa
 
 from airflow_cdc.sources.postgres.types_base import Encoding
+
+log = logging.getLogger(__name__)
 
 
 def _bad(text: str, why: str) -> ValueError:
@@ -46,17 +57,50 @@ def _quoted_elements(inner: str, text: str) -> list[str | None]:
     return out
 
 
-def parse_array(text: str) -> list[str | None]:
-    """Split a one-dimensional array's text output into element texts (``None`` for NULL).
+def _subarrays(inner: str, text: str) -> int:
+    """Count the top-level sub-arrays of a multi-dimensional array's inner text."""
+    count, depth, quoted, i = 0, 0, False, 0
+    while i < len(inner):
+        ch = inner[i]
+        if quoted:
+            if ch == "\\":
+                i += 1
+            elif ch == '"':
+                quoted = False
+        elif ch == '"':
+            quoted = True
+        elif ch == "{":
+            depth += 1
+            count += depth == 1
+        elif ch == "}":
+            depth -= 1
+        i += 1
+    if depth or quoted:
+        raise _bad(text, "unbalanced braces or quotes")
+    return count
 
-    :raises ValueError: multi-dimensional or malformed input.
+
+def _body(text: str) -> str:
+    """The array text without its optional bounds prefix (``[0:2]=``)."""
+    return text[text.index("=") + 1 :] if text.startswith("[") else text
+
+
+def parse_array(text: str) -> list[str | None]:
+    """Split an array's text output into element texts (``None`` for NULL).
+
+    A multi-dimensional array yields one ``None`` per top-level sub-array (Debezium's output,
+    see the module docstring).
+
+    :raises ValueError: malformed input.
     """
-    body = text[text.index("=") + 1 :] if text.startswith("[") else text
+    body = _body(text)
     if len(body) < 2 or body[0] != "{" or body[-1] != "}":
         raise _bad(text, "expected {...}")
     inner = body[1:-1]
     if not inner:
         return []
+    if inner[0] == "{":
+        return [None] * _subarrays(inner, text)
     if '"' not in inner and "{" not in inner:
         return [None if e == "NULL" else e for e in inner.split(",")]
     return _quoted_elements(inner, text)
@@ -64,12 +108,18 @@ def parse_array(text: str) -> list[str | None]:
 
 def _convert_list(element: Encoding, list_type: pa.DataType):
     def convert(text: pa.Array) -> pa.Array:
-        offsets, flat, mask = [0], [], []
+        offsets, flat, mask, nested = [0], [], [], 0
         for value in text.to_pylist():
             if value is not None:
                 flat.extend(parse_array(value))
+                nested += _body(value).startswith("{{")
             offsets.append(len(flat))
             mask.append(value is None)
+        if nested:
+            log.warning(
+                "%d multi-dimensional array value(s) captured as one null element per sub-array, "
+                "as Debezium does", nested
+            )
         values = element.convert(pa.array(flat, pa.string()))
         return pa.ListArray.from_arrays(
             pa.array(offsets, pa.int32()), values, type=list_type, mask=pa.array(mask, pa.bool_())

@@ -12,6 +12,8 @@ import pytest
 from airflow_cdc.core.batch import Batch
 from tests.integration.mysql.support import execute, pipeline, run_capture
 
+# Debezium 3.3: SchemaFactory.sourceInfoSchemaBuilder's common fields (ts_us/ts_ns after sequence),
+# then BinlogSourceInfoStructMaker's
 SOURCE_FIELDS = [
     "version",
     "connector",
@@ -20,6 +22,8 @@ SOURCE_FIELDS = [
     "snapshot",
     "db",
     "sequence",
+    "ts_us",
+    "ts_ns",
     "table",
     "server_id",
     "gtid",
@@ -71,7 +75,9 @@ def test_snapshot_rows_are_reads(mariadb_db, shape):
     assert [r["op"] for r in rows] == ["r"]
     assert rows[0]["after"] == {"id": 1, "v": "one"} and rows[0]["before"] is None
     src = rows[0]["source"]
-    assert list(src) == SOURCE_FIELDS and src["snapshot"] == "incremental" and src["connector"] == "mysql"
+    # the pipeline says connector: mariadb -> Debezium's MariaDbConnector writes "mariadb"
+    assert list(src) == SOURCE_FIELDS and src["snapshot"] == "incremental" and src["connector"] == "mariadb"
+    assert src["ts_us"] // 1000 == src["ts_ms"] and src["ts_ns"] == src["ts_us"] * 1000
     assert src["gtid"] is None and src["row"] == 0 and src["file"].startswith("binlog.")
 
 
@@ -107,7 +113,7 @@ def test_ops_source_block_and_transactions(mariadb_db, shape):
     src = ins["source"]
     assert list(src) == SOURCE_FIELDS
     assert (src["connector"], src["snapshot"], src["db"], src["table"], src["sequence"]) == (
-        "mysql",
+        "mariadb",
         "false",
         db,
         "d",
@@ -119,6 +125,12 @@ def test_ops_source_block_and_transactions(mariadb_db, shape):
         "pos"
     ]
     assert src["ts_ms"] % 1000 == 0 and ins["ts_us"] == ins["ts_ms"] * 1000 + ins["ts_us"] % 1000
+    # source.ts_us/ts_ns: the same binlog event time (whole seconds) as ts_ms
+    assert (src["ts_us"], src["ts_ns"]) == (src["ts_ms"] * 1000, src["ts_ms"] * 1_000_000)
+    # TRUNCATE is a statement outside BEGIN: Debezium's source.thread comes only from a BEGIN
+    # query event (none on MariaDB, whose GTID event opens the transaction) and is cleared at commit
+    assert e[1]["source"]["thread"] is None and e[1]["source"]["connector"] == "mariadb"
+    assert [x["source"]["thread"] for x in d] == [None] * len(d)
     # transaction metadata: id is the GTID, total order across tables, order within each table
     assert ins["transaction"] == {"id": src["gtid"], "total_order": 1, "data_collection_order": 1}
     assert ins2["transaction"]["total_order"] == 2 and e[0]["transaction"]["total_order"] == 3
@@ -255,3 +267,25 @@ def test_snapshot_and_binlog_encode_alike(mariadb_db, tmp_path):
         "after"
     ]
     assert {**snap_row, "id": 2} == stream_row
+
+
+@pytest.mark.parametrize(
+    ("connector", "expected"),
+    [
+        ("mysql", "mysql"),  # Debezium's MySQL connector against MariaDB still says mysql
+        ("io.debezium.connector.mysql.MySqlConnector", "mysql"),
+        ("mariadb", "mariadb"),
+        ("io.debezium.connector.mariadb.MariaDbConnector", "mariadb"),
+    ],
+)
+def test_source_connector_follows_the_configured_connector(mariadb_db, tmp_path, connector, expected):
+    execute(mariadb_db, "CREATE TABLE c (id int PRIMARY KEY)", "INSERT INTO c VALUES (1)")
+    props: dict = {"connector": None, "connector.class": connector} if "." in connector else {"connector": connector}
+    props["skipped.operations"] = "none"
+    config = {k: v for k, v in pipeline(mariadb_db, tmp_path / "st", **props).items() if v is not None}
+    snap = _events(run_capture(config), f"{mariadb_db.name}.c")
+    execute(mariadb_db, "INSERT INTO c VALUES (2)", "TRUNCATE TABLE c")
+    streamed = _events(run_capture(config), f"{mariadb_db.name}.c")
+    assert [x["op"] for x in snap + streamed] == ["r", "c", "t"]
+    assert {x["source"]["connector"] for x in snap + streamed} == {expected}
+    assert streamed[1]["source"]["thread"] is None

@@ -84,8 +84,8 @@ def test_ops_envelope_and_replica_identity(pg_db, shape):
     assert src["ts_us"] == src["ts_ms"] * 1000 + src["ts_us"] % 1000 and src["ts_ns"] == src["ts_us"] * 1000
     last_commit, lsn = json.loads(src["sequence"])
     assert int(lsn) == src["lsn"]
-    # transaction metadata: id "txId:LSN", total order across tables, order within the table
-    assert insert["transaction"]["id"] == f"{src['txId']}:{int.from_bytes(insert['__position'][4:12], 'big')}"
+    # transaction metadata: id "txId:<the event's own LSN>", total order across tables, order within the table
+    assert insert["transaction"]["id"] == f"{src['txId']}:{src['lsn']}"
     assert insert["transaction"]["total_order"] == 1 and f[0]["transaction"]["total_order"] == 2
     assert f[0]["transaction"]["data_collection_order"] == 1
     # positions strictly increase in log order
@@ -137,3 +137,111 @@ def test_value_encodings(pg_db, tmp_path):
     assert names["iv"] == b"io.debezium.time.MicroDuration" and names["t"] == b"io.debezium.time.MicroTime"
     # an empty window still produces a valid, empty batch
     assert Batch(run_capture(config).batch_path).tables() == []
+
+
+# -- Debezium 3.3 details checked against its source (PostgresStreamingChangeEventSource, SourceInfo,
+# PostgresTransactionMonitor, PostgresChangeRecordEmitter, PostgresValueConverter) ----------------
+
+def _commit_ends(db, slot):
+    """The end LSN of every commit and the LSN of every non-transactional message, as the server's
+    own test_decoding plugin reports them (an oracle independent of pgoutput and of our decoder)."""
+    with psycopg.connect(db.dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM pg_logical_slot_peek_changes(%s, NULL, NULL)",
+                            (slot,)).fetchall()
+    return [lsn for lsn, data in rows if data.startswith("COMMIT") or data.startswith("message: transactional: 0")]
+
+
+def test_sequence_transaction_id_and_non_transactional_message(pg_db, shape):
+    config, _ = shape
+    _exec(pg_db, "SELECT pg_create_logical_replication_slot('oracle_td', 'test_decoding')")
+    try:
+        _exec(pg_db, "BEGIN; INSERT INTO d VALUES (10, 'a', NULL); INSERT INTO f VALUES (10, 'a'); "
+                     "INSERT INTO d VALUES (11, 'b', NULL); COMMIT",
+              "UPDATE d SET v = 'B' WHERE id = 11",
+              "SELECT pg_logical_emit_message(false, 'nontx', 'x')",
+              "DELETE FROM d WHERE id = 10")
+        first = run_capture(config)
+        _exec(pg_db, "INSERT INTO d VALUES (12, 'c', NULL)")
+        second = run_capture(config)
+        ends = _commit_ends(pg_db, "oracle_td")
+    finally:
+        _exec(pg_db, "SELECT pg_drop_replication_slot('oracle_td')")
+    d, f = _events(first, "public.d"), _events(first, "public.f")
+    ins10, ins11, upd, dele = d
+    (later,) = _events(second, "public.d")
+    msg = [r for rb in Batch(first.batch_path).iter_messages() for r in rb.to_pylist()][0]
+    txn1_end, txn2_end, msg_lsn, txn3_end, txn4_end = ends
+
+    def seq(e):
+        return json.loads(e["source"]["sequence"])
+
+    # no commit seen yet since the snapshot: null (JSON null, not ""), then the event's own LSN
+    assert seq(ins10) == [None, str(ins10["source"]["lsn"])] and seq(f[0])[0] is None
+    assert ins10["source"]["sequence"] == f'[null,"{ins10["source"]["lsn"]}"]'
+    # later events: the end LSN of the previous commit (what Debezium's stream reports for Commit)
+    assert seq(upd) == [str(txn1_end), str(upd["source"]["lsn"])]
+    # a non-transactional message counts as a commit at its own LSN, before its event is built
+    assert msg["source"]["lsn"] == msg_lsn and seq(msg) == [str(msg_lsn), str(msg_lsn)]
+    assert seq(dele) == [str(msg_lsn), str(dele["source"]["lsn"])]
+    # carried across runs through the stored offset
+    assert seq(later) == [str(txn3_end), str(later["source"]["lsn"])]
+    assert txn4_end > later["source"]["lsn"]
+    # transaction.id = "<txId>:<the event's own LSN>": varies within a transaction
+    for e in d + f + [later]:
+        assert e["transaction"]["id"] == f"{e['source']['txId']}:{e['source']['lsn']}"
+    assert ins10["transaction"]["id"] != ins11["transaction"]["id"]
+    assert [e["transaction"]["total_order"] for e in (ins10, f[0], ins11)] == [1, 2, 3]
+    assert [e["transaction"]["data_collection_order"] for e in (ins10, f[0], ins11)] == [1, 1, 2]
+    # pgoutput has no time for a non-transactional message: the source keeps the previous
+    # transaction's commit time (Debezium's SourceInfo ignores a null commit time); no txId
+    assert msg["source"]["ts_us"] == upd["source"]["ts_us"] and msg["source"]["txId"] is None
+    assert msg["source"]["ts_ms"] == upd["source"]["ts_ms"] and msg["transaction"] is None
+    assert msg["ts_ms"] >= msg["source"]["ts_ms"]
+
+
+def test_replica_identity_full_fills_unchanged_toast_from_the_old_image(pg_db, tmp_path):
+    big = "".join(f"{i:08x}" for i in range(3000))  # 24 kB: stored out of line (TOAST)
+    _exec(pg_db, "CREATE TABLE ft (id int PRIMARY KEY, v text, big text, nb bytea)",
+          "ALTER TABLE ft REPLICA IDENTITY FULL",
+          "CREATE TABLE dt (id int PRIMARY KEY, v text, big text)")
+    config = pipeline(pg_db, tmp_path / "staging", **{"skipped.operations": "none"})
+    run_capture(config)
+    _exec(pg_db, f"INSERT INTO ft VALUES (1, 'one', '{big}', decode(repeat('ab', 20000), 'hex'))",
+          f"INSERT INTO dt VALUES (1, 'one', '{big}')",
+          "UPDATE ft SET v = 'ONE' WHERE id = 1", "UPDATE dt SET v = 'ONE' WHERE id = 1",
+          "UPDATE ft SET id = 2 WHERE id = 1",  # key change, TOASTed columns unchanged
+          "DELETE FROM ft WHERE id = 2")
+    result = run_capture(config)
+    ft, dt = _events(result, "public.ft"), _events(result, "public.dt")
+    update = [e for e in ft if e["op"] == "u" and e["after"]["id"] == 1][0]
+    assert update["before"]["big"] == big and update["after"]["big"] == big
+    assert update["after"]["nb"] == bytes.fromhex("ab" * 20000) and update["__unavailable"] is None
+    moved = [e for e in ft if e["after"] is not None and e["after"]["id"] == 2][0]
+    assert moved["after"]["big"] == big and moved["__unavailable"] is None
+    delete = [e for e in ft if e["op"] == "d"][-1]
+    assert delete["before"] == {"id": 2, "v": "ONE", "big": big, "nb": bytes.fromhex("ab" * 20000)}
+    # REPLICA IDENTITY DEFAULT has no old image: the placeholder stays, and is listed
+    dt_update = [e for e in dt if e["op"] == "u"][0]
+    assert dt_update["after"]["big"] == "__debezium_unavailable_value"
+    assert dt_update["__unavailable"] == ["big"]
+
+
+@pytest.mark.parametrize("txn_metadata", ["true", "false"])  # pure-Python and compiled decoders
+def test_multidimensional_arrays_do_not_stop_capture(pg_db, tmp_path, txn_metadata):
+    _exec(pg_db, "CREATE TABLE ma (id int PRIMARY KEY, i int[], t text[], n numeric(5,1)[])",
+          "INSERT INTO ma VALUES (1, '{{1,2},{3,4}}', '{{a,\"b}\"},{NULL,d}}', '{1.5}')")
+    config = pipeline(pg_db, tmp_path / "staging", **{"provide.transaction.metadata": txn_metadata})
+    snap = _events(run_capture(config), "public.ma")
+    _exec(pg_db, "INSERT INTO ma VALUES (2, '[0:2][1:1]={{1},{2},{3}}', '{x}', '{{{1}},{{2}}}')",
+          "INSERT INTO ma VALUES (3, '{7}', NULL, '{}')")
+    streamed = _events(run_capture(config), "public.ma")
+    # Debezium: one null element per sub-array (its element converter cannot take a Java array)
+    assert [e["after"] for e in snap] == [{"id": 1, "i": [None, None], "t": [None, None], "n": [Decimal("1.5")]}]
+    assert [e["after"] for e in streamed] == [
+        {"id": 2, "i": [None, None, None], "t": ["x"], "n": [None, None]},
+        {"id": 3, "i": [7], "t": None, "n": []},
+    ]
+    # the same sequence on either decoder: null before the first commit, then its end LSN
+    first, second = (json.loads(e["source"]["sequence"]) for e in streamed)
+    assert first == [None, str(streamed[0]["source"]["lsn"])]
+    assert streamed[0]["source"]["lsn"] < int(second[0]) <= streamed[1]["source"]["lsn"]

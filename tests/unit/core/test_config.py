@@ -183,3 +183,22 @@ def test_skipped_ops():
     assert skipped_ops(cfg(**{"skipped.operations": "C, d"})) == frozenset({"c", "d"})
     with pytest.raises(ConfigError, match=r"'skipped.operations'.*\['x'\]"):
         skipped_ops(cfg(**{"skipped.operations": "c,x"}))
+
+
+@pytest.mark.parametrize(
+    ("raw", "kind"),
+    [
+        ({"connector": "mariadb"}, "mariadb"),
+        ({"connector.class": "io.debezium.connector.mariadb.MariaDbConnector"}, "mariadb"),
+        ({"connector": "MySQL"}, "mysql"),
+        ({"connector.class": "io.debezium.connector.mysql.MySqlConnector"}, "mysql"),
+        ({"connector": "postgres"}, "postgresql"),
+    ],
+)
+def test_connector_kind_keeps_mariadb_apart(raw, kind):
+    """MariaDB is served by the MySQL source but stays ``mariadb`` (source.connector needs it)."""
+    from airflow_cdc.core.pipeline import build_config, build_source
+
+    config = build_config({**BASE, "database.hostname": "h", "database.user": "u", **raw})
+    assert config["connector"] == kind
+    assert type(build_source(config)).__name__ == ("PostgresSource" if kind == "postgresql" else "MySqlSource")

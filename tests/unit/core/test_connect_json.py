@@ -177,3 +177,16 @@ def test_fields_without_connect_metadata_are_inferred():
     assert to_connect_json([1, 2], plain) == [1, 2]
     with pytest.raises(ValueError, match="no Kafka Connect type"):
         connect_schema(pa.field("t", pa.timestamp("us")))
+
+
+def test_float32_values_are_javas_float_to_string_numbers():
+    # Float.MAX_VALUE used to raise OverflowError; MIN_VALUE rendered as 1e-45 (Java: 1.4E-45)
+    assert rendered("float4", ["3.4028235e38", "-3.4028235e38", "1.4e-45", "1.17549435e-38"]) == [
+        3.4028235e38,
+        -3.4028235e38,
+        1.4e-45,
+        1.1754944e-38,
+    ]
+    out = rendered("float4", ["-0", "NaN", "Infinity", "-Infinity", "1e7", "0.0001"])
+    assert json.dumps(out) == '[-0.0, "NaN", "Infinity", "-Infinity", 10000000.0, 0.0001]'
+    assert rendered("float8", ["4.9e-324"]) == [5e-324]  # doubles: Python's float is that number

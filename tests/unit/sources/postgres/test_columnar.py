@@ -162,12 +162,35 @@ def test_fixture_window_has_the_expected_shape(tmp_path, monkeypatch):
     row = first.slice(11, 1).to_pylist()[0]
     assert row["__unavailable"] == ["label", "attrs", "blob"]
     assert row["after"]["attrs"] == "__debezium_unavailable_value"
-    assert row["source"]["sequence"] == '["","438"]' and row["source"]["txId"] == 7
+    # Debezium: [lastCommitLsn, lsn], null before the first commit (was "" here)
+    assert row["source"]["sequence"] == '[null,"438"]' and row["source"]["txId"] == 7
     assert row["source"]["ts_us"] == 1_000_000 + PG_EPOCH_OFFSET_US
     assert "secret" not in first.schema.field("after").type.names
     assert second.column("op").to_pylist() == ["c", "u"]
-    assert second.slice(0, 1).to_pylist()[0]["source"]["sequence"] == '["500","454"]'
-    assert out["result"] == (2, 700, 31)
+    # the last commit LSN is the commit record's end (the Commit message's LSN), not its start
+    assert second.slice(0, 1).to_pylist()[0]["source"]["sequence"] == '["600","454"]'
+    assert out["result"] == (2, 800, 31)
+
+
+@needs_native
+def test_unchanged_toast_next_to_an_old_image_takes_the_old_value(tmp_path, monkeypatch):
+    """REPLICA IDENTITY FULL: Debezium fills an unchanged TOAST value from the old row image
+    (the compiled decoder leaves such rows to Python); a key-only old image has no value."""
+    key_only = tupledata(text_col(b"41"), *([NULL] * 7))
+    msgs = [begin_msg(500, 1_000_000, 7), relation_msg(1, "public", "orders", b"f", ORDERS),
+            change(b"I", 1, b"N", order_row(5)),
+            change(b"U", 1, b"O", order_row(6), b"N", order_row(6, attrs=TOAST, label=TOAST)),
+            change(b"U", 1, b"K", key_only, b"N", order_row(42, attrs=TOAST)),
+            change(b"U", 1, b"N", order_row(7, attrs=TOAST)),
+            commit_msg(0, 500, 600, 1_000_000)]
+    rows = [(400 + i, m) for i, m in enumerate(msgs)]
+    native, python = (capture(tmp_path, monkeypatch, rows, n) for n in (True, False))
+    assert [t.to_pylist() for t in native["public.orders"]] == [t.to_pylist() for t in python["public.orders"]]
+    _, full, key_change, default = [r for t in python["public.orders"] for r in t.to_pylist()]
+    assert full["after"]["attrs"] == '{"k": 1}' and full["after"]["label"] == "label-6-é"
+    assert full["__unavailable"] is None
+    assert key_change["after"]["attrs"] == "__debezium_unavailable_value" and key_change["__unavailable"] == ["attrs"]
+    assert default["after"]["attrs"] == "__debezium_unavailable_value" and default["__unavailable"] == ["attrs"]
 
 
 @needs_native
