@@ -20,6 +20,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from airflow_cdc.core.errors import ConfigError
 
@@ -59,18 +60,23 @@ KAFKA_ONLY_PREFIXES = (
 
 
 class Secret:
-    """A configuration value that must never reach logs."""
+    """A configuration value that must never reach logs.
 
-    __slots__ = ("_value",)
+    :param shown: what ``repr``/``str`` show instead of the value (default ``****``), e.g. a URL
+        with its password masked.
+    """
 
-    def __init__(self, value: str) -> None:
+    __slots__ = ("_shown", "_value")
+
+    def __init__(self, value: str, shown: str = "****") -> None:
         self._value = value
+        self._shown = shown
 
     def reveal(self) -> str:
         return self._value
 
     def __repr__(self) -> str:
-        return "Secret('****')"
+        return f"Secret({self._shown!r})"
 
     __str__ = __repr__
 
@@ -86,7 +92,7 @@ class Property:
     """One supported property: name, type, default, allowed values, and what it means."""
 
     name: str
-    kind: str  # "str" | "int" | "float" | "bool" | "enum" | "list" | "secret"
+    kind: str  # "str" | "int" | "float" | "bool" | "enum" | "list" | "secret" | "secret_url"
     default: Any = None
     doc: str = ""
     choices: tuple[str, ...] = ()
@@ -112,7 +118,69 @@ class Property:
 
 
 def _shown(prop: Property, raw: Any) -> Any:
+    if prop.kind == "secret_url":
+        return redact_url(str(raw))
     return "****" if prop.kind == "secret" else raw
+
+
+def redact_url(url: str) -> str:
+    """``url`` with the password of its user-info and secret-looking query values masked.
+
+    Anything that does not parse as a URL with a network location is returned with everything
+    between ``://`` and the last ``@`` masked, so a malformed URL never leaks a password either.
+    """
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if "@" in netloc:
+            userinfo, host = netloc.rsplit("@", 1)
+            user = userinfo.split(":", 1)[0]
+            netloc = f"{user}:****@{host}" if ":" in userinfo else netloc
+        query = "&".join(
+            f"{k}=****" if _SECRET_KEY.search(k) else (f"{k}={v}" if v or "=" in pair else k)
+            for pair in parts.query.split("&")
+            if pair
+            for k, _, v in [pair.partition("=")]
+        )
+        if netloc == parts.netloc and query == parts.query:
+            return url
+        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    except ValueError:
+        return re.sub(r"(?<=://).*@", "****@", url)
+
+
+_SECRET_KEY = re.compile(r"pass|secret|token|key", re.IGNORECASE)
+_SECRET_PROPERTY = re.compile(r"password|secret|token", re.IGNORECASE)
+#: properties whose value is a URL that may carry a password
+SECRET_URL_PROPERTIES = ("state.store",)
+
+
+def secrets_in(properties: Mapping[str, Any]) -> list[str]:
+    """The secret strings among raw ``properties`` (for a log masker such as Airflow's).
+
+    Values of password-like properties, and the password (plus the whole URL) of URL properties
+    such as ``state.store``.  ``${env:...}`` references are expanded first: the expanded value
+    is what could reach a log.
+    """
+    out: list[str] = []
+    for key, value in properties.items():
+        text = value.reveal() if isinstance(value, Secret) else value
+        if not isinstance(text, str) or not text:
+            continue
+        try:
+            text = _expand_env(str(key), text)
+        except ConfigError:
+            continue
+        if key in SECRET_URL_PROPERTIES:
+            try:
+                password = urlsplit(text).password
+            except ValueError:
+                password = None
+            if password:
+                out += [password, text]
+        elif _SECRET_PROPERTY.search(str(key)):
+            out.append(text)
+    return out
 
 
 def _parse_bool(prop: Property, raw: Any) -> bool:
@@ -172,6 +240,7 @@ def split_list(raw: Any) -> tuple[str, ...]:
 _PARSERS: dict[str, Callable[[Property, Any], Any]] = {
     "str": lambda p, raw: str(raw),
     "secret": lambda p, raw: raw if isinstance(raw, Secret) else Secret(str(raw)),
+    "secret_url": lambda p, raw: raw if isinstance(raw, Secret) else Secret(str(raw), redact_url(str(raw))),
     "int": _parse_int,
     "float": _parse_float,
     "bool": _parse_bool,
@@ -305,7 +374,7 @@ COMMON_PROPERTIES: tuple[Property, ...] = (
     ),
     Property(
         "state.store",
-        "str",
+        "secret_url",
         None,
         "State backend URL: a directory/file://, sqlite:///, postgresql://, mysql://; "
         "default `<staging.path>/_state`.",
@@ -332,6 +401,22 @@ COMMON_PROPERTIES: tuple[Property, ...] = (
         choices=("delete", "soft"),
     ),
     Property("delta.bronze.enabled", "bool", True, "Append every event to the bronze change log."),
+    Property(
+        "commit.require.applied",
+        "enum",
+        "auto",
+        "Commit refuses a batch missing from any of its Delta tables: `auto` when a Delta root is "
+        "known, `true` always (a Delta root is required), `false` for capture-only pipelines.",
+        choices=("auto", "true", "false"),
+    ),
+    Property(
+        "lease.timeout.ms",
+        "int",
+        120_000,
+        "Lease of a running capture/apply/commit: renewed every third of this; a run that stops "
+        "renewing (killed) is taken over after it, or at once when its process is gone on this host.",
+        minimum=1_000,
+    ),
     Property(
         "delta.rewrite.ratio",
         "float",

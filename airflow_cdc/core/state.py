@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
+from airflow_cdc.core.config import redact_url
 from airflow_cdc.core.errors import CdcError, ConfigError
 
 MAX_CONNECTOR_NAME = 255
@@ -174,7 +175,7 @@ def open_state_store(url: str) -> StateStore:
         from airflow_cdc.core.state_file import FileStateStore
 
         if scheme == "file" and parts.netloc not in ("", "localhost"):
-            raise ConfigError(f"file state store URL must be file:///absolute/path, got {url!r}")
+            raise ConfigError(f"file state store URL must be file:///absolute/path, got {redact_url(url)!r}")
         return FileStateStore(unquote(parts.path) if scheme else url)
     query = parse_qsl(parts.query, keep_blank_values=True)
     table = next((v for k, v in query if k == "table"), "airflow_cdc_state")
