@@ -72,6 +72,9 @@ class StateStore(Protocol):
     * ``delete(connector)`` removes the state (no error if there is none); the next successful
       ``compare_and_set`` must then pass ``expected_version=None`` and starts again at version 1.
     * ``describe()`` names the location for humans (logs, errors); it never contains secrets.
+    * ``lease_store()`` returns a sibling store of the same backend, for the per-connector lease
+      records of :mod:`airflow_cdc.core.lease` (kept apart so renewing a lease never changes the
+      state's version); the same object on every call.
 
     Keeping progress from moving backward (offsets only grow) is the caller's job, not the store's.
     Connector names are non-empty strings of at most 255 characters.
@@ -84,6 +87,8 @@ class StateStore(Protocol):
     def delete(self, connector: str) -> None: ...
 
     def describe(self) -> str: ...
+
+    def lease_store(self) -> StateStore: ...
 
 
 def utc_now_iso() -> str:
