@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from airflow_cdc.core.batch import Batch, list_batches
+from airflow_cdc.core.config import secrets_in
 from airflow_cdc.core.errors import CdcError, ConfigError
 from airflow_cdc.core.pipeline import build_capture, build_config, read_pipeline_file
 
@@ -150,18 +151,45 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+class _Scrubbed(logging.Formatter):
+    """Formats records (tracebacks included), then masks every known secret in the text."""
+
+    def __init__(self, fmt: str, secrets: list[str]) -> None:
+        super().__init__(fmt)
+        self.secrets = secrets
+
+    def format(self, record: logging.LogRecord) -> str:
+        return scrub(super().format(record), self.secrets)
+
+
+def scrub(text: str, secrets: list[str]) -> str:
+    """``text`` with each secret replaced by ``****`` (longest first, so no fragment survives)."""
+    for secret in sorted(set(secrets), key=len, reverse=True):
+        text = text.replace(secret, "****")
+    return text
+
+
+def _pipeline_secrets(args: argparse.Namespace) -> list[str]:
+    try:
+        return secrets_in(read_pipeline_file(args.config))
+    except (CdcError, AttributeError):
+        return []
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    secrets = _pipeline_secrets(args)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Scrubbed("%(asctime)s %(levelname)s %(name)s: %(message)s", secrets))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
     try:
         return args.func(args)
     except CdcError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(scrub(f"error: {e}", secrets), file=sys.stderr)
         return 75 if e.retryable else 2  # EX_TEMPFAIL: a scheduler may simply try again later
+    except Exception:  # a driver error from the state store or the source: never show its secrets
+        logging.getLogger("airflow_cdc.cli").exception("unexpected error")
+        return 1
 
 
 if __name__ == "__main__":
