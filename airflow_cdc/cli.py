@@ -16,9 +16,9 @@ import sys
 from typing import Any
 
 from airflow_cdc.core.batch import Batch, list_batches
-from airflow_cdc.core.config import secrets_in
 from airflow_cdc.core.errors import CdcError, ConfigError
 from airflow_cdc.core.pipeline import build_capture, build_config, read_pipeline_file
+from airflow_cdc.core.redact import secrets_in
 
 
 def _print(doc: Any) -> None:

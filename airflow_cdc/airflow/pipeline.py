@@ -26,15 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from airflow_cdc.apply.submit import ApplyOptions
-from airflow_cdc.core.config import (
-    COMMON_PROPERTIES,
-    SECRET_URL_PROPERTIES,
-    ConnectorConfig,
-    secrets_in,
-    split_list,
-)
+from airflow_cdc.core.config import COMMON_PROPERTIES, ConnectorConfig, split_list
 from airflow_cdc.core.errors import ConfigError
 from airflow_cdc.core.pipeline import read_pipeline_file
+from airflow_cdc.core.redact import SECRET_URL_PROPERTIES, secrets_in
 
 SECTION = "airflow"
 

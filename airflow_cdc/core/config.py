@@ -20,9 +20,10 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from airflow_cdc.core.errors import ConfigError
+from airflow_cdc.core.redact import Secret as Secret  # re-exported: callers import it from here
+from airflow_cdc.core.redact import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -59,34 +60,6 @@ KAFKA_ONLY_PREFIXES = (
 )
 
 
-class Secret:
-    """A configuration value that must never reach logs.
-
-    :param shown: what ``repr``/``str`` show instead of the value (default ``****``), e.g. a URL
-        with its password masked.
-    """
-
-    __slots__ = ("_shown", "_value")
-
-    def __init__(self, value: str, shown: str = "****") -> None:
-        self._value = value
-        self._shown = shown
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return f"Secret({self._shown!r})"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
-
-
 @dataclass(frozen=True)
 class Property:
     """One supported property: name, type, default, allowed values, and what it means."""
@@ -121,66 +94,6 @@ def _shown(prop: Property, raw: Any) -> Any:
     if prop.kind == "secret_url":
         return redact_url(str(raw))
     return "****" if prop.kind == "secret" else raw
-
-
-def redact_url(url: str) -> str:
-    """``url`` with the password of its user-info and secret-looking query values masked.
-
-    Anything that does not parse as a URL with a network location is returned with everything
-    between ``://`` and the last ``@`` masked, so a malformed URL never leaks a password either.
-    """
-    try:
-        parts = urlsplit(url)
-        netloc = parts.netloc
-        if "@" in netloc:
-            userinfo, host = netloc.rsplit("@", 1)
-            user = userinfo.split(":", 1)[0]
-            netloc = f"{user}:****@{host}" if ":" in userinfo else netloc
-        query = "&".join(
-            f"{k}=****" if _SECRET_KEY.search(k) else (f"{k}={v}" if v or "=" in pair else k)
-            for pair in parts.query.split("&")
-            if pair
-            for k, _, v in [pair.partition("=")]
-        )
-        if netloc == parts.netloc and query == parts.query:
-            return url
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-    except ValueError:
-        return re.sub(r"(?<=://).*@", "****@", url)
-
-
-_SECRET_KEY = re.compile(r"pass|secret|token|key", re.IGNORECASE)
-_SECRET_PROPERTY = re.compile(r"password|secret|token", re.IGNORECASE)
-#: properties whose value is a URL that may carry a password
-SECRET_URL_PROPERTIES = ("state.store",)
-
-
-def secrets_in(properties: Mapping[str, Any]) -> list[str]:
-    """The secret strings among raw ``properties`` (for a log masker such as Airflow's).
-
-    Values of password-like properties, and the password (plus the whole URL) of URL properties
-    such as ``state.store``.  ``${env:...}`` references are expanded first: the expanded value
-    is what could reach a log.
-    """
-    out: list[str] = []
-    for key, value in properties.items():
-        text = value.reveal() if isinstance(value, Secret) else value
-        if not isinstance(text, str) or not text:
-            continue
-        try:
-            text = _expand_env(str(key), text)
-        except ConfigError:
-            continue
-        if key in SECRET_URL_PROPERTIES:
-            try:
-                password = urlsplit(text).password
-            except ValueError:
-                password = None
-            if password:
-                out += [password, text]
-        elif _SECRET_PROPERTY.search(str(key)):
-            out.append(text)
-    return out
 
 
 def _parse_bool(prop: Property, raw: Any) -> bool:

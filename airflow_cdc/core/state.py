@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-from airflow_cdc.core.config import redact_url
 from airflow_cdc.core.errors import CdcError, ConfigError
+from airflow_cdc.core.redact import redact_url
 
 MAX_CONNECTOR_NAME = 255
 

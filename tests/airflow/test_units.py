@@ -420,7 +420,11 @@ def test_non_retryable_failures_read_as_words():
 
 @pytest.mark.parametrize(
     ("code", "exc", "says"),
-    [(-9, "AirflowException", "interrupted"), (137, "AirflowException", "interrupted"), (3, "Fail", "damaged")],
+    [
+        (-9, "AirflowException", "interrupted"),
+        (137, "AirflowException", "interrupted"),
+        (3, "Fail", "damaged"),
+    ],
 )
 def test_apply_operator_says_what_a_spark_submit_exit_means(tmp_path, monkeypatch, code, exc, says):
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator

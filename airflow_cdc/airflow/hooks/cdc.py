@@ -20,8 +20,9 @@ from airflow.sdk.log import mask_secret
 import airflow_cdc.airflow.state_variable  # noqa: F401  (registers the airflow-variable:// store)
 from airflow_cdc.airflow.pipeline import PipelineSpec, load_pipeline
 from airflow_cdc.core.capture import Capture
-from airflow_cdc.core.config import ConnectorConfig, Secret, secrets_in
+from airflow_cdc.core.config import ConnectorConfig, Secret
 from airflow_cdc.core.pipeline import build_config, build_source, build_store
+from airflow_cdc.core.redact import secrets_in
 from airflow_cdc.core.state import StateStore
 
 #: Connection form fields (extra) -> Debezium property, per source kind.

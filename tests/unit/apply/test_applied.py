@@ -22,7 +22,9 @@ def _config(tmp_path: Path, **props):
     )
 
 
-def _mark(target: Path, layer: str, table: str, batch_id: str, *, fence: int | None = None, version=0) -> None:
+def _mark(
+    target: Path, layer: str, table: str, batch_id: str, *, fence: int | None = None, version=0
+) -> None:
     """Write one Delta commit the way the apply job's marked write leaves it."""
     log = Path(table_path(str(target), layer, "conn", table)) / "_delta_log"
     log.mkdir(parents=True, exist_ok=True)
@@ -79,7 +81,10 @@ def test_bronze_disabled_checks_silver_only(tmp_path):
 def test_empty_batch_commits(tmp_path):
     batch = Batch(BatchWriter(tmp_path / "staging", "conn").finish({}))
     assert batch.tables() == []
-    ensure_applied(batch, _config(tmp_path, **{"delta.root": str(tmp_path / "nowhere"), "commit.require.applied": "true"}))
+    ensure_applied(
+        batch,
+        _config(tmp_path, **{"delta.root": str(tmp_path / "nowhere"), "commit.require.applied": "true"}),
+    )
 
 
 def test_policy(tmp_path, caplog):

@@ -53,7 +53,9 @@ def _fake_spark(tmp_path: Path, monkeypatch, body: str) -> SparkApplyJob:
     script.write_text(f"#!/bin/sh\n{body}\n")
     script.chmod(0o755)
     monkeypatch.setenv("SPARK_HOME", str(home))
-    return SparkApplyJob("apply_changes.py", ["--batch", f"/staging/c/batches/{BATCH}", "--target", "/d"], {}, "n")
+    return SparkApplyJob(
+        "apply_changes.py", ["--batch", f"/staging/c/batches/{BATCH}", "--target", "/d"], {}, "n"
+    )
 
 
 def test_sigkilled_spark_submit_is_interrupted_not_damaged(tmp_path, monkeypatch):

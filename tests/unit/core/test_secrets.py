@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from airflow_cdc import cli
-from airflow_cdc.core.config import redact_url, secrets_in
 from airflow_cdc.core.errors import ConfigError
 from airflow_cdc.core.lease import acquire
 from airflow_cdc.core.pipeline import build_config, build_store
+from airflow_cdc.core.redact import redact_url, secrets_in
 from airflow_cdc.core.state import open_state_store
 from airflow_cdc.core.state_file import FileStateStore
 
@@ -54,7 +54,9 @@ def test_state_store_url_is_a_secret_in_the_config(tmp_path, caplog):
     assert "postgresql://cdc:****@127.0.0.1:1/meta" in repr(config)
     assert PASSWORD not in build_store(config).describe()
     with pytest.raises(ConfigError) as err:
-        build_config({"name": "x", "connector": "postgresql", "staging.path": "/s", "state.store": 5, "bogus": 1})
+        build_config(
+            {"name": "x", "connector": "postgresql", "staging.path": "/s", "state.store": 5, "bogus": 1}
+        )
     assert PASSWORD not in str(err.value)
     with pytest.raises(ConfigError) as err:
         open_state_store(f"file://cdc:{PASSWORD}@host/x")
@@ -68,7 +70,9 @@ def test_redact_url_masks_passwords_and_secret_query_values():
     )
     assert redact_url("sqlite:///tmp/a.db") == "sqlite:///tmp/a.db"
     assert redact_url("/plain/dir") == "/plain/dir"
-    assert secrets_in({"state.store": URL, "database.password": "pw", "database.sslpassword": "k", "x": "y"}) == [
+    assert secrets_in(
+        {"state.store": URL, "database.password": "pw", "database.sslpassword": "k", "x": "y"}
+    ) == [
         PASSWORD,
         URL,
         "pw",
