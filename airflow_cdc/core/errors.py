@@ -135,10 +135,15 @@ class ApplyInterrupted(CdcError):
 
 
 class ApplyFailed(CdcError):
-    """The apply job ended with an error of its own (see its output)."""
+    """The apply job ended with an unexpected error of its own (lost executor, storage blip, bug).
 
-    disposition = Disposition.NEEDS_OPERATOR
-    default_hint = "read the spark-submit output above, fix the cause, then re-run apply for the same batch"
+    Retryable: apply is idempotent and many Spark failures are transient."""
+
+    disposition = Disposition.RETRYABLE
+    default_hint = (
+        "re-run apply for the same batch (idempotent); if it fails the same way, the spark-submit "
+        "output above names the cause"
+    )
 
 
 class LeaseHeld(CdcError):

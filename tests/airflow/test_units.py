@@ -446,3 +446,33 @@ def test_apply_operator_says_what_a_spark_submit_exit_means(tmp_path, monkeypatc
     assert says in str(err.value) and batch.name in str(err.value)
     if says == "interrupted":
         assert f"re-run apply for batch {batch.name}" in str(err.value) and "damaged" not in str(err.value)
+
+
+def test_apply_operator_holds_the_lease_and_passes_its_token(tmp_path, monkeypatch):
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    from airflow_cdc.airflow.operators.apply import CdcApplyOperator
+    from airflow_cdc.core.lease import acquire
+    from airflow_cdc.core.pipeline import build_config, build_store
+    from tests.unit.core.test_batch import _write
+
+    pipeline = {"name": "conn", "connector": "postgresql", "staging.path": str(tmp_path)}
+    batch = _write(tmp_path).finish({})
+    seen: dict = {}
+    monkeypatch.setattr(
+        SparkSubmitOperator, "execute", lambda self, ctx: seen.update(args=self.application_args)
+    )
+    op = CdcApplyOperator(
+        task_id="apply", batch_path=str(batch), target=str(tmp_path / "d"), pipeline=pipeline
+    )
+    store = build_store(build_config(pipeline))
+    other = acquire(store, "conn", "capture", 60)
+    with pytest.raises(AirflowException) as err:  # busy connector: retried later, Spark never started
+        op.execute({})
+    assert not isinstance(err.value, AirflowFailException) and "held by capture on host" in str(err.value)
+    assert seen == {}
+    other.release()
+    assert op.execute({})["applied"]
+    assert seen["args"][-2:] == ["--fence", str(other.token + 1)]
+    assert store.lease_store().load("conn").data["holder"] is None  # released after the job

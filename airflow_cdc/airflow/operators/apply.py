@@ -20,6 +20,7 @@ from airflow_cdc.airflow.hooks.cdc import CdcHook
 from airflow_cdc.apply.submit import ApplyOptions, apply_exit_error, build_apply_job
 from airflow_cdc.core.batch import Batch
 from airflow_cdc.core.lease import Leases
+from airflow_cdc.core.pipeline import build_store
 
 
 def _local_spark_env() -> dict[str, str]:
@@ -103,10 +104,9 @@ class CdcApplyOperator(SparkSubmitOperator):
                 self.log.warning("no pipeline given: applying without the connector lease")
                 self._submit(context, batch, None)
             else:
-                hook = CdcHook(pipeline=self.pipeline, cdc_conn_id=self.cdc_conn_id)
-                with Leases(hook.get_store(), batch.manifest["connector"], _lease_timeout(hook)).hold(
-                    "apply"
-                ) as lease:
+                config = CdcHook(pipeline=self.pipeline, cdc_conn_id=self.cdc_conn_id).get_conn()
+                leases = Leases(build_store(config), config["name"], config["lease.timeout.ms"] / 1000)
+                with leases.hold("apply") as lease:
                     self._submit(context, batch, lease.token)
         return {"batch_id": batch.batch_id, "applied": True}
 
@@ -141,7 +141,3 @@ class CdcApplyOperator(SparkSubmitOperator):
 
 
 _EXIT_CODE = re.compile(r"[Ee]rror code is:? *(-?\d+)")
-
-
-def _lease_timeout(hook: CdcHook) -> float:
-    return float(hook.get_conn()["lease.timeout.ms"]) / 1000
