@@ -63,7 +63,9 @@ def test_second_holder_refused_naming_the_first(store):
         text = str(err.value)
         assert f"capture on host {socket.gethostname()}, pid {os.getpid()}, since 20" in text
         assert err.value.retryable and "retry" in err.value.hint
-        assert acquire(store, "other", "capture", 30).token == 1  # per connector
+        other = acquire(store, "other", "capture", 30)
+        assert other.token == 1  # per connector
+        other.release()
     finally:
         first.release()
     second = acquire(store, "shop", "apply", 30)
