@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 
 from airflow_cdc.core.errors import BatchError
 from airflow_cdc.core.filemodes import make_private, private_dir, private_dirs
-from airflow_cdc.core.lease import pid_alive
+from airflow_cdc.core.lease import pid_alive, pid_namespace
 from airflow_cdc.core.table_sink import PartInfo, TableSink
 
 MANIFEST = "manifest.json"
@@ -94,7 +94,10 @@ class BatchWriter:
         self.batch_id = batch_id or new_batch_id()
         self.root = private_dirs(batches_root(staging, connector))
         self.tmp = private_dir(self.root / f".inprogress-{self.batch_id}-{os.getpid()}")
-        (self.tmp / OWNER).write_text(json.dumps(owner or {"host": socket.gethostname(), "pid": os.getpid()}))
+        me = {"host": socket.gethostname(), "pid": os.getpid(), "pidns": pid_namespace()}
+        (self.tmp / OWNER).write_text(json.dumps(owner or me))
+            json.dumps(owner or {"host": socket.gethostname(), "pid": os.getpid(), "pidns": pid_namespace()})
+        )
         make_private(self.tmp / OWNER)
         self._before_publish = before_publish
         self.connector, self.piece_rows = connector, piece_rows
@@ -318,7 +321,7 @@ def _writer_gone(path: Path, token: int | None, grace: float) -> bool:
             return time.time() - path.stat().st_mtime > grace
         except FileNotFoundError:
             return False
-    if host == socket.gethostname():
+    if host == socket.gethostname() and str(owner.get("pidns", "")) == pid_namespace():
         return not pid_alive(pid)
     return token is not None and int(owner.get("token") or 0) < token
 

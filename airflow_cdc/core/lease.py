@@ -41,28 +41,47 @@ _ATTEMPTS = 5
 
 @dataclass(frozen=True)
 class Holder:
-    """Who holds (or held) a lease."""
+    """Who holds (or held) a lease.  ``pidns`` tells apart processes that share a host name but
+    not a pid space (containers with the host's name): only a pid in *our* pid space can be
+    proven gone."""
 
     host: str
     pid: int
     run: str
     role: str
     since: str
+    pidns: str = ""
 
     @classmethod
     def me(cls, role: str) -> Holder:
-        return cls(socket.gethostname(), os.getpid(), uuid.uuid4().hex, role, utc_now_iso())
+        return cls(socket.gethostname(), os.getpid(), uuid.uuid4().hex, role, utc_now_iso(), pid_namespace())
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Holder:
-        return cls(str(doc["host"]), int(doc["pid"]), str(doc["run"]), str(doc["role"]), str(doc["since"]))
+        return cls(
+            str(doc["host"]),
+            int(doc["pid"]),
+            str(doc["run"]),
+            str(doc["role"]),
+            str(doc["since"]),
+            str(doc.get("pidns", "")),
+        )
 
     def describe(self) -> str:
         return f"{self.role} on host {self.host}, pid {self.pid}, since {self.since}"
 
     def provably_dead(self) -> bool:
-        """True only when the holder ran on this host and its process no longer exists."""
-        return self.host == socket.gethostname() and not pid_alive(self.pid)
+        """True only when the holder ran in this host's pid space and its process no longer exists."""
+        same_space = self.host == socket.gethostname() and self.pidns == pid_namespace()
+        return same_space and not pid_alive(self.pid)
+
+
+def pid_namespace() -> str:
+    """An id of this process's pid namespace (Linux), else empty."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return ""
 
 
 def pid_alive(pid: int) -> bool:

@@ -15,6 +15,7 @@ import pytest
 
 from airflow_cdc.core.batch import Batch, BatchWriter, clean_incomplete, list_batches
 from airflow_cdc.core.errors import BatchError
+from airflow_cdc.core.lease import pid_namespace
 from airflow_cdc.core.table_sink import SourceLayout
 
 
@@ -97,18 +98,20 @@ def _dead_pid() -> int:
 
 def test_clean_incomplete_removes_only_dead_writers(tmp_path):
     done = _write(tmp_path).finish({})
-    host = socket.gethostname()
-    dead = _write(tmp_path, owner={"host": host, "pid": _dead_pid(), "token": 1})  # a SIGKILLed capture
-    live = _write(tmp_path, owner={"host": host, "pid": os.getpid(), "token": 2})  # a capture still running
+    here = {"host": socket.gethostname(), "pidns": pid_namespace()}
+    dead = _write(tmp_path, owner={**here, "pid": _dead_pid(), "token": 1})  # a SIGKILLed capture
+    live = _write(tmp_path, owner={**here, "pid": os.getpid(), "token": 2})  # a capture still running
+    # same host name, another pid space (a container named like the host): its pid proves nothing
+    foreign = _write(tmp_path, owner={"host": here["host"], "pidns": "other", "pid": _dead_pid(), "token": 3})
     other_old = _write(tmp_path, owner={"host": "elsewhere", "pid": 1, "token": 1})
     other_new = _write(tmp_path, owner={"host": "elsewhere", "pid": 1, "token": 3})
     root = tmp_path / "conn" / "batches"
-    assert len([p for p in root.iterdir() if p.name.startswith(".inprogress-")]) == 4
+    assert len([p for p in root.iterdir() if p.name.startswith(".inprogress-")]) == 5
     assert [b.batch_id for b in list_batches(tmp_path, "conn")] == [done.name]
     # holding lease token 3: the other host's token-1 writer lost its lease; token 3 is ours
     assert clean_incomplete(tmp_path, "conn", token=3) == 2
     assert not dead.tmp.exists() and not other_old.tmp.exists()
-    assert live.tmp.exists() and other_new.tmp.exists()
+    assert live.tmp.exists() and other_new.tmp.exists() and foreign.tmp.exists()
     assert live.finish({}).exists()  # the live capture's batch was left intact and publishes
     assert clean_incomplete(tmp_path, "conn", token=3) == 0
     assert clean_incomplete(tmp_path / "nowhere", "conn") == 0

@@ -107,6 +107,18 @@ def test_renewal_keeps_a_long_run_alive(store):
     lease.release()
 
 
+def test_same_host_name_other_pid_space_is_not_provably_dead():
+    from airflow_cdc.core.lease import Holder
+
+    me = Holder.me("capture")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert Holder(me.host, gone.pid, "r", "capture", me.since, me.pidns).provably_dead()
+    assert not Holder(me.host, gone.pid, "r", "capture", me.since, "elsewhere").provably_dead()
+    assert not Holder("other-host", gone.pid, "r", "capture", me.since, me.pidns).provably_dead()
+    assert not Holder(me.host, os.getpid(), "r", "capture", me.since, me.pidns).provably_dead()
+
+
 def test_sigkilled_holder_is_taken_over_at_once(tmp_path):
     state = tmp_path / "state"
     code = textwrap.dedent(
