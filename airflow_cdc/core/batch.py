@@ -96,8 +96,6 @@ class BatchWriter:
         self.tmp = private_dir(self.root / f".inprogress-{self.batch_id}-{os.getpid()}")
         me = {"host": socket.gethostname(), "pid": os.getpid(), "pidns": pid_namespace()}
         (self.tmp / OWNER).write_text(json.dumps(owner or me))
-            json.dumps(owner or {"host": socket.gethostname(), "pid": os.getpid(), "pidns": pid_namespace()})
-        )
         make_private(self.tmp / OWNER)
         self._before_publish = before_publish
         self.connector, self.piece_rows = connector, piece_rows
