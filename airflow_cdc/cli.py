@@ -18,6 +18,7 @@ from typing import Any
 from airflow_cdc.core.batch import Batch, list_batches
 from airflow_cdc.core.errors import CdcError, ConfigError
 from airflow_cdc.core.pipeline import build_capture, build_config, read_pipeline_file
+from airflow_cdc.core.redact import secrets_in
 
 
 def _print(doc: Any) -> None:
@@ -25,15 +26,31 @@ def _print(doc: Any) -> None:
 
 
 def cmd_capture(args: argparse.Namespace) -> int:
-    capture = build_capture(read_pipeline_file(args.config))
+    config = build_config(read_pipeline_file(args.config))
+    if args.commit:
+        from airflow_cdc.apply.applied import delta_target
+
+        if delta_target(config) is not None:  # --commit skips apply: only capture-only pipelines may
+            raise ConfigError(
+                f"capture --commit would move the offset of {config['name']!r} past data never applied "
+                f"to {delta_target(config)}: use `apply --commit` after capture, or set "
+                "commit.require.applied=false if this pipeline only captures"
+            )
+    capture = build_capture(config)
     result = capture.run(signals=[json.loads(s) for s in args.signal], commit=args.commit)
     _print(result.summary())
     return 0
 
 
 def cmd_commit(args: argparse.Namespace) -> int:
-    capture = build_capture(read_pipeline_file(args.config))
-    version = capture.commit(Batch(args.batch))
+    from airflow_cdc.apply.applied import ensure_applied
+
+    config = build_config(read_pipeline_file(args.config))
+    capture = build_capture(config)
+    batch = Batch(args.batch)
+    with capture.leases.hold("commit"):
+        ensure_applied(batch, config, args.target)
+        version = capture.commit(batch)
     _print({"committed": args.batch, "state_version": version})
     return 0
 
@@ -65,16 +82,21 @@ def _target(args: argparse.Namespace, config: Any) -> str:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
+    from airflow_cdc.apply.applied import ensure_applied
     from airflow_cdc.apply.submit import ApplyOptions, build_apply_job, run_apply_job
 
     config = build_config(read_pipeline_file(args.config))
     options = ApplyOptions.from_config(config)
     batches = [Batch(b) for b in args.batch] or list_batches(config["staging.path"], config["name"])
     target = _target(args, config)
-    for batch in batches:
-        run_apply_job(build_apply_job(batch.path, target, options=options), master=args.master)
-        if args.commit:
-            build_capture(config).commit(batch)
+    capture = build_capture(config)
+    with capture.leases.hold("apply") as lease:  # one lease over every apply and commit of this call
+        for batch in batches:
+            job = build_apply_job(batch.path, target, options=options, fence=lease.token)
+            run_apply_job(job, master=args.master, lease=lease)
+            if args.commit:
+                ensure_applied(batch, config, target)
+                capture.commit(batch)
     _print({"applied": [b.batch_id for b in batches], "target": target, "committed": args.commit})
     return 0
 
@@ -108,6 +130,7 @@ def parser() -> argparse.ArgumentParser:
     m = sub.add_parser("commit", help="commit a staged batch: store its end offset, acknowledge the source")
     m.add_argument("--config", required=True)
     m.add_argument("--batch", required=True, help="batch directory")
+    m.add_argument("--target", help="Delta root the batch was applied to (default: delta.root)")
     m.set_defaults(func=cmd_commit)
     s = sub.add_parser("status", help="show the stored state and staged batches")
     s.add_argument("--config", required=True)
@@ -128,18 +151,45 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+class _Scrubbed(logging.Formatter):
+    """Formats records (tracebacks included), then masks every known secret in the text."""
+
+    def __init__(self, fmt: str, secrets: list[str]) -> None:
+        super().__init__(fmt)
+        self.secrets = secrets
+
+    def format(self, record: logging.LogRecord) -> str:
+        return scrub(super().format(record), self.secrets)
+
+
+def scrub(text: str, secrets: list[str]) -> str:
+    """``text`` with each secret replaced by ``****`` (longest first, so no fragment survives)."""
+    for secret in sorted(set(secrets), key=len, reverse=True):
+        text = text.replace(secret, "****")
+    return text
+
+
+def _pipeline_secrets(args: argparse.Namespace) -> list[str]:
+    try:
+        return secrets_in(read_pipeline_file(args.config))
+    except (CdcError, AttributeError):
+        return []
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    secrets = _pipeline_secrets(args)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Scrubbed("%(asctime)s %(levelname)s %(name)s: %(message)s", secrets))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
     try:
         return args.func(args)
     except CdcError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        print(scrub(f"error: {e}", secrets), file=sys.stderr)
+        return 75 if e.retryable else 2  # EX_TEMPFAIL: a scheduler may simply try again later
+    except Exception:  # a driver error from the state store or the source: never show its secrets
+        logging.getLogger("airflow_cdc.cli").exception("unexpected error")
+        return 1
 
 
 if __name__ == "__main__":

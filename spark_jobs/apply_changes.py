@@ -7,7 +7,10 @@ do; ``airflow_cdc.apply.submit.build_apply_job`` builds the call)::
         --py-files cdc_apply.zip spark_jobs/apply_changes.py --batch DIR --target DELTA_ROOT
 
 Re-running it for a batch that is already (fully or partly) applied is safe and changes nothing
-that is already there.  Exit code 0 on success; the last stdout line is a JSON report.
+that is already there.  Exit code 0 on success (the last stdout line is a JSON report); 3: a staged
+file is missing or unreadable; 4: a column type change Delta cannot take; 5: a newer run of the
+connector (higher ``--fence`` token) already wrote a table; 1: anything else.  The last stderr line
+then says ``airflow-cdc apply: <what>: <message>``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,18 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from cdc_apply.delta_log import StaleFence  # noqa: E402
+from cdc_apply.frames import SchemaChangeError  # noqa: E402
 from cdc_apply.job import ApplySettings, apply_batch  # noqa: E402
+from cdc_apply.layout import EXIT_DAMAGED, EXIT_FENCED, EXIT_SCHEMA  # noqa: E402
+from cdc_apply.staged import StagedBatchError  # noqa: E402
+
+#: error class -> (exit code, what it is), most specific first
+_EXITS = (
+    (StagedBatchError, EXIT_DAMAGED, "staged batch damaged"),
+    (SchemaChangeError, EXIT_SCHEMA, "schema change refused"),
+    (StaleFence, EXIT_FENCED, "fenced out by a newer run"),
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,13 +49,22 @@ def main(argv: list[str] | None = None) -> int:
         default=ApplySettings.rewrite_ratio,
         help="rewrite a silver table instead of MERGE when events >= ratio x stored rows (0: never)",
     )
+    p.add_argument("--fence", type=int, default=None, help="the submitter's lease token (fencing)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.appName(f"airflow-cdc-apply {os.path.basename(args.batch)}").getOrCreate()
-    settings = ApplySettings(args.delete_mode, not args.no_bronze, args.rewrite_ratio)
-    report = apply_batch(spark, args.batch, args.target, settings)
+    settings = ApplySettings(args.delete_mode, not args.no_bronze, args.rewrite_ratio, args.fence)
+    try:
+        report = apply_batch(spark, args.batch, args.target, settings)
+    except Exception as e:
+        for kind, code, what in _EXITS:
+            if isinstance(e, kind):
+                logging.getLogger("airflow_cdc.apply").exception("apply failed")
+                print(f"airflow-cdc apply: {what}: {e}", file=sys.stderr)
+                return code
+        raise
     print(json.dumps(report, sort_keys=True, default=str))
     return 0
 

@@ -151,10 +151,17 @@ def cdc_dag(
                 spark_conf=opt["spark_conf"],
                 conn_id=opt["spark_conn_id"],
                 options=apply_options,
+                **common,
             )
             capture >> apply
             last = apply
-        commit = CdcCommitOperator(task_id="commit", batch_path=BATCH_PATH, outlets=outlets, **common)
+        commit = CdcCommitOperator(
+            task_id="commit",
+            batch_path=BATCH_PATH,
+            outlets=outlets,
+            target=target if opt["apply"] else None,
+            **common,
+        )
         last >> commit
         if opt["sense"]:
             sense_kwargs: dict[str, Any] = {}

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_cdc.core.errors import CdcError, StateConflict
+from airflow_cdc.core.errors import CdcError, Disposition, StateConflict
 
 
 @contextmanager
@@ -26,4 +26,12 @@ def airflow_errors(what: str) -> Iterator[None]:
     except CdcError as e:
         if e.retryable:
             raise AirflowException(f"{what}: {e}") from e
-        raise AirflowFailException(f"{what} [{e.disposition.value}]: {e}") from e
+        raise AirflowFailException(f"{what} failed ({_WHY[e.disposition]}): {e}") from e
+
+
+#: why a failure is not retried, in words an on-call engineer reads at 3 a.m.
+_WHY = {
+    Disposition.NEEDS_OPERATOR: "not retried: a person must act first",
+    Disposition.FATAL: "not retried: the input or configuration can never work as given",
+    Disposition.RETRYABLE: "retryable",
+}

@@ -29,6 +29,7 @@ from airflow_cdc.apply.submit import ApplyOptions
 from airflow_cdc.core.config import COMMON_PROPERTIES, ConnectorConfig, split_list
 from airflow_cdc.core.errors import ConfigError
 from airflow_cdc.core.pipeline import read_pipeline_file
+from airflow_cdc.core.redact import SECRET_URL_PROPERTIES, secrets_in
 
 SECTION = "airflow"
 
@@ -158,7 +159,10 @@ def without_literal_secrets(properties: Mapping[str, Any]) -> dict[str, Any]:
     return {
         k: v
         for k, v in properties.items()
-        if not (any(s in k for s in secret_names) and not (isinstance(v, str) and _ENV_REF.fullmatch(v)))
+        if not (
+            (any(s in k for s in secret_names) or (k in SECRET_URL_PROPERTIES and secrets_in({k: v})))
+            and not (isinstance(v, str) and _ENV_REF.fullmatch(v))
+        )
     }
 
 

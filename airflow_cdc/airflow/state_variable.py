@@ -79,6 +79,15 @@ class VariableStateStore:
     ) -> None:
         self.prefix = prefix
         self._get, self._put, self._delete = get, put, delete
+        self._leases: VariableStateStore | None = None
+
+    def lease_store(self) -> VariableStateStore:
+        """The lease records: Variables ``<prefix without trailing dot>_lease.<connector>``."""
+        if self._leases is None:
+            self._leases = VariableStateStore(
+                self.prefix.rstrip(".") + "_lease.", get=self._get, put=self._put, delete=self._delete
+            )
+        return self._leases
 
     @classmethod
     def from_url(cls, url: str) -> VariableStateStore:

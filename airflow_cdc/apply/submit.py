@@ -12,8 +12,10 @@ import importlib.util
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,8 +23,26 @@ from pathlib import Path
 from typing import ClassVar
 
 from airflow_cdc.core.config import ConnectorConfig
-from airflow_cdc.core.errors import BatchError, ConfigError
-from spark_jobs.cdc_apply.layout import DELTA_CONF, DELTA_PACKAGE, JARS_ENV, LAYERS, table_path
+from airflow_cdc.core.errors import (
+    ApplyFailed,
+    ApplyInterrupted,
+    BatchError,
+    CdcError,
+    ConfigError,
+    LeaseLost,
+    SchemaError,
+)
+from airflow_cdc.core.lease import Lease
+from spark_jobs.cdc_apply.layout import (
+    DELTA_CONF,
+    DELTA_PACKAGE,
+    EXIT_DAMAGED,
+    EXIT_FENCED,
+    EXIT_SCHEMA,
+    JARS_ENV,
+    LAYERS,
+    table_path,
+)
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +174,7 @@ def build_apply_job(
     options: ApplyOptions | None = None,
     conf: Mapping[str, str] | None = None,
     name: str | None = None,
+    fence: int | None = None,
 ) -> SparkApplyJob:
     """Describe the Spark job that applies ``batch`` to the Delta root ``target``.
 
@@ -162,6 +183,8 @@ def build_apply_job(
     :param batch: a published batch directory (``<staging>/<connector>/batches/<id>``).
     :param target: the Delta root; tables land under ``<target>/<layer>/<connector>/<table>``.
     :param conf: extra Spark conf; it overrides the Delta defaults.
+    :param fence: the submitter's lease token: recorded in the Delta commit info, and the job
+        stops before writing a table a newer token already wrote.
     """
     path = Path(batch)
     if not (path / "manifest.json").exists():
@@ -170,7 +193,14 @@ def build_apply_job(
     merged = {**DELTA_CONF, **(conf or {})}
     return SparkApplyJob(
         application=str(spark_jobs_dir() / "apply_changes.py"),
-        application_args=["--batch", str(path), "--target", target, *(options or ApplyOptions()).args()],
+        application_args=[
+            "--batch",
+            str(path),
+            "--target",
+            target,
+            *(options or ApplyOptions()).args(),
+            *(["--fence", str(fence)] if fence is not None else []),
+        ],
         conf=merged,
         name=name or f"airflow-cdc-apply-{path.name}",
         packages=packages,
@@ -188,17 +218,82 @@ def _python_env() -> dict[str, str]:
     return {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, **chosen}
 
 
-def run_apply_job(job: SparkApplyJob, *, master: str = "local[2]", timeout: float | None = None) -> None:
+def run_apply_job(
+    job: SparkApplyJob,
+    *,
+    master: str = "local[2]",
+    timeout: float | None = None,
+    lease: Lease | None = None,
+) -> None:
     """Run ``spark-submit`` for ``job`` and wait; its output streams to ours.
 
-    :raises BatchError: when spark-submit exits non-zero (the batch is then not, or only partly,
-        applied; re-running it is safe).
+    A failed run leaves the batch not, or only partly, applied; re-running it is safe.
+
+    :param lease: the connector lease this run holds; if it is lost (taken over) the job is
+        stopped, so two applies never write at once.
+    :raises ApplyInterrupted: spark-submit was killed (signal, out of memory, timeout).
+    :raises ApplyFailed, BatchError, SchemaError, LeaseLost: see :func:`apply_exit_error`.
     """
     cmd = job.command(master)
-    log.info("spark-submit %s (batch %s)", job.application, job.application_args[1])
-    done = subprocess.run(cmd, env={**os.environ, **job.env}, timeout=timeout, check=False)
-    if done.returncode != 0:
-        raise BatchError(f"spark-submit for {job.name} failed with exit code {done.returncode}")
+    batch = Path(job.application_args[1]).name
+    log.info("spark-submit %s (batch %s)", job.application, batch)
+    proc = subprocess.Popen(cmd, env={**os.environ, **job.env})
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        try:
+            code = proc.wait(timeout=1.0)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        stop = lease is not None and lease.lost is not None
+        if stop or (deadline is not None and time.monotonic() > deadline):
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            if stop and lease is not None and lease.lost is not None:
+                raise lease.lost
+            raise ApplyInterrupted(
+                f"apply of batch {batch} was stopped after {timeout}s (timeout)",
+                hint=f"re-run apply for batch {batch} (idempotent), with a longer timeout",
+            )
+    if code != 0:
+        raise apply_exit_error(code, batch)
+
+
+def apply_exit_error(code: int, batch: str) -> CdcError:
+    """What a non-zero exit of ``spark-submit`` for ``batch`` means, and the one right next step.
+
+    :param code: the exit status: negative for "killed by signal" (Python's convention), 128 + n
+        when a shell reports signal n.
+    """
+    signo = -code if code < 0 else code - 128 if 128 < code < 160 else None
+    if signo is not None:
+        try:
+            name = signal.Signals(signo).name
+        except ValueError:
+            name = f"signal {signo}"
+        why = " (out of memory or killed by an operator)" if signo == signal.SIGKILL else ""
+        return ApplyInterrupted(
+            f"apply of batch {batch} was interrupted: spark-submit was killed by {name}{why}",
+            hint=f"re-run apply for batch {batch}: it is idempotent and finishes what is missing",
+        )
+    if code == EXIT_DAMAGED:
+        return BatchError(
+            f"batch {batch} is damaged: a staged file is missing or unreadable (see the job output)",
+            hint="delete the batch directory and re-run capture from the committed offset",
+        )
+    if code == EXIT_SCHEMA:
+        return SchemaError(
+            f"batch {batch} changes a column type Delta cannot take; nothing was written (see the job output)"
+        )
+    if code == EXIT_FENCED:
+        return LeaseLost(
+            f"apply of batch {batch} stopped: a newer run of the connector already wrote its tables"
+        )
+    return ApplyFailed(f"apply of batch {batch} failed: spark-submit exited with code {code}")
 
 
 __all__ = ["LAYERS", "table_path"]

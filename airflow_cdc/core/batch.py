@@ -8,8 +8,10 @@ Layout of one batch directory ``<staging>/<connector>/batches/<batch_id>/``::
 
 A batch is built in a hidden ``.inprogress-*`` directory and renamed into place only after
 every file and the manifest are fsynced, so readers never see a partial batch; a crash leaves
-an ``.inprogress`` directory that :func:`clean_incomplete` removes.  Batches are never modified
-after the rename.  The manifest holds the from/to offsets and the connector state to commit
+an ``.inprogress`` directory that :func:`clean_incomplete` removes once its writer is gone (the
+writer is recorded in ``owner.json`` inside it).  Batches are never modified after the rename.
+Every directory is ``0700`` and every file ``0600``, whatever the umask: they hold row images.
+The manifest holds the from/to offsets and the connector state to commit
 once the batch is durably applied (``state_after``).
 """
 
@@ -20,8 +22,9 @@ import os
 import re
 import secrets
 import shutil
+import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -31,9 +34,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_cdc.core.errors import BatchError
+from airflow_cdc.core.filemodes import make_private, private_dir, private_dirs
+from airflow_cdc.core.lease import pid_alive, pid_namespace
 from airflow_cdc.core.table_sink import PartInfo, TableSink
 
 MANIFEST = "manifest.json"
+OWNER = "owner.json"
 FORMAT_VERSION = 1
 _BATCH_ID = re.compile(r"^[0-9]{8}T[0-9]{12}Z-[0-9a-f]{6}$")
 
@@ -76,12 +82,22 @@ class BatchWriter:
         connector: str,
         batch_id: str | None = None,
         piece_rows: int = 65_536,
+        *,
+        owner: dict[str, Any] | None = None,
+        before_publish: Callable[[], None] | None = None,
     ) -> None:
+        """:param owner: who writes the batch (host, pid, lease token): lets a later run tell a
+            live writer's directory from a dead one's.
+        :param before_publish: called right before the atomic rename (a lease check); raising
+            there leaves the batch unpublished.
+        """
         self.batch_id = batch_id or new_batch_id()
-        self.root = batches_root(staging, connector)
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.tmp = self.root / f".inprogress-{self.batch_id}-{os.getpid()}"
-        self.tmp.mkdir()
+        self.root = private_dirs(batches_root(staging, connector))
+        self.tmp = private_dir(self.root / f".inprogress-{self.batch_id}-{os.getpid()}")
+        me = {"host": socket.gethostname(), "pid": os.getpid(), "pidns": pid_namespace()}
+        (self.tmp / OWNER).write_text(json.dumps(owner or me))
+        make_private(self.tmp / OWNER)
+        self._before_publish = before_publish
         self.connector, self.piece_rows = connector, piece_rows
         self._open: dict[str, TableSink] = {}
         self._parts: dict[str, list[PartInfo]] = {}
@@ -108,7 +124,7 @@ class BatchWriter:
         n = self._counters.get(table, 0)
         self._counters[table] = n + 1
         rel = f"tables/{safe_name(table)}/part-{n:05d}.parquet"
-        (self.tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        private_dirs((self.tmp / rel).parent)
         sink = TableSink(
             str(self.tmp / rel),
             rel,
@@ -153,7 +169,7 @@ class BatchWriter:
         n = self._counters.get("\0messages", 0)
         self._counters["\0messages"] = n + 1
         rel = f"messages/part-{n:05d}.parquet"
-        (self.tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        private_dirs((self.tmp / rel).parent)
         pq.write_table(table, self.tmp / rel, compression="snappy")
         self._parts.setdefault("\0messages", []).append(PartInfo(rel, table.num_rows, "messages", "-"))
 
@@ -184,11 +200,17 @@ class BatchWriter:
             **manifest,
         }
         for path in self.tmp.rglob("*.parquet"):
+            make_private(path)
             _fsync_file(path)
+        (self.tmp / OWNER).unlink()
         (self.tmp / MANIFEST).write_text(json.dumps(doc, indent=1, sort_keys=True, default=str))
+        make_private(self.tmp / MANIFEST)
         _fsync_file(self.tmp / MANIFEST)
         for d in sorted({p.parent for p in self.tmp.rglob("*")} | {self.tmp}):
+            make_private(d)
             _fsync_dir(d)
+        if self._before_publish is not None:
+            self._before_publish()
         final = self.root / self.batch_id
         os.rename(self.tmp, final)
         _fsync_dir(self.root)
@@ -265,15 +287,41 @@ def list_batches(staging: str | os.PathLike[str], connector: str) -> list[Batch]
     return [Batch(p) for p in sorted(root.iterdir()) if _BATCH_ID.match(p.name) and (p / MANIFEST).exists()]
 
 
-def clean_incomplete(staging: str | os.PathLike[str], connector: str) -> int:
-    """Remove ``.inprogress`` directories left by crashed captures; returns how many."""
+def clean_incomplete(
+    staging: str | os.PathLike[str], connector: str, token: int | None = None, grace: float = 0.0
+) -> int:
+    """Remove ``.inprogress`` directories whose writer is gone; returns how many.
+
+    A writer on this host is gone when its pid no longer exists.  A writer on another host is
+    taken as gone when its lease token is older than ``token`` (the caller's: it holds the lease,
+    so that writer's lease has ended and it can never publish).  A directory without a readable
+    owner (a crash before it was recorded, or an older release) is removed once it is older than
+    ``grace`` seconds.  Live writers' directories are never touched.
+
+    :param token: the caller's lease token, ``None`` when it holds no lease.
+    """
     root = batches_root(staging, connector)
     removed = 0
     if root.exists():
         for p in root.glob(".inprogress-*"):
-            shutil.rmtree(p, ignore_errors=True)
-            removed += 1
+            if _writer_gone(p, token, grace):
+                shutil.rmtree(p, ignore_errors=True)
+                removed += 1
     return removed
+
+
+def _writer_gone(path: Path, token: int | None, grace: float) -> bool:
+    try:
+        owner = json.loads((path / OWNER).read_text())
+        host, pid = owner["host"], int(owner["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        try:
+            return time.time() - path.stat().st_mtime > grace
+        except FileNotFoundError:
+            return False
+    if host == socket.gethostname() and str(owner.get("pidns", "")) == pid_namespace():
+        return not pid_alive(pid)
+    return token is not None and int(owner.get("token") or 0) < token
 
 
 def expire_batches(staging: str | os.PathLike[str], connector: str, keep_after: str, retain: int) -> int:

@@ -6,7 +6,8 @@ manifest carries the state to commit.  Capture never changes the stored state or
 acknowledged position: re-running it from the same committed state yields an equivalent batch.
 Commit compare-and-sets the state (so of two racing runs only one commits) and only then
 acknowledges the source; a crash in between leaves the source behind the state, which the next
-run tolerates by skipping what the state says is done.
+run tolerates by skipping what the state says is done.  Both hold the connector's lease
+(:mod:`airflow_cdc.core.lease`), so a second run of the connector is refused while one works.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from airflow_cdc.core.batch import Batch, BatchWriter, clean_incomplete, expire_
 from airflow_cdc.core.config import ConnectorConfig
 from airflow_cdc.core.errors import ServerMisconfigured
 from airflow_cdc.core.failpoints import failpoint
+from airflow_cdc.core.lease import Lease, Leases, fence_state
 from airflow_cdc.core.signals import SnapshotSignal, apply_signals, parse_signal
 from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, SnapshotContext, match_tables
 from airflow_cdc.core.source import ChangeSource
@@ -98,6 +100,7 @@ class Capture:
     def __init__(self, source: ChangeSource, config: ConnectorConfig, store: StateStore) -> None:
         self.source, self.config, self.store = source, config, store
         self.name = config["name"]
+        self.leases = Leases(store, self.name, config["lease.timeout.ms"] / 1000)
 
     def _offset_json(self, coord: Any) -> dict[str, Any]:
         """The source's JSON offset of a coordinate outside a window."""
@@ -120,10 +123,17 @@ class Capture:
     def run(
         self, signals: list[dict[str, Any] | SnapshotSignal] | None = None, commit: bool = False
     ) -> CaptureResult:
-        """Capture one window (plus snapshot chunks) into a new staged batch; optionally commit it."""
+        """Capture one window (plus snapshot chunks) into a new staged batch; optionally commit it.
+
+        :raises LeaseHeld: another run of the connector is working (nothing was read or written).
+        """
         parsed = [s if isinstance(s, SnapshotSignal) else parse_signal(s) for s in signals or []]
+        with self.leases.hold("capture") as lease:
+            return self._run(parsed, commit, lease)
+
+    def _run(self, parsed: list[SnapshotSignal], commit: bool, lease: Lease) -> CaptureResult:
         staging = self.config["staging.path"]
-        clean_incomplete(staging, self.name)
+        clean_incomplete(staging, self.name, lease.token, grace=lease.timeout)
         stored = self.store.load(self.name)
         data = dict(stored.data) if stored else {}
         ctx = SnapshotContext.from_json(data.get("snapshot"))
@@ -146,7 +156,13 @@ class Capture:
             if reason is None:
                 notes += _plan_new_tables(ctx, mode, data.get("tables"), tables, include)
             notes += apply_signals(ctx, parsed, tables)
-            writer = BatchWriter(staging, self.name, piece_rows=self.config["staging.piece.rows"])
+            writer = BatchWriter(
+                staging,
+                self.name,
+                piece_rows=self.config["staging.piece.rows"],
+                owner=lease.owner_json(),
+                before_publish=lease.check,
+            )
             try:
                 result = self._capture(writer, ctx, from_lsn, data, stored.version if stored else None, notes)
             except BaseException:
@@ -290,13 +306,21 @@ class Capture:
 
         Repeating a commit of the same batch is a no-op apart from re-acknowledging.
         :raises StateConflict: another run committed first; this batch must not be committed.
+        :raises LeaseHeld: another run of the connector is working.
+        :raises LeaseLost: this run's lease was taken over, or a newer lease holder committed.
         """
+        with self.leases.hold("commit") as lease:
+            return self._commit(batch, lease)
+
+    def _commit(self, batch: Batch, lease: Lease) -> int:
         m = batch.manifest
         stored = self.store.load(self.name)
         if stored is not None and stored.data.get("last_batch") == batch.batch_id:
             version = stored.version
         else:
-            version = self.store.compare_and_set(self.name, m["state_version"], m["state_after"])
+            lease.check()
+            state = fence_state(lease, stored.data if stored else None, m["state_after"])
+            version = self.store.compare_and_set(self.name, m["state_version"], state)
         failpoint("after_state_commit")
         self.source.acknowledge(m["to_offset"])
         expire_batches(

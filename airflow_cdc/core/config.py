@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_cdc.core.errors import ConfigError
+from airflow_cdc.core.redact import Secret as Secret  # re-exported: callers import it from here
+from airflow_cdc.core.redact import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -58,35 +60,12 @@ KAFKA_ONLY_PREFIXES = (
 )
 
 
-class Secret:
-    """A configuration value that must never reach logs."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('****')"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
-
-
 @dataclass(frozen=True)
 class Property:
     """One supported property: name, type, default, allowed values, and what it means."""
 
     name: str
-    kind: str  # "str" | "int" | "float" | "bool" | "enum" | "list" | "secret"
+    kind: str  # "str" | "int" | "float" | "bool" | "enum" | "list" | "secret" | "secret_url"
     default: Any = None
     doc: str = ""
     choices: tuple[str, ...] = ()
@@ -112,6 +91,8 @@ class Property:
 
 
 def _shown(prop: Property, raw: Any) -> Any:
+    if prop.kind == "secret_url":
+        return redact_url(str(raw))
     return "****" if prop.kind == "secret" else raw
 
 
@@ -172,6 +153,7 @@ def split_list(raw: Any) -> tuple[str, ...]:
 _PARSERS: dict[str, Callable[[Property, Any], Any]] = {
     "str": lambda p, raw: str(raw),
     "secret": lambda p, raw: raw if isinstance(raw, Secret) else Secret(str(raw)),
+    "secret_url": lambda p, raw: raw if isinstance(raw, Secret) else Secret(str(raw), redact_url(str(raw))),
     "int": _parse_int,
     "float": _parse_float,
     "bool": _parse_bool,
@@ -307,7 +289,7 @@ COMMON_PROPERTIES: tuple[Property, ...] = (
     ),
     Property(
         "state.store",
-        "str",
+        "secret_url",
         None,
         "State backend URL: a directory/file://, sqlite:///, postgresql://, mysql://; "
         "default `<staging.path>/_state`.",
@@ -334,6 +316,22 @@ COMMON_PROPERTIES: tuple[Property, ...] = (
         choices=("delete", "soft"),
     ),
     Property("delta.bronze.enabled", "bool", True, "Append every event to the bronze change log."),
+    Property(
+        "commit.require.applied",
+        "enum",
+        "auto",
+        "Commit refuses a batch missing from any of its Delta tables: `auto` when a Delta root is "
+        "known, `true` always (a Delta root is required), `false` for capture-only pipelines.",
+        choices=("auto", "true", "false"),
+    ),
+    Property(
+        "lease.timeout.ms",
+        "int",
+        120_000,
+        "Lease of a running capture/apply/commit: renewed every third of this; a run that stops "
+        "renewing (killed) is taken over after it, or at once when its process is gone on this host.",
+        minimum=1_000,
+    ),
     Property(
         "delta.rewrite.ratio",
         "float",

@@ -118,3 +118,43 @@ class BatchError(CdcError):
 
     disposition = Disposition.FATAL
     default_hint = "the staged batch is damaged; re-run capture from the committed offset"
+
+
+class BatchNotApplied(CdcError):
+    """Commit refused: the batch has not reached every Delta table it touches."""
+
+    disposition = Disposition.NEEDS_OPERATOR
+    default_hint = "run apply for the batch (idempotent), then commit it again"
+
+
+class ApplyInterrupted(CdcError):
+    """The apply job was killed before it finished (signal, out of memory, lost executor)."""
+
+    disposition = Disposition.RETRYABLE
+    default_hint = "re-run apply for the same batch: it is idempotent and continues where it stopped"
+
+
+class ApplyFailed(CdcError):
+    """The apply job ended with an unexpected error of its own (lost executor, storage blip, bug).
+
+    Retryable: apply is idempotent and many Spark failures are transient."""
+
+    disposition = Disposition.RETRYABLE
+    default_hint = (
+        "re-run apply for the same batch (idempotent); if it fails the same way, the spark-submit "
+        "output above names the cause"
+    )
+
+
+class LeaseHeld(CdcError):
+    """Another run of the connector holds its lease (capture, apply and commit never overlap)."""
+
+    disposition = Disposition.RETRYABLE
+    default_hint = "another run of this connector is working; retry when it has finished"
+
+
+class LeaseLost(CdcError):
+    """This run's lease expired and was taken over (fenced): it must not publish or commit."""
+
+    disposition = Disposition.RETRYABLE
+    default_hint = "a newer run of this connector took over; this run stops without writing anything more"

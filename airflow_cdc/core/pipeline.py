@@ -68,7 +68,7 @@ def build_source(config: ConnectorConfig) -> ChangeSource:
 
 
 def build_store(config: ConnectorConfig) -> StateStore:
-    url = config["state.store"] or str(Path(config["staging.path"]) / "_state")
+    url = config.secret("state.store") or str(Path(config["staging.path"]) / "_state")
     return open_state_store(url)
 
 

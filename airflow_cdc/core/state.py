@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from airflow_cdc.core.errors import CdcError, ConfigError
+from airflow_cdc.core.redact import redact_url
 
 MAX_CONNECTOR_NAME = 255
 
@@ -71,6 +72,9 @@ class StateStore(Protocol):
     * ``delete(connector)`` removes the state (no error if there is none); the next successful
       ``compare_and_set`` must then pass ``expected_version=None`` and starts again at version 1.
     * ``describe()`` names the location for humans (logs, errors); it never contains secrets.
+    * ``lease_store()`` returns a sibling store of the same backend, for the per-connector lease
+      records of :mod:`airflow_cdc.core.lease` (kept apart so renewing a lease never changes the
+      state's version); the same object on every call.
 
     Keeping progress from moving backward (offsets only grow) is the caller's job, not the store's.
     Connector names are non-empty strings of at most 255 characters.
@@ -83,6 +87,8 @@ class StateStore(Protocol):
     def delete(self, connector: str) -> None: ...
 
     def describe(self) -> str: ...
+
+    def lease_store(self) -> StateStore: ...
 
 
 def utc_now_iso() -> str:
@@ -174,7 +180,7 @@ def open_state_store(url: str) -> StateStore:
         from airflow_cdc.core.state_file import FileStateStore
 
         if scheme == "file" and parts.netloc not in ("", "localhost"):
-            raise ConfigError(f"file state store URL must be file:///absolute/path, got {url!r}")
+            raise ConfigError(f"file state store URL must be file:///absolute/path, got {redact_url(url)!r}")
         return FileStateStore(unquote(parts.path) if scheme else url)
     query = parse_qsl(parts.query, keep_blank_values=True)
     table = next((v for k, v in query if k == "table"), "airflow_cdc_state")

@@ -4,6 +4,7 @@ Layout of the directory::
 
     <name>.json     the committed state: {"connector", "version", "updated_at", "state"}
     <name>.lock     lock file; compare-and-set holds an exclusive flock on it
+    _leases/        the connector leases, in the same layout (see airflow_cdc.core.lease)
     .<name>.json.tmp-*  a write in progress (left behind only by a crash; removed by the next write)
 
 ``<name>`` is the connector name with every character outside ``[A-Za-z0-9_.-]`` (and a leading
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_cdc.core.errors import StateConflict
+from airflow_cdc.core.filemodes import FILE_MODE, private_dirs
 from airflow_cdc.core.state import (
     StateCorrupt,
     StoredState,
@@ -76,7 +78,14 @@ class FileStateStore:
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory).expanduser().absolute()
-        self.directory.mkdir(parents=True, exist_ok=True)
+        private_dirs(self.directory)
+        self._leases: FileStateStore | None = None
+
+    def lease_store(self) -> FileStateStore:
+        """The lease records, in ``<directory>/_leases`` (no connector file can be named so)."""
+        if self._leases is None:
+            self._leases = FileStateStore(self.directory / "_leases")
+        return self._leases
 
     def describe(self) -> str:
         """Return ``file:<directory>``."""
@@ -88,7 +97,7 @@ class FileStateStore:
     @contextlib.contextmanager
     def _locked(self, connector: str) -> Iterator[Path]:
         path = self._path(connector)
-        fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield path
@@ -156,7 +165,7 @@ class FileStateStore:
                 tmp.write(text)
                 tmp.flush()
                 os.fsync(tmp.fileno())
-            os.chmod(tmp_name, 0o644)
+            os.chmod(tmp_name, FILE_MODE)  # mkstemp makes 0600 already; say so in case that changes
             os.replace(tmp_name, path)
         except BaseException:
             with contextlib.suppress(OSError):

@@ -112,6 +112,15 @@ class SqlStateStore:
         schema, name = table.split(".", 1) if "." in table else ("", table)
         self._schema = schema
         self._name = name
+        self._leases: SqlStateStore | None = None
+
+    def lease_store(self) -> SqlStateStore:
+        """The lease records, in the table ``<table>_lease`` beside the state table."""
+        if self._leases is None:
+            self._leases = SqlStateStore(
+                self._connect, f"{self.table}_lease", self.dialect, description=f"{self.describe()} (leases)"
+            )
+        return self._leases
 
     def describe(self) -> str:
         """Return the location: the description given, else ``<dialect> table <name>``."""

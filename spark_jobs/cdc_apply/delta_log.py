@@ -132,3 +132,49 @@ def last_commit_info(table_path: str) -> dict[str, Any] | None:
 
 def has_applied(table_path: str, app_id: str, version: int = 1) -> bool:
     return replay(table_path).has_applied(app_id, version)
+
+
+class StaleFence(RuntimeError):
+    """A newer lease holder (higher fencing token) already committed to the table."""
+
+
+def newest_fence(table_path: str) -> int | None:
+    """The fencing token of the newest airflow-cdc commit of the table (None: none recorded).
+
+    Walks the JSON commits from the newest down to the first one airflow-cdc wrote (maintenance
+    commits such as OPTIMIZE carry no token); commits older than the newest checkpoint are gone
+    from view, which is fine: a token only matters while it is the newest.
+    """
+    fs, local = filesystem(table_path)
+    log_dir = f"{local}/_delta_log"
+    commits = sorted(
+        (int(m.group(1)) for n in _listing(fs, log_dir) if (m := _COMMIT.match(n))), reverse=True
+    )
+    for version in commits:
+        for action in _actions(fs, f"{log_dir}/{version:020d}.json"):
+            meta = (action.get("commitInfo") or {}).get("userMetadata")
+            if not meta:
+                continue
+            try:
+                ours = json.loads(meta).get("airflow_cdc") or {}
+            except (ValueError, AttributeError):
+                continue
+            if "fence" in ours:
+                return int(ours["fence"])
+    return None
+
+
+def check_fence(table_path: str, fence: int | None) -> None:
+    """Refuse to write ``table_path`` when a newer lease holder already did.
+
+    :param fence: this run's fencing token; ``None`` (no lease) skips the check.
+    :raises StaleFence: the table's newest airflow-cdc commit carries a higher token.
+    """
+    if fence is None:
+        return
+    seen = newest_fence(table_path)
+    if seen is not None and seen > fence:
+        raise StaleFence(
+            f"{table_path} was written under lease token {seen}, newer than this run's {fence}: "
+            "a newer run of the connector took over"
+        )

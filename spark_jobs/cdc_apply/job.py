@@ -30,6 +30,7 @@ class ApplySettings:
     delete_mode: str = "delete"
     bronze: bool = True
     rewrite_ratio: float = 0.5  # see silver.merge_silver; 0 = always MERGE
+    fence: int | None = None  # the submitter's lease token: a newer one on a table stops the job
 
 
 def apply_batch(
@@ -42,7 +43,8 @@ def apply_batch(
     spark.conf.set("spark.databricks.delta.properties.defaults.enableTypeWidening", "true")
     spark.conf.set("spark.databricks.delta.properties.defaults.columnMapping.mode", "name")
     staged = StagedBatch(batch_path)
-    commit = Commit(staged.connector, staged.batch_id, staged.commit_metadata())
+    staged.verify_parts()
+    commit = Commit(staged.connector, staged.batch_id, staged.commit_metadata(settings.fence))
     tables = staged.tables()
     planned = []
     for table in tables:
@@ -74,6 +76,8 @@ def _apply_table(
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"events": table.rows, "ops": table.ops}
     bronze_path = _path(target, "bronze", staged, table)
+    for layer in ("bronze", "silver"):
+        delta_log.check_fence(_path(target, layer, staged, table), settings.fence)
     if settings.bronze and not delta_log.has_applied(bronze_path, commit.app_id):
         bronze.append_bronze(spark, bronze_path, table, commit)
         out["bronze"] = "appended"

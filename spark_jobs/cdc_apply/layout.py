@@ -29,3 +29,10 @@ def table_path(target: str, layer: str, connector: str, table: str) -> str:
 def app_id(connector: str, batch_id: str) -> str:
     """The Delta idempotent-transaction id of one batch's writes."""
     return f"airflow-cdc:{connector}:{batch_id}"
+
+
+#: Exit codes of ``apply_changes.py`` besides 0 (done) and 1 (an unexpected error: see its output).
+#: Anything killed by a signal exits by that signal (or 128 + signal through a shell).
+EXIT_DAMAGED = 3  # a staged file is missing or unreadable: the batch itself is broken
+EXIT_SCHEMA = 4  # a column type change Delta cannot take; nothing was written
+EXIT_FENCED = 5  # a newer lease holder already wrote these tables; this run stopped

@@ -132,16 +132,31 @@ class StagedBatch:
             out.append(table)
         return out
 
-    def commit_metadata(self) -> str:
-        """What goes into the Delta commit info (``userMetadata``): batch id and end offset."""
-        return json.dumps(
-            {
-                "airflow_cdc": {
-                    "batch_id": self.batch_id,
-                    "connector": self.connector,
-                    "to_offset": self.to_offset,
-                }
-            },
-            sort_keys=True,
-            default=str,
-        )
+    def verify_parts(self) -> None:
+        """Read every part's footer: a missing, truncated or corrupt file fails here, before any write.
+
+        :raises StagedBatchError: naming the file and what is wrong with it.
+        """
+        for name, info in sorted(self.manifest["tables"].items()):
+            for part in info["parts"]:
+                where = f"{self.path}/{part['file']}"
+                try:
+                    rows = pq.read_metadata(f"{self.local}/{part['file']}", filesystem=self.fs).num_rows
+                except (OSError, pa.ArrowException) as e:
+                    raise StagedBatchError(f"{where} (table {name}) is missing or unreadable: {e}") from e
+                if rows != part["rows"]:
+                    raise StagedBatchError(
+                        f"{where} (table {name}) has {rows} rows, manifest says {part['rows']}"
+                    )
+
+    def commit_metadata(self, fence: int | None = None) -> str:
+        """What goes into the Delta commit info (``userMetadata``): batch id, end offset and the
+        lease's fencing token (when the submitter held the lease)."""
+        doc: dict[str, Any] = {
+            "batch_id": self.batch_id,
+            "connector": self.connector,
+            "to_offset": self.to_offset,
+        }
+        if fence is not None:
+            doc["fence"] = fence
+        return json.dumps({"airflow_cdc": doc}, sort_keys=True, default=str)

@@ -6,8 +6,10 @@ import asyncio
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
+import yaml
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_cdc.airflow.operators.apply import CdcApplyOperator
@@ -58,7 +60,10 @@ def test_commit_race_on_metastore_table_only_one_commits(pg_db, tmp_path):
     wins = [k for k, v in results.items() if isinstance(v, dict)]
     losses = [v for v in results.values() if isinstance(v, BaseException)]
     assert len(wins) == 1 and len(losses) == 1, results
-    assert isinstance(losses[0], AirflowFailException) and "another run" in str(losses[0])
+    # the loser either found the lease taken (retryable: it names the holder) or, arriving after
+    # the winner released it, lost the compare-and-set (final)
+    held = "lease is held by commit on host" in str(losses[0])
+    assert isinstance(losses[0], AirflowFailException) != held and "another run" in str(losses[0])
     winner = a if wins == ["a"] else b
     stored = build_store(build_config(props)).load(props["name"])
     assert stored is not None and stored.version == 2
@@ -88,7 +93,7 @@ def test_wrong_password_fails_without_retry_and_hides_secret(pg_db, tmp_path):
     props = direct_props(pg_db, tmp_path / "staging", **{"database.password": "definitely-wrong-pw"})
     with pytest.raises(AirflowFailException) as err:
         _capture(props)
-    assert "needs_operator" in str(err.value) and "definitely-wrong-pw" not in str(err.value)
+    assert "a person must act first" in str(err.value) and "definitely-wrong-pw" not in str(err.value)
 
 
 @pytest.mark.parametrize("check", ["wal", "slot"])
@@ -223,3 +228,45 @@ def test_commit_of_missing_batch_fails_fast(tmp_path):
             {"name": "x", "connector": "postgresql", "staging.path": str(tmp_path)}, str(tmp_path / "nope")
         )
     assert issubclass(AirflowFailException, AirflowException)
+
+
+def _mark_applied(target, batch: Batch, layers=("bronze", "silver")) -> None:
+    """What the apply job's marked writes leave in each table's _delta_log (no Spark needed)."""
+    from spark_jobs.cdc_apply.layout import app_id, table_path
+
+    for table in batch.tables():
+        for layer in layers:
+            log = Path(table_path(str(target), layer, batch.manifest["connector"], table)) / "_delta_log"
+            log.mkdir(parents=True, exist_ok=True)
+            txn = {"txn": {"appId": app_id(batch.manifest["connector"], batch.batch_id), "version": 1}}
+            (log / f"{0:020d}.json").write_text(json.dumps(txn) + "\n")
+
+
+def test_commit_refuses_a_batch_that_never_reached_delta(pg_db, tmp_path, capsys):
+    from airflow_cdc import cli
+
+    load_shop(pg_db)
+    target = tmp_path / "delta"
+    props = direct_props(pg_db, tmp_path / "staging", **{"delta.root": str(target)})
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(yaml.safe_dump(props))
+    captured = _capture(props)  # the initial snapshot: tables with snapshot rows and no change events
+    batch = Batch(captured["batch_path"])
+    assert batch.tables() and captured["events"] == 0
+    # "mark success" on a failed apply: commit must refuse and leave the offset where it was
+    with pytest.raises(AirflowFailException, match="is not applied to Delta"):
+        _commit(props, captured["batch_path"])
+    assert cli.main(["commit", "--config", str(pipeline), "--batch", captured["batch_path"]]) == 2
+    assert f"run apply for batch {batch.batch_id}" in capsys.readouterr().err
+    assert cli.main(["capture", "--config", str(pipeline), "--commit"]) == 2
+    assert "capture --commit would move the offset" in capsys.readouterr().err
+    assert build_store(build_config(props)).load(props["name"]) is None
+    _mark_applied(target, batch, layers=("silver",))  # half applied: bronze missing
+    with pytest.raises(AirflowFailException, match="bronze:public"):
+        _commit(props, captured["batch_path"])
+    _mark_applied(target, batch)
+    assert _commit(props, captured["batch_path"])["state_version"] == 1
+    # an empty batch has no table to check and commits
+    empty = _capture(props)
+    assert Batch(empty["batch_path"]).tables() == []
+    assert _commit(props, empty["batch_path"])["state_version"] == 2

@@ -379,3 +379,100 @@ def test_verify_operator_fails_on_differences(monkeypatch, tmp_path):
     outcome["report"] = Report(False, ["public.orders: 2 rows differ"])
     with pytest.raises(AirflowFailException, match="2 rows differ"):
         op.execute({})
+
+
+# -- issue 11: secrets, lease wiring, readable failures ---------------------------------------------
+def test_hook_masks_state_store_password_in_airflow_logs():
+    from airflow.sdk.log import _secrets_masker
+
+    from airflow_cdc.airflow.hooks.cdc import CdcHook
+
+    url = "postgresql://cdc:Store-Pw-42@meta:5432/db?table=t"
+    props = CdcHook(pipeline={"name": "shop", "connector": "postgresql", "state.store": url}).properties()
+    assert props["state.store"] == url
+    masked = _secrets_masker().redact(f"opening {url} with Store-Pw-42")
+    assert "Store-Pw-42" not in str(masked)
+    trigger_safe = without_literal_secrets({"name": "x", "state.store": url, "staging.path": "/s"})
+    assert trigger_safe == {"name": "x", "staging.path": "/s"}  # never stored in the metadata DB
+    assert without_literal_secrets({"state.store": "sqlite:///x.db"}) == {"state.store": "sqlite:///x.db"}
+
+
+def test_dag_factory_wires_lease_and_commit_target(tmp_path):
+    from airflow_cdc.airflow.dag_factory import cdc_dag
+
+    dag = cdc_dag(_pipeline(tmp_path))
+    apply, commit = dag.get_task("apply"), dag.get_task("commit")
+    assert apply.pipeline == commit.pipeline and apply.pipeline.endswith(".yaml")
+    assert commit.target == str(tmp_path / "delta")
+
+
+def test_non_retryable_failures_read_as_words():
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_cdc.airflow.errors import airflow_errors
+    from airflow_cdc.core.errors import BatchNotApplied
+
+    with pytest.raises(AirflowFailException) as err, airflow_errors("commit"):
+        raise BatchNotApplied("batch b is not applied")
+    text = str(err.value)
+    assert "[needs_operator]" not in text and "commit failed (not retried: a person must act first)" in text
+
+
+@pytest.mark.parametrize(
+    ("code", "exc", "says"),
+    [
+        (-9, "AirflowException", "interrupted"),
+        (137, "AirflowException", "interrupted"),
+        (3, "Fail", "damaged"),
+    ],
+)
+def test_apply_operator_says_what_a_spark_submit_exit_means(tmp_path, monkeypatch, code, exc, says):
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    from airflow_cdc.airflow.operators.apply import CdcApplyOperator
+    from tests.unit.core.test_batch import _write
+
+    batch = _write(tmp_path).finish({})
+
+    def killed(self, context):
+        raise AirflowException(f"Cannot execute: spark-submit --master local. Error code is: {code}.")
+
+    monkeypatch.setattr(SparkSubmitOperator, "execute", killed)
+    op = CdcApplyOperator(task_id="apply", batch_path=str(batch), target=str(tmp_path / "d"))
+    with pytest.raises(AirflowException) as err:
+        op.execute({})
+    assert isinstance(err.value, AirflowFailException) == (exc == "Fail")
+    assert says in str(err.value) and batch.name in str(err.value)
+    if says == "interrupted":
+        assert f"re-run apply for batch {batch.name}" in str(err.value) and "damaged" not in str(err.value)
+
+
+def test_apply_operator_holds_the_lease_and_passes_its_token(tmp_path, monkeypatch):
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    from airflow_cdc.airflow.operators.apply import CdcApplyOperator
+    from airflow_cdc.core.lease import acquire
+    from airflow_cdc.core.pipeline import build_config, build_store
+    from tests.unit.core.test_batch import _write
+
+    pipeline = {"name": "conn", "connector": "postgresql", "staging.path": str(tmp_path)}
+    batch = _write(tmp_path).finish({})
+    seen: dict = {}
+    monkeypatch.setattr(
+        SparkSubmitOperator, "execute", lambda self, ctx: seen.update(args=self.application_args)
+    )
+    op = CdcApplyOperator(
+        task_id="apply", batch_path=str(batch), target=str(tmp_path / "d"), pipeline=pipeline
+    )
+    store = build_store(build_config(pipeline))
+    other = acquire(store, "conn", "capture", 60)
+    with pytest.raises(AirflowException) as err:  # busy connector: retried later, Spark never started
+        op.execute({})
+    assert not isinstance(err.value, AirflowFailException) and "held by capture on host" in str(err.value)
+    assert seen == {}
+    other.release()
+    assert op.execute({})["applied"]
+    assert seen["args"][-2:] == ["--fence", str(other.token + 1)]
+    assert store.lease_store().load("conn").data["holder"] is None  # released after the job

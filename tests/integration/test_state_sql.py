@@ -180,3 +180,22 @@ def test_quote_identifier() -> None:
         quote_identifier("", "sqlite")
     with pytest.raises(ConfigError):
         SqlStateStore(lambda: None, dialect="oracle")
+
+
+def test_lease_in_a_sibling_table(make_store: StoreFactory) -> None:
+    """The connector lease lives in ``<table>_lease`` of the same database (schema-qualified too)."""
+    from airflow_cdc.core.errors import LeaseHeld
+    from airflow_cdc.core.lease import acquire
+
+    store = make_store("cdc_state")
+    store.compare_and_set("c", None, {"n": 1})
+    lease = acquire(store, "c", "capture", 30)
+    with pytest.raises(LeaseHeld, match="held by capture on host"):
+        acquire(make_store("cdc_state"), "c", "apply", 30)
+    lease.check()
+    lease.release()
+    again = acquire(store, "c", "apply", 30)
+    assert again.token == 2
+    again.release()
+    assert store.load("c").version == 1  # taking and renewing leases never touches the state's version
+    assert store.lease_store().describe().endswith("(leases)")

@@ -15,12 +15,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow.sdk import BaseHook
+from airflow.sdk.log import mask_secret
 
 import airflow_cdc.airflow.state_variable  # noqa: F401  (registers the airflow-variable:// store)
 from airflow_cdc.airflow.pipeline import PipelineSpec, load_pipeline
 from airflow_cdc.core.capture import Capture
 from airflow_cdc.core.config import ConnectorConfig, Secret
 from airflow_cdc.core.pipeline import build_config, build_source, build_store
+from airflow_cdc.core.redact import secrets_in
 from airflow_cdc.core.state import StateStore
 
 #: Connection form fields (extra) -> Debezium property, per source kind.
@@ -119,6 +121,10 @@ class CdcHook(BaseHook):
             kind = spec.properties.get("connector") or spec.properties.get("connector.class")
             props.update(connection_properties(conn, str(kind or self._connector_for(conn.conn_type))))
         props.update(spec.properties)
+        # the masker redacts these from task logs, rendered fields and XCom (state.store may be a
+        # URL with a password that no property kind could have hidden before this point)
+        for secret in secrets_in(props):
+            mask_secret(secret)
         return props
 
     @staticmethod

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Context
+from airflow.sdk.exceptions import AirflowException
 
 from airflow_cdc.airflow.errors import airflow_errors
-from airflow_cdc.apply.submit import ApplyOptions, build_apply_job
+from airflow_cdc.airflow.hooks.cdc import CdcHook
+from airflow_cdc.apply.submit import ApplyOptions, apply_exit_error, build_apply_job
 from airflow_cdc.core.batch import Batch
+from airflow_cdc.core.lease import Leases
+from airflow_cdc.core.pipeline import build_store
 
 
 def _local_spark_env() -> dict[str, str]:
@@ -39,6 +44,12 @@ class CdcApplyOperator(SparkSubmitOperator):
     Connection, e.g. host ``local[2]`` or ``spark://master:7077``).  Re-running on an applied batch
     changes nothing, so retries are safe.  A batch without events or snapshot rows is not submitted.
 
+    Given the ``pipeline``, the task holds the connector's lease around spark-submit (two applies
+    of one connector never overlap; a busy connector fails the task as retryable) and hands the
+    lease's fencing token to the job.  A killed spark-submit (signal, out of memory) fails as
+    "interrupted: re-run apply" (retryable); a damaged batch, a refused schema change or a job
+    error each fail with their own message and next step.
+
     :param batch_path: the staged batch directory, usually the capture task's XCom. (templated)
     :param target: the Delta root (``<target>/<layer>/<connector>/<table>``). (templated)
     :param spark_conf: extra Spark conf; overrides the Delta defaults. (templated)
@@ -46,6 +57,8 @@ class CdcApplyOperator(SparkSubmitOperator):
     :param bronze: append events to the bronze change log.
     :param options: all apply options at once (``delete_mode`` and ``bronze`` are then ignored).
     :param skip_empty: do not start Spark for a batch with nothing in it.
+    :param pipeline: pipeline file path or mapping, to hold the connector's lease. (templated)
+    :param cdc_conn_id: Airflow Connection of the source database (with ``pipeline``). (templated)
     """
 
     template_fields: Sequence[str] = (
@@ -53,6 +66,8 @@ class CdcApplyOperator(SparkSubmitOperator):
         "batch_path",
         "target",
         "spark_conf",
+        "pipeline",
+        "cdc_conn_id",
     )
     ui_color = "#fdebd0"
 
@@ -66,9 +81,13 @@ class CdcApplyOperator(SparkSubmitOperator):
         bronze: bool = True,
         options: ApplyOptions | None = None,
         skip_empty: bool = True,
+        pipeline: str | Mapping[str, Any] | None = None,
+        cdc_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.pipeline = pipeline
+        self.cdc_conn_id = cdc_conn_id
         self.batch_path = batch_path
         self.target = target
         self.spark_conf = spark_conf
@@ -78,11 +97,24 @@ class CdcApplyOperator(SparkSubmitOperator):
     def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
         with airflow_errors("apply"):
             batch = Batch(self.batch_path)
-            counts = batch.manifest.get("counts", {})
             if self.skip_empty and not batch.tables() and not batch.manifest.get("messages"):
                 self.log.info("batch %s holds no events: nothing to apply", batch.batch_id)
                 return {"batch_id": batch.batch_id, "applied": False}
-            job = build_apply_job(batch.path, self.target, options=self.options, conf=self.spark_conf)
+            if self.pipeline is None:
+                self.log.warning("no pipeline given: applying without the connector lease")
+                self._submit(context, batch, None)
+            else:
+                config = CdcHook(pipeline=self.pipeline, cdc_conn_id=self.cdc_conn_id).get_conn()
+                leases = Leases(build_store(config), config["name"], config["lease.timeout.ms"] / 1000)
+                with leases.hold("apply") as lease:
+                    self._submit(context, batch, lease.token)
+        return {"batch_id": batch.batch_id, "applied": True}
+
+    def _submit(self, context: Context, batch: Batch, fence: int | None) -> None:
+        counts = batch.manifest.get("counts", {})
+        job = build_apply_job(
+            batch.path, self.target, options=self.options, conf=self.spark_conf, fence=fence
+        )
         self.application = job.application
         self.application_args = job.application_args
         self.conf = dict(job.conf)
@@ -99,5 +131,13 @@ class CdcApplyOperator(SparkSubmitOperator):
             counts.get("snapshot_rows"),
             self.target,
         )
-        super().execute(context)
-        return {"batch_id": batch.batch_id, "applied": True}
+        try:
+            super().execute(context)
+        except AirflowException as e:  # the hook only says "Error code is: N"; say what N means
+            code = _EXIT_CODE.search(str(e))
+            if code is None:
+                raise
+            raise apply_exit_error(int(code.group(1)), batch.batch_id) from e
+
+
+_EXIT_CODE = re.compile(r"[Ee]rror code is:? *(-?\d+)")

@@ -9,6 +9,7 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_cdc.airflow.errors import airflow_errors
 from airflow_cdc.airflow.hooks.cdc import CdcHook
+from airflow_cdc.apply.applied import ensure_applied
 from airflow_cdc.core.batch import Batch
 
 
@@ -16,17 +17,23 @@ class CdcCommitOperator(BaseOperator):
     """Store the batch's end state, then acknowledge the source (PostgreSQL: advance the slot) and
     expire old batches.  Run it only after the batch is durably applied.
 
+    Before moving the offset it checks, from each Delta table's log, that the batch reached every
+    table it touches (``commit.require.applied``; a batch marked successful in the UI after a
+    failed apply is refused, and nothing moves).  It holds the connector's lease while it works.
+
     Committing the same batch again is a no-op apart from re-acknowledging.  If another run
     committed first (compare-and-set lost), the task fails without retrying and the offset stays
-    where the winner put it; the next run continues from there.  Asset outlets (one per silver
-    table) get the batch id and counts as event extra.
+    where the winner put it; the next run continues from there.  If another run holds the lease,
+    the task fails as retryable.  Asset outlets (one per silver table) get the batch id and counts
+    as event extra.
 
     :param pipeline: pipeline file path or mapping of Debezium properties. (templated)
     :param cdc_conn_id: Airflow Connection of the source database. (templated)
     :param batch_path: the staged batch directory, usually the capture task's XCom. (templated)
+    :param target: the Delta root the batch was applied to; default the ``delta.root`` property. (templated)
     """
 
-    template_fields: Sequence[str] = ("pipeline", "cdc_conn_id", "batch_path")
+    template_fields: Sequence[str] = ("pipeline", "cdc_conn_id", "batch_path", "target")
     ui_color = "#d5f5e3"
 
     def __init__(
@@ -35,18 +42,22 @@ class CdcCommitOperator(BaseOperator):
         pipeline: str | Mapping[str, Any],
         batch_path: str,
         cdc_conn_id: str | None = None,
+        target: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.pipeline = pipeline
         self.cdc_conn_id = cdc_conn_id
         self.batch_path = batch_path
+        self.target = target
 
     def execute(self, context: Context) -> dict[str, Any]:
         with airflow_errors("commit"):
             batch = Batch(self.batch_path)
             capture = CdcHook(pipeline=self.pipeline, cdc_conn_id=self.cdc_conn_id).get_capture()
-            version = capture.commit(batch)
+            with capture.leases.hold("commit"):
+                ensure_applied(batch, capture.config, self.target)
+                version = capture.commit(batch)
         offset = batch.manifest["to_offset"]
         counts = batch.manifest.get("counts", {})
         self._annotate_assets(context, batch, counts)

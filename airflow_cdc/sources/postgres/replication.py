@@ -81,8 +81,9 @@ def create_slot(conn: psycopg.Connection, name: str) -> int:
 
 def wait_slot_free(conn: psycopg.Connection, name: str, application_name: str, timeout: float = 60.0) -> None:
     """Wait until no backend holds the slot.  A backend left by a killed run of this same connector
-    (same ``application_name``) is terminated: only one run per connector may read the slot, and
-    state commits are compare-and-set, so the orphan can never commit anything.
+    (same ``application_name``) is terminated: the caller holds the connector's lease
+    (:mod:`airflow_cdc.core.lease`, taken before the source is opened), so such a backend belongs
+    to a run whose lease has ended (killed, or fenced out) and that can never publish or commit.
 
     :raises ServerMisconfigured: another consumer keeps the slot busy past ``timeout``.
     """

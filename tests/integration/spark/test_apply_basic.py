@@ -95,6 +95,27 @@ def test_reapply_changes_nothing(spark, pg_db, tmp_path):
     assert_silver_matches(spark, config, target, "public.k", ["id"])
 
 
+def test_stale_fence_stops_apply_before_writing(spark, pg_db, tmp_path):
+    """A run whose lease was taken over (older fencing token) writes nothing a newer run wrote."""
+    _exec(pg_db, "CREATE TABLE f (id int PRIMARY KEY, v text)", "INSERT INTO f VALUES (1, 'a'), (2, 'b')")
+    config = pipeline(pg_db, tmp_path / "staging")
+    run_capture(config)
+    _exec(pg_db, "UPDATE f SET v = 'z' WHERE id = 1")
+    run_capture(config)
+    first, second = list_batches(config["staging.path"], config["name"])
+    target = str(tmp_path / "delta")
+    apply_batch(spark, str(first.path), target, ApplySettings(fence=5))
+    silver = table_path(target, "silver", config["name"], "public.f")
+    assert delta_log.newest_fence(silver) == 5
+    before = _version(spark, silver)
+    with pytest.raises(delta_log.StaleFence, match="newer than this run's 4"):
+        apply_batch(spark, str(second.path), target, ApplySettings(fence=4))
+    assert _version(spark, silver) == before
+    apply_batch(spark, str(second.path), target, ApplySettings(fence=6))
+    assert delta_log.newest_fence(silver) == 6
+    assert_silver_matches(spark, config, target, "public.f", ["id"])
+
+
 def _version(spark, path):
     from delta.tables import DeltaTable
 

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
 from airflow_cdc.core.batch import Batch, BatchWriter, clean_incomplete, list_batches
 from airflow_cdc.core.errors import BatchError
+from airflow_cdc.core.lease import pid_namespace
 from airflow_cdc.core.table_sink import SourceLayout
 
 
@@ -38,8 +46,8 @@ def _pos(n):
     return n.to_bytes(8, "big") + (0).to_bytes(8, "big")
 
 
-def _write(tmp_path, piece_rows=16):
-    w = BatchWriter(tmp_path, "conn", piece_rows=piece_rows)
+def _write(tmp_path, piece_rows=16, owner=None):
+    w = BatchWriter(tmp_path, "conn", piece_rows=piece_rows, owner=owner)
     sink = w.sink(
         "public.t",
         {"schema": "public", "table": "t", "key_columns": ["id"]},
@@ -82,16 +90,55 @@ def test_abort_leaves_nothing(tmp_path):
     assert list_batches(tmp_path, "conn") == []
 
 
-def test_clean_incomplete(tmp_path):
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()  # reaped: the pid no longer exists
+    return proc.pid
+
+
+def test_clean_incomplete_removes_only_dead_writers(tmp_path):
     done = _write(tmp_path).finish({})
-    _write(tmp_path)  # never finished: a crashed capture
+    here = {"host": socket.gethostname(), "pidns": pid_namespace()}
+    dead = _write(tmp_path, owner={**here, "pid": _dead_pid(), "token": 1})  # a SIGKILLed capture
+    live = _write(tmp_path, owner={**here, "pid": os.getpid(), "token": 2})  # a capture still running
+    # same host name, another pid space (a container named like the host): its pid proves nothing
+    foreign = _write(tmp_path, owner={"host": here["host"], "pidns": "other", "pid": _dead_pid(), "token": 3})
+    other_old = _write(tmp_path, owner={"host": "elsewhere", "pid": 1, "token": 1})
+    other_new = _write(tmp_path, owner={"host": "elsewhere", "pid": 1, "token": 3})
     root = tmp_path / "conn" / "batches"
-    assert len([p for p in root.iterdir() if p.name.startswith(".inprogress-")]) == 1
+    assert len([p for p in root.iterdir() if p.name.startswith(".inprogress-")]) == 5
     assert [b.batch_id for b in list_batches(tmp_path, "conn")] == [done.name]
-    assert clean_incomplete(tmp_path, "conn") == 1
-    assert [p.name for p in root.iterdir()] == [done.name]
-    assert clean_incomplete(tmp_path, "conn") == 0
+    # holding lease token 3: the other host's token-1 writer lost its lease; token 3 is ours
+    assert clean_incomplete(tmp_path, "conn", token=3) == 2
+    assert not dead.tmp.exists() and not other_old.tmp.exists()
+    assert live.tmp.exists() and other_new.tmp.exists() and foreign.tmp.exists()
+    assert live.finish({}).exists()  # the live capture's batch was left intact and publishes
+    assert clean_incomplete(tmp_path, "conn", token=3) == 0
     assert clean_incomplete(tmp_path / "nowhere", "conn") == 0
+
+
+def test_clean_incomplete_ownerless_directories_after_grace(tmp_path):
+    w = _write(tmp_path)
+    (w.tmp / "owner.json").unlink()  # a crash before the owner was recorded
+    assert clean_incomplete(tmp_path, "conn", grace=3600) == 0
+    assert clean_incomplete(tmp_path, "conn", grace=0) == 1
+
+
+def test_staged_files_are_private_whatever_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        staging = tmp_path / "staging"
+        done = Path(_write(staging).finish({}))
+        pending = _write(staging)
+    finally:
+        os.umask(old)
+    for d in (staging, staging / "conn", staging / "conn" / "batches", done, pending.tmp):
+        assert stat.S_IMODE(os.stat(d).st_mode) == 0o700, d
+    inside = list(done.rglob("*"))
+    assert any(p.suffix == ".parquet" for p in inside) and (done / "manifest.json") in inside
+    assert not (done / "owner.json").exists()
+    for p in inside:
+        assert stat.S_IMODE(os.stat(p).st_mode) == (0o700 if p.is_dir() else 0o600), p
 
 
 def test_verify_detects_missing_file(tmp_path):

@@ -1,0 +1,117 @@
+"""Commit refuses a batch that has not reached Delta (read from hand-built ``_delta_log`` folders)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from airflow_cdc.apply.applied import delta_target, ensure_applied, missing_tables
+from airflow_cdc.core.batch import Batch, BatchWriter
+from airflow_cdc.core.errors import BatchNotApplied, ConfigError
+from airflow_cdc.core.pipeline import build_config
+from spark_jobs.cdc_apply import delta_log
+from spark_jobs.cdc_apply.layout import app_id, table_path
+from tests.unit.core.test_batch import _write
+
+
+def _config(tmp_path: Path, **props):
+    return build_config(
+        {"name": "conn", "connector": "postgresql", "staging.path": str(tmp_path / "staging"), **props}
+    )
+
+
+def _mark(
+    target: Path, layer: str, table: str, batch_id: str, *, fence: int | None = None, version=0
+) -> None:
+    """Write one Delta commit the way the apply job's marked write leaves it."""
+    log = Path(table_path(str(target), layer, "conn", table)) / "_delta_log"
+    log.mkdir(parents=True, exist_ok=True)
+    meta = {"airflow_cdc": {"batch_id": batch_id, **({"fence": fence} if fence is not None else {})}}
+    actions = [
+        {"commitInfo": {"operation": "WRITE", "userMetadata": json.dumps(meta)}},
+        {"txn": {"appId": app_id("conn", batch_id), "version": 1}},
+    ]
+    (log / f"{version:020d}.json").write_text("\n".join(json.dumps(a) for a in actions) + "\n")
+
+
+def _batch(tmp_path: Path, snapshot_only: bool = False) -> Batch:
+    writer = _write(tmp_path / "staging")
+    if snapshot_only:  # a table with no change events, only snapshot rows (op r), is a table too
+        writer.close_table("public.t")
+        writer._tables["public.s"] = {**writer._tables["public.t"], "table": "s"}
+        writer._parts["public.s"] = list(writer._parts["public.t"])
+    return Batch(writer.finish({"state_after": {}, "state_version": None, "to_offset": {"lsn": "0/1"}}))
+
+
+def test_unapplied_batch_refused_then_accepted_once_marked(tmp_path):
+    batch, target = _batch(tmp_path, snapshot_only=True), tmp_path / "delta"
+    config = _config(tmp_path, **{"delta.root": str(target)})
+    with pytest.raises(BatchNotApplied) as err:
+        ensure_applied(batch, config)
+    assert "bronze:public.s" in str(err.value) and "silver:public.t" in str(err.value)
+    assert f"run apply for batch {batch.batch_id}" in str(err.value)
+    for table in ("public.s", "public.t"):
+        _mark(target, "silver", table, batch.batch_id)
+    # bronze is still missing: a half-applied batch (crash between layers) is not applied
+    assert missing_tables(batch, str(target), bronze=True) == ["bronze:public.s", "bronze:public.t"]
+    for table in ("public.s", "public.t"):
+        _mark(target, "bronze", table, batch.batch_id)
+    ensure_applied(batch, config)
+
+
+def test_another_batchs_mark_does_not_count(tmp_path):
+    batch, target = _batch(tmp_path), tmp_path / "delta"
+    _mark(target, "silver", "public.t", "20000101T000000000000Z-abcdef")
+    _mark(target, "bronze", "public.t", "20000101T000000000000Z-abcdef")
+    with pytest.raises(BatchNotApplied):
+        ensure_applied(batch, _config(tmp_path, **{"delta.root": str(target)}))
+
+
+def test_bronze_disabled_checks_silver_only(tmp_path):
+    batch, target = _batch(tmp_path), tmp_path / "delta"
+    config = _config(tmp_path, **{"delta.root": str(target), "delta.bronze.enabled": False})
+    with pytest.raises(BatchNotApplied, match="silver:public.t"):
+        ensure_applied(batch, config)
+    _mark(target, "silver", "public.t", batch.batch_id)
+    ensure_applied(batch, config)
+
+
+def test_empty_batch_commits(tmp_path):
+    batch = Batch(BatchWriter(tmp_path / "staging", "conn").finish({}))
+    assert batch.tables() == []
+    ensure_applied(
+        batch,
+        _config(tmp_path, **{"delta.root": str(tmp_path / "nowhere"), "commit.require.applied": "true"}),
+    )
+
+
+def test_policy(tmp_path, caplog):
+    batch = _batch(tmp_path)
+    # capture-only, said explicitly: no check even with a Delta root around
+    capture_only = _config(tmp_path, **{"delta.root": str(tmp_path / "d"), "commit.require.applied": "false"})
+    assert delta_target(capture_only) is None
+    ensure_applied(batch, capture_only)
+    # auto without any Delta root: nothing to check, but say so
+    with caplog.at_level("WARNING"):
+        ensure_applied(batch, _config(tmp_path))
+    assert "commit.require.applied=false" in caplog.text
+    # auto with a target handed over by the caller (the DAG's apply target, `commit --target`)
+    with pytest.raises(BatchNotApplied):
+        ensure_applied(batch, _config(tmp_path), str(tmp_path / "d"))
+    with pytest.raises(ConfigError, match="no Delta root"):
+        ensure_applied(batch, _config(tmp_path, **{"commit.require.applied": "true"}))
+
+
+def test_check_fence_reads_the_newest_airflow_cdc_commit(tmp_path):
+    path = table_path(str(tmp_path), "silver", "conn", "public.t")
+    delta_log.check_fence(path, 1)  # no table yet
+    _mark(tmp_path, "silver", "public.t", "b1", fence=7)
+    log = Path(path) / "_delta_log"
+    (log / f"{1:020d}.json").write_text(json.dumps({"commitInfo": {"operation": "OPTIMIZE"}}) + "\n")
+    assert delta_log.newest_fence(path) == 7
+    delta_log.check_fence(path, 7)
+    delta_log.check_fence(path, None)
+    with pytest.raises(delta_log.StaleFence, match="token 7, newer than this run's 6"):
+        delta_log.check_fence(path, 6)
