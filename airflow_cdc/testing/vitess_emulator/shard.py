@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pymysql
+import pymysql.converters
 
 from airflow_cdc.core.config import ConnectorConfig
 from airflow_cdc.sources.mysql import client
@@ -25,6 +26,8 @@ from airflow_cdc.testing.vitess_emulator.values import vitess_type
 
 _POSITION = re.compile(r"^(?:MySQL56/)?([0-9a-fA-F-]{36}):1-(\d+)$")
 JOURNAL_DB, JOURNAL_TABLE = "_vt", "resharding_journal"
+# parameter encoders but no result decoders: values arrive as the server's text bytes
+_ENCODERS_ONLY = {k: v for k, v in pymysql.converters.conversions.items() if not isinstance(k, int)}
 
 
 class PositionError(ValueError):
@@ -101,7 +104,8 @@ class EmulatedShard:
     def connect(self, **kwargs: Any) -> Any:
         """A connection to the shard database returning every value as raw text bytes."""
         return self.server.connect(
-            database=self.database, autocommit=True, use_unicode=False, conv={}, init_command="SET time_zone = '+00:00'",
+            database=self.database, autocommit=True, use_unicode=False, conv=_ENCODERS_ONLY,
+            init_command="SET time_zone = '+00:00'",
             **kwargs,
         )  # fmt: skip
 
