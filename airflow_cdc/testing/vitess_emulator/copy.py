@@ -46,7 +46,10 @@ def _snapshot(st: _ShardStream) -> tuple[Any, int]:
         cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
         cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
         status = {k.decode().lower(): v.decode() for k, v in cur.fetchall()}
-        cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (status["binlog_snapshot_file"], status["binlog_snapshot_position"]))
+        cur.execute(
+            "SELECT BINLOG_GTID_POS(%s, %s)",
+            (status["binlog_snapshot_file"], status["binlog_snapshot_position"]),
+        )
         gtids = (cur.fetchone()[0] or b"").decode()
     seq = 0
     for part in filter(None, gtids.split(",")):
@@ -78,7 +81,10 @@ def _start_table(session: VStreamSession, st: _ShardStream, table: str) -> Itera
     fields = st.shard.fields(table)
     plan.fields = fields
     event = b.FieldEvent(
-        table_name=f"{st.shard.keyspace}.{table}", fields=fields, keyspace=st.shard.keyspace, shard=st.shard.name
+        table_name=f"{st.shard.keyspace}.{table}",
+        fields=fields,
+        keyspace=st.shard.keyspace,
+        shard=st.shard.name,
     )
     st.fields_sent.pop(table, None)  # the binlog stream describes the table again at its first row
     yield [
@@ -131,7 +137,9 @@ def _chunk(session: VStreamSession, st: _ShardStream, table: str) -> Iterator[li
         events = [session._event(st, b.BEGIN)]
         for row in rows:
             change = b.RowChange(after=make_row(list(row)))
-            event = b.RowEvent(table_name=name, row_changes=[change], keyspace=st.shard.keyspace, shard=st.shard.name)
+            event = b.RowEvent(
+                table_name=name, row_changes=[change], keyspace=st.shard.keyspace, shard=st.shard.name
+            )
             events.append(session._event(st, b.ROW, row_event=event))
         yield events + [session._vgtid(), session._event(st, b.COMMIT)]
     if len(rows) < limit:

@@ -36,7 +36,9 @@ class _Servicer(service.VitessServicer):
     def __init__(self, emulator: VtgateEmulator) -> None:
         self.emulator = emulator
 
-    def VStream(self, request: vt.VStreamRequest, context: grpc.ServicerContext) -> Iterator[vt.VStreamResponse]:  # noqa: N802
+    def VStream(
+        self, request: vt.VStreamRequest, context: grpc.ServicerContext
+    ) -> Iterator[vt.VStreamResponse]:  # noqa: N802
         self.emulator.authenticate(context)
         try:
             yield from VStreamSession(self.emulator, request, context).responses()
@@ -88,7 +90,9 @@ class VtgateEmulator:
         self.stop()
 
     # -- topology ----------------------------------------------------------------------------
-    def add_keyspace(self, keyspace: str, shards: dict[str, MariaDbServer], schema: Sequence[str] = ()) -> None:
+    def add_keyspace(
+        self, keyspace: str, shards: dict[str, MariaDbServer], schema: Sequence[str] = ()
+    ) -> None:
         """Serve ``keyspace`` from ``shards`` (shard name -> server), creating ``vt_<keyspace>``
         (and the emulator's ``_vt`` journal table) on each and running the ``schema`` DDL there."""
         members = []
@@ -138,7 +142,10 @@ class VtgateEmulator:
         if not user or password is None:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "username and password must be provided")
         if self.users.get(str(user)) != password:
-            context.abort(grpc.StatusCode.PERMISSION_DENIED, f'auth failure: caller "{user}" provided invalid credentials')
+            context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f'auth failure: caller "{user}" provided invalid credentials',
+            )
 
     # -- writes (the test's application) ----------------------------------------------------
     def route(self, keyspace: str, key: int | None = None) -> EmulatedShard:
@@ -151,7 +158,9 @@ class VtgateEmulator:
         kid = keyspace_id(key)
         return next(s for s in shards if in_range(kid, s.name))
 
-    def execute(self, keyspace: str, statement: str, params: Any = None, *, key: int | None = None) -> list[Any]:
+    def execute(
+        self, keyspace: str, statement: str, params: Any = None, *, key: int | None = None
+    ) -> list[Any]:
         """Run one autocommit statement on the shard that owns ``key`` (serialised with :meth:`reshard`)."""
         with self.write_lock:
             shard = self.route(keyspace, key)
@@ -190,7 +199,7 @@ class VtgateEmulator:
             )  # fmt: skip
             for source in old:
                 source.server.execute(
-                    f"INSERT INTO `{JOURNAL_DB}`.`{JOURNAL_TABLE}` (id, db_name, val) VALUES (%s, %s, %s)",
+                    f"INSERT INTO `{JOURNAL_DB}`.`{JOURNAL_TABLE}` (id, db_name, val) VALUES (%s, %s, %s)",  # noqa: S608
                     (journal.id, source.database, journal.SerializeToString()),
                 )
             for shard in new:

@@ -74,7 +74,9 @@ class _ShardStream:
 class VStreamSession:
     """Runs one ``Vitess.VStream`` call; :meth:`responses` yields what vtgate would send."""
 
-    def __init__(self, emulator: VtgateEmulator, request: vt.VStreamRequest, context: grpc.ServicerContext) -> None:
+    def __init__(
+        self, emulator: VtgateEmulator, request: vt.VStreamRequest, context: grpc.ServicerContext
+    ) -> None:
         self.emulator, self.context = emulator, context
         self.flags = request.flags
         self.rules = list(request.filter.rules) or [b.Rule(match="/.*")]
@@ -89,18 +91,22 @@ class VStreamSession:
         request = self._request
         if not request.vgtid.shard_gtids:
             raise VStreamError(
-                grpc.StatusCode.INVALID_ARGUMENT, "vgtid must have at least one value with a starting position"
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "vgtid must have at least one value with a starting position",
             )
         for rule in self.rules:
             if rule.filter and not _SELECT_ALL.match(rule.filter):
-                raise VStreamError(grpc.StatusCode.UNIMPLEMENTED, f"vtgate emulator: filter {rule.filter!r} not supported")
+                raise VStreamError(
+                    grpc.StatusCode.UNIMPLEMENTED, f"vtgate emulator: filter {rule.filter!r} not supported"
+                )
         for sgtid in request.vgtid.shard_gtids:
             shards = self.emulator.keyspace_shards(sgtid.keyspace)
             if not sgtid.shard:
                 if sgtid.gtid not in ("current", ""):
                     raise VStreamError(
                         grpc.StatusCode.INVALID_ARGUMENT,
-                        f"if shards are unspecified, the Gtid value must be 'current' or empty; got: {sgtid.gtid!r}",
+                        "if shards are unspecified, the Gtid value must be 'current' or empty; "
+                        f"got: {sgtid.gtid!r}",
                     )
                 for shard in shards:
                     self._add(b.ShardGtid(keyspace=sgtid.keyspace, shard=shard.name, gtid=sgtid.gtid), shard)
@@ -108,7 +114,9 @@ class VStreamSession:
             shard = self.emulator.shard(sgtid.keyspace, sgtid.shard, request.tablet_type)
             self._add(b.ShardGtid(), shard, sgtid)
 
-    def _add(self, sgtid: b.ShardGtid, shard: EmulatedShard, source: b.ShardGtid | None = None) -> _ShardStream:
+    def _add(
+        self, sgtid: b.ShardGtid, shard: EmulatedShard, source: b.ShardGtid | None = None
+    ) -> _ShardStream:
         self.vgtid.shard_gtids.append(source if source is not None else sgtid)
         entry = self.vgtid.shard_gtids[-1]
         st = _ShardStream(entry, shard, ShardBinlog(shard))
@@ -142,7 +150,9 @@ class VStreamSession:
         present = st.shard.tables()
         for rule in self.rules:
             if not rule.match.startswith("/") and rule.match not in present:
-                raise VStreamError(grpc.StatusCode.UNKNOWN, f"table {rule.match} is not present in the database")
+                raise VStreamError(
+                    grpc.StatusCode.UNKNOWN, f"table {rule.match} is not present in the database"
+                )
         if st.sgtid.table_p_ks:
             plan = _Copy(sorted(t.table_name for t in st.sgtid.table_p_ks))
             for t in st.sgtid.table_p_ks:
@@ -153,7 +163,9 @@ class VStreamSession:
 
     def _rule(self, table: str) -> b.Rule | None:
         for rule in self.rules:
-            if rule.match == table or (rule.match.startswith("/") and re.search(rule.match.strip("/"), table)):
+            if rule.match == table or (
+                rule.match.startswith("/") and re.search(rule.match.strip("/"), table)
+            ):
                 return rule
         return None
 
@@ -176,7 +188,9 @@ class VStreamSession:
             interval = self.flags.heartbeat_interval
             if interval and time.monotonic() - last_sent >= interval:
                 now = time.time_ns()
-                yield vt.VStreamResponse(events=[b.VEvent(type=b.HEARTBEAT, timestamp=now // 10**9, current_time=now)])
+                yield vt.VStreamResponse(
+                    events=[b.VEvent(type=b.HEARTBEAT, timestamp=now // 10**9, current_time=now)]
+                )
                 last_sent = time.monotonic()
             time.sleep(self.emulator.poll_interval)
 
@@ -207,7 +221,7 @@ class VStreamSession:
         )
 
     # -- binlog transactions -----------------------------------------------------------------
-    def _event(self, st: _ShardStream, kind: int, timestamp: int = 0, **fields: Any) -> b.VEvent:
+    def _event(self, st: _ShardStream, kind: b.VEventType, timestamp: int = 0, **fields: Any) -> b.VEvent:
         return b.VEvent(
             type=kind, timestamp=timestamp, current_time=time.time_ns(), keyspace=st.shard.keyspace,
             shard=st.shard.name, **fields,
@@ -238,7 +252,9 @@ class VStreamSession:
                 continue
             events.extend(self._field_event(st, change.table, change.signature, ts))
             row_event = b.RowEvent(
-                table_name=f"{st.shard.keyspace}.{change.table}", keyspace=st.shard.keyspace, shard=st.shard.name,
+                table_name=f"{st.shard.keyspace}.{change.table}",
+                keyspace=st.shard.keyspace,
+                shard=st.shard.name,
                 row_changes=[
                     b.RowChange(
                         before=make_row(before) if before is not None else None,
@@ -256,7 +272,10 @@ class VStreamSession:
         st.fields_sent[table] = signature
         fields = st.shard.fields(table, signature)
         event = b.FieldEvent(
-            table_name=f"{st.shard.keyspace}.{table}", fields=fields, keyspace=st.shard.keyspace, shard=st.shard.name
+            table_name=f"{st.shard.keyspace}.{table}",
+            fields=fields,
+            keyspace=st.shard.keyspace,
+            shard=st.shard.name,
         )
         return [self._event(st, b.FIELD, ts, field_event=event)]
 
@@ -268,7 +287,9 @@ class VStreamSession:
             return []  # not copied yet: the copy will read the row as it is then
         fields = st.shard.fields(table)
         pk = _pk_index(st.shard, table, fields)
-        last = _key([row_values(copy.lastpk[table].rows[0])[i] for i in range(len(pk))], [fields[i] for i in pk])
+        last = _key(
+            [row_values(copy.lastpk[table].rows[0])[i] for i in range(len(pk))], [fields[i] for i in pk]
+        )
 
         def copied(image: tuple | None) -> bool:
             return image is not None and _key([image[i] for i in pk], [fields[i] for i in pk]) <= last
@@ -293,7 +314,9 @@ class VStreamSession:
         self.vgtid.shard_gtids.extend(kept)
         for target in journal.shard_gtids:
             shard = self.emulator.shard(target.keyspace, target.shard, self._request.tablet_type)
-            new = self._add(b.ShardGtid(keyspace=target.keyspace, shard=target.shard, gtid=target.gtid), shard)
+            new = self._add(
+                b.ShardGtid(keyspace=target.keyspace, shard=target.shard, gtid=target.gtid), shard
+            )
             new.seq = shard.parse(target.gtid)
         return []
 

@@ -79,7 +79,9 @@ class EmulatedShard:
         if not match:
             raise PositionError(f"position {position!r} is not a MySQL56 GTID set of the form <uuid>:1-<n>")
         if match[1].lower() != self.uuid:
-            raise PositionError(f"position {position!r} names server {match[1]}, not this shard's {self.uuid}")
+            raise PositionError(
+                f"position {position!r} names server {match[1]}, not this shard's {self.uuid}"
+            )
         return int(match[2])
 
     def maria_state(self, seq: int) -> str:
@@ -122,7 +124,8 @@ class EmulatedShard:
     # -- schema ------------------------------------------------------------------------------
     def tables(self) -> list[str]:
         rows = self.server.execute(
-            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_TYPE = 'BASE TABLE'",
+            "SELECT TABLE_NAME FROM information_schema.TABLES"
+            " WHERE TABLE_SCHEMA = %s AND TABLE_TYPE = 'BASE TABLE'",
             (self.database,),
         )
         return sorted(str(r[0]) for r in rows)
@@ -168,7 +171,10 @@ class EmulatedShard:
                     (self.database, table),
                 )
                 json_columns = {
-                    m[1] for (clause,) in cur.fetchall() for m in [re.match(r"json_valid\(`(.+)`\)", clause.decode())] if m
+                    m[1]
+                    for (clause,) in cur.fetchall()
+                    for m in [re.match(r"json_valid\(`(.+)`\)", clause.decode())]
+                    if m
                 }
         finally:
             conn.close()

@@ -38,7 +38,7 @@ _BINARY = {q.TEXT: q.BLOB, q.VARCHAR: q.VARBINARY, q.CHAR: q.BINARY}
 _EPOCH = dt.datetime(1970, 1, 1)
 
 
-def vitess_type(protocol_type: int, flags: int, collation: int) -> int:
+def vitess_type(protocol_type: int, flags: int, collation: int) -> q.Type:
     """The ``query.Type`` of a column described by the MySQL protocol (type code, flags, collation id)."""
     t = _BY_PROTOCOL.get(protocol_type, q.VARBINARY)
     if flags & _UNSIGNED_FLAG and t in _UNSIGNED:
@@ -75,7 +75,8 @@ def _fraction(micros: int, fsp: int) -> str:
 def _datetime_text(stamp: int, fsp: int) -> bytes:
     whole, micros = divmod(stamp, 1_000_000)
     text = f"{whole:014d}"
-    return f"{text[:4]}-{text[4:6]}-{text[6:8]} {text[8:10]}:{text[10:12]}:{text[12:14]}{_fraction(micros, fsp)}".encode()
+    date, clock = f"{text[:4]}-{text[4:6]}-{text[6:8]}", f"{text[8:10]}:{text[10:12]}:{text[12:14]}"
+    return f"{date} {clock}{_fraction(micros, fsp)}".encode()
 
 
 def _timestamp_text(micros: int, fsp: int) -> bytes:
@@ -88,7 +89,8 @@ def _timestamp_text(micros: int, fsp: int) -> bytes:
 def _time_text(micros: int, fsp: int) -> bytes:
     sign, micros = ("-" if micros < 0 else ""), abs(micros)
     seconds, frac = divmod(micros, 1_000_000)
-    return f"{sign}{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}{_fraction(frac, fsp)}".encode()
+    clock = f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+    return f"{sign}{clock}{_fraction(frac, fsp)}".encode()
 
 
 def _date_text(packed: int) -> bytes:

@@ -65,7 +65,9 @@ class Drain:
                     return events
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise AssertionError(f"condition not met in {timeout}s; {len(events)} events: {kinds(events)[-40:]}")
+                    raise AssertionError(
+                        f"condition not met in {timeout}s; {len(events)} events: {kinds(events)[-40:]}"
+                    )
                 self._cond.wait(left)
 
     def close(self) -> None:

@@ -90,7 +90,9 @@ def test_copy_resumes_from_table_p_ks_in_a_second_stream(vtgate, shard_servers, 
     model: dict = {}
     apply(model, committed)
     apply(model, more)
-    assert model[f"{keyspace}.t1"] == {k: [x for x in v] for k, v in rows_in(vtgate, keyspace, "t1", 1).items()}
+    assert model[f"{keyspace}.t1"] == {
+        k: [x for x in v] for k, v in rows_in(vtgate, keyspace, "t1", 1).items()
+    }
     t2 = {}
     apply(t2, [e for e in committed + more if e.type == b.ROW and e.row_event.table_name.endswith(".t2")], 2)
     assert t2[f"{keyspace}.t2"] == rows_in(vtgate, keyspace, "t2", 2)
