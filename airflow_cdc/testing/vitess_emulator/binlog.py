@@ -30,6 +30,7 @@ class RowsChange:
     table: str
     signature: tuple
     changes: list[tuple[Image | None, Image | None]]
+    names: list[str] = field(default_factory=list)  # the columns the row images have
 
 
 @dataclass
@@ -159,7 +160,7 @@ class ShardBinlog:
                 if after is not None and after[1] == self.shard.database.encode():
                     txn.kind, txn.journal = "journal", after[2]
             return
-        txn.rows.append(RowsChange(tm.table, decoder.signature, images))
+        txn.rows.append(RowsChange(tm.table, decoder.signature, images, tm.names or []))
 
     def _statement_kind(self, schema: str, text: str) -> str:
         verb = text.split(None, 1)[0].upper() if text else ""

@@ -34,7 +34,7 @@ from airflow_cdc.core.errors import ProtocolError
 from airflow_cdc.sources.vitess.proto import binlogdata_pb2 as b
 from airflow_cdc.sources.vitess.proto import query_pb2 as q
 from airflow_cdc.sources.vitess.proto import vtgate_pb2 as vt
-from airflow_cdc.testing.vitess_emulator.binlog import ShardBinlog, Transaction
+from airflow_cdc.testing.vitess_emulator.binlog import RowsChange, ShardBinlog, Transaction
 from airflow_cdc.testing.vitess_emulator.shard import EmulatedShard, PositionError, is_purged_error
 from airflow_cdc.testing.vitess_emulator.values import make_row, row_values
 
@@ -250,7 +250,7 @@ class VStreamSession:
             kept = self._catchup_filter(st, change.table, change.changes)
             if not kept:
                 continue
-            events.extend(self._field_event(st, change.table, change.signature, ts))
+            events.extend(self._field_event(st, change, ts))
             row_event = b.RowEvent(
                 table_name=f"{st.shard.keyspace}.{change.table}",
                 keyspace=st.shard.keyspace,
@@ -266,11 +266,17 @@ class VStreamSession:
             events.append(self._event(st, b.ROW, ts, row_event=row_event))
         return events + [self._vgtid(), self._event(st, b.COMMIT, ts)]
 
-    def _field_event(self, st: _ShardStream, table: str, signature: tuple, ts: int) -> list[b.VEvent]:
+    def _field_event(self, st: _ShardStream, change: RowsChange, ts: int) -> list[b.VEvent]:
+        table, signature = change.table, change.signature
         if st.fields_sent.get(table) == signature and signature:
             return []
         st.fields_sent[table] = signature
         fields = st.shard.fields(table, signature)
+        if change.names and [f.name for f in fields] != change.names:
+            # the schema moved on since these rows were written (no schema historian): describe the
+            # columns the rows have, as far as the current schema still knows them
+            known = {f.name: f for f in fields}
+            fields = [known.get(n) or q.Field(name=n, type=q.VARBINARY, table=table) for n in change.names]
         event = b.FieldEvent(
             table_name=f"{st.shard.keyspace}.{table}",
             fields=fields,
