@@ -19,7 +19,7 @@ from airflow_cdc.core.errors import ProtocolError
 from airflow_cdc.sources.vitess import offsets
 from airflow_cdc.sources.vitess.client import VtgateClient
 from airflow_cdc.sources.vitess.proto import binlogdata_pb2 as b
-from airflow_cdc.sources.vitess.protocol import Assembler, Transaction
+from airflow_cdc.sources.vitess.protocol import Assembler, Table, Transaction
 
 
 @dataclass
@@ -31,6 +31,7 @@ class Window:
     bounded: bool = False
     copy_completed: bool = False
     journal: b.Journal | None = None
+    tables: dict[str, Table] = field(default_factory=dict)  # keyspace.table -> last FIELD seen
 
 
 def _copy(vgtid: b.VGtid) -> b.VGtid:
@@ -109,4 +110,5 @@ def read_window(
                 )
     finally:
         call.cancel()
+    window.tables = dict(assembler.tables)
     return window
