@@ -81,6 +81,31 @@ VITESS_PROPERTIES: tuple[Property, ...] = tuple(p for p in COMMON_PROPERTIES if 
         minimum=0,
     ),
     Property(
+        "tasks.max",
+        "int",
+        1,
+        "With vitess.offset.storage.per.task: mapped capture tasks the shards are dealt over.",
+        minimum=1,
+    ),
+    Property(
+        "vitess.offset.storage.per.task",
+        "bool",
+        False,
+        "One stored offset per task (`task<i>_<tasks>_<gen>`), each over a round-robin share of the shards.",
+    ),
+    Property(
+        "vitess.offset.storage.task.key.gen",
+        "int",
+        -1,
+        "Generation of the task parallelism; raise it (with vitess.prev.num.tasks) when tasks.max changes.",
+    ),
+    Property(
+        "vitess.prev.num.tasks",
+        "int",
+        -1,
+        "Tasks of the previous generation, whose offsets a new generation takes its shards' positions from.",
+    ),
+    Property(
         "vitess.window.idle.timeout",
         "float",
         30.0,
@@ -112,6 +137,13 @@ def vitess_config(raw: Mapping[str, Any]) -> ConnectorConfig:
     if gtid not in ("current", "") and not gtid.startswith("[") and not config["vitess.shard"]:
         raise ConfigError(
             "property 'vitess.gtid': a shard GTID position needs 'vitess.shard' (or give a VGTID list)"
+        )
+    if config["vitess.offset.storage.per.task"] and (
+        config["vitess.offset.storage.task.key.gen"] < 0 or config["vitess.prev.num.tasks"] < 1
+    ):
+        raise ConfigError(
+            "vitess.offset.storage.per.task needs vitess.offset.storage.task.key.gen (>= 0) and "
+            "vitess.prev.num.tasks (>= 1)"
         )
     for header in config["vitess.grpc.headers"]:
         if ":" not in header:

@@ -112,3 +112,19 @@ def read_window(
         call.cancel()
     window.tables = dict(assembler.tables)
     return window
+
+
+def changes_after(client: VtgateClient, keyspace: str, shard: str | None, offset: dict | None) -> bool:
+    """Whether vtgate holds changes past a stored offset -- the sensor's check; no row is read.
+
+    Compares the shards' current positions with the offset's: any shard past it (or not in it,
+    after a reshard), an unfinished copy, or no offset at all means yes.  Any transaction counts,
+    also on tables not captured, so it may over-report, never under-reports.
+    """
+    if offset is None:
+        return True
+    stored = offsets.from_offset(offset)
+    if offsets.copying(stored):
+        return True
+    current = client.current_vgtid(keyspace, shard)
+    return not offsets.reached(stored, current)

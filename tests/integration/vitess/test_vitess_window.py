@@ -10,7 +10,7 @@ from airflow_cdc.core.errors import AuthenticationFailed, ConfigError, Connectio
 from airflow_cdc.sources.vitess import offsets
 from airflow_cdc.sources.vitess.client import VtgateClient
 from airflow_cdc.sources.vitess.config import vitess_config
-from airflow_cdc.sources.vitess.window import read_window
+from airflow_cdc.sources.vitess.window import changes_after, read_window
 from airflow_cdc.testing.servers import free_port
 from airflow_cdc.testing.vitess_emulator import VtgateEmulator
 
@@ -166,3 +166,18 @@ def test_errors_are_mapped(vtgate, shard_servers, ks):
     with pytest.raises(OffsetUnavailable):
         read_window(client, gone, gone, None, 10, idle_timeout=5)
     client.close()
+
+
+def test_changes_after_for_the_sensor(vtgate, ks):
+    client = client_for(vtgate.address, ks)
+    try:
+        assert changes_after(client, ks, None, None)
+        offset = offsets.to_offset(client.current_vgtid(ks))
+        assert not changes_after(client, ks, None, offset)
+        vtgate.execute(ks, "INSERT INTO t1 VALUES (1, 'x', NULL, NULL)")
+        assert changes_after(client, ks, None, offset)
+        window = read_window(client, offsets.from_offset(offset), client.current_vgtid(ks), None, 100, 10)
+        assert not changes_after(client, ks, None, offsets.to_offset(window.end))
+        assert changes_after(client, ks, None, offsets.to_offset(offsets.start_vgtid(ks, "0", "")))
+    finally:
+        client.close()

@@ -94,3 +94,13 @@ def test_config_names_and_errors():
     with pytest.raises(ConfigError, match="vitess.tablet.type"):
         vitess_config({**BASE, "vitess.tablet.type": "BACKUP"})
     assert vitess_config({**BASE, "vitess.tablet.type": "REPLICA"})["vitess.tablet.type"] == "replica"
+
+
+def test_offset_storage_per_task_settings():
+    config = vitess_config(
+        {**BASE, "tasks.max": 4, "vitess.offset.storage.per.task": True,
+         "vitess.offset.storage.task.key.gen": 2, "vitess.prev.num.tasks": 2}
+    )  # fmt: skip
+    assert (config["tasks.max"], config["vitess.offset.storage.task.key.gen"], config["vitess.prev.num.tasks"]) == (4, 2, 2)
+    with pytest.raises(ConfigError, match="task.key.gen"):
+        vitess_config({**BASE, "tasks.max": 2, "vitess.offset.storage.per.task": True})
