@@ -20,7 +20,7 @@ SHELL := /bin/bash
 VENV        := .venv
 PY          := $(VENV)/bin/python
 PYTEST_ARGS ?=
-EXTRAS      ?= dev,mysql,spark,airflow
+EXTRAS      ?= dev,mysql,vitess,spark,airflow
 comma       := ,
 # Stamp name: .installed-<sha of pyproject.toml>, plus the extras when they are not the default.
 STAMP_SUFFIX := -$(subst $(comma),+,$(EXTRAS))

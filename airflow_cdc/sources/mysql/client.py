@@ -256,14 +256,25 @@ class BinlogStream:
     (header included, checksum stripped) until the server reports the end (non-blocking dump)."""
 
     def __init__(
-        self, config: ConnectorConfig, info: ServerInfo, file: str, pos: int, annotate: bool
+        self,
+        config: ConnectorConfig,
+        info: ServerInfo,
+        file: str,
+        pos: int,
+        annotate: bool,
+        gtid_state: str | None = None,
     ) -> None:
+        """:param gtid_state: MariaDB only: start after this GTID position (``domain-server-seq``
+            list) instead of at ``file:pos`` (pass ``""`` and 4 for those)."""
         self.conn = connect(config, read_timeout=600)
         self.checksum = info.checksum
         with self.conn.cursor() as cur:
             if info.checksum:
                 cur.execute("SET @master_binlog_checksum = @@global.binlog_checksum")
             cur.execute("SET @mariadb_slave_capability = 4")  # send real GTID events
+            if gtid_state is not None:
+                cur.execute("SET @slave_connect_state = %s", (gtid_state,))
+                cur.execute("SET @slave_gtid_strict_mode = 1")
         server_id = config["database.server.id"] or default_server_id(config["name"])
         name = file.encode()
         packet = (

@@ -1,0 +1,130 @@
+"""One capture window of a VStream: from the committed VGTID to the shard positions of the run's start.
+
+The target is read first (:meth:`VtgateClient.current_vgtid`); the stream then runs from the
+committed VGTID and ends at the first transaction boundary where every target shard still in the
+stream has reached its target GTID set and no copy phase is unfinished, or once ``max_events``
+changes were read (a bounded window: the rest is the next run's), or when vtgate ends the stream
+(``stop_on_reshard``: the journal's new shards become the end position).  A reshard without
+``stop_on_reshard`` replaces the old shards in the VGTID; the window ends as soon as the shards
+of the target that remain have reached it.  Only whole transactions are returned; ``end`` is the
+VGTID after the last of them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from airflow_cdc.core.errors import ProtocolError
+from airflow_cdc.sources.vitess import offsets
+from airflow_cdc.sources.vitess.client import VtgateClient
+from airflow_cdc.sources.vitess.proto import binlogdata_pb2 as b
+from airflow_cdc.sources.vitess.protocol import Assembler, Table, Transaction
+
+
+@dataclass
+class Window:
+    start: b.VGtid
+    end: b.VGtid
+    transactions: list[Transaction] = field(default_factory=list)
+    events: int = 0
+    bounded: bool = False
+    copy_completed: bool = False
+    journal: b.Journal | None = None
+    tables: dict[str, Table] = field(default_factory=dict)  # keyspace.table -> last FIELD seen
+
+
+def _copy(vgtid: b.VGtid) -> b.VGtid:
+    out = b.VGtid()
+    out.CopyFrom(vgtid)
+    return out
+
+
+def _after_journal(position: b.VGtid, journal: b.Journal) -> b.VGtid:
+    gone = {(p.keyspace, p.shard) for p in journal.participants}
+    kept = [g for g in position.shard_gtids if offsets.shard_key(g) not in gone]
+    return b.VGtid(shard_gtids=[*kept, *journal.shard_gtids])
+
+
+def read_window(
+    client: VtgateClient,
+    start: b.VGtid,
+    target: b.VGtid,
+    tables: list[str] | None,
+    max_events: int,
+    idle_timeout: float = 30.0,
+) -> Window:
+    """Read the changes from ``start`` up to ``target`` (see the module docstring).
+
+    Nothing is acknowledged anywhere; calling it again with the same ``start`` reads the same
+    changes (vtgate streams from any position the shards' binlogs still have).
+
+    :param tables: table names of the keyspace to stream; None: all.
+    :raises ProtocolError: no event for ``idle_timeout`` seconds before the target was reached,
+        or a malformed stream.
+    :raises OffsetUnavailable / ConnectionFailed / AuthenticationFailed: from vtgate's answer.
+    """
+    request = client.request(start, tables)
+    target = _copy(target)
+    request.flags.heartbeat_interval = max(
+        1, min(request.flags.heartbeat_interval or 1, int(idle_timeout) or 1)
+    )
+    window = Window(start, start)
+    position = b.VGtid()
+    position.CopyFrom(start)
+    copying = offsets.copying(start)
+    assembler = Assembler(start)
+    call = client.vstream(request)
+    last_progress = time.monotonic()
+    try:
+        for event in client.events(call):
+            for item in assembler.feed(event):
+                if isinstance(item, Transaction):
+                    window.transactions.append(item)
+                    window.events += len(item.changes)
+                    if item.vgtid is not None:
+                        position = item.vgtid
+                    last_progress = time.monotonic()
+                elif item.kind == "position" and item.vgtid is not None:
+                    position = item.vgtid
+                elif item.kind == "copy_completed" and not item.shard:
+                    copying, window.copy_completed = False, True
+                elif item.kind == "journal" and item.journal is not None:
+                    window.journal = item.journal
+                    position = _after_journal(position, item.journal)
+            window.end = position
+            if assembler._txn is not None:
+                continue  # inside a transaction: never stop here
+            if window.events >= max_events:
+                window.bounded = True
+                break
+            for keyspace, shard in offsets.missing_targets(position, target):
+                # a shard the run's start did not see (a reshard on either side of it): its position now
+                target.shard_gtids.extend(client.current_vgtid(keyspace, shard).shard_gtids)
+            if not copying and not offsets.copying(position) and offsets.reached(position, target):
+                break
+            if time.monotonic() - last_progress > idle_timeout:
+                raise ProtocolError(
+                    f"VStream from vtgate at {client.where} sent no transaction for {idle_timeout:.0f}s "
+                    f"before reaching the run's target position {offsets.vgtid_to_json(target)}"
+                )
+    finally:
+        call.cancel()
+    window.tables = dict(assembler.tables)
+    return window
+
+
+def changes_after(client: VtgateClient, keyspace: str, shard: str | None, offset: dict | None) -> bool:
+    """Whether vtgate holds changes past a stored offset -- the sensor's check; no row is read.
+
+    Compares the shards' current positions with the offset's: any shard past it (or not in it,
+    after a reshard), an unfinished copy, or no offset at all means yes.  Any transaction counts,
+    also on tables not captured, so it may over-report, never under-reports.
+    """
+    if offset is None:
+        return True
+    stored = offsets.from_offset(offset)
+    if offsets.copying(stored):
+        return True
+    current = client.current_vgtid(keyspace, shard)
+    return not offsets.reached(stored, current)

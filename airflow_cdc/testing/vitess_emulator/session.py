@@ -1,0 +1,353 @@
+"""One VStream call of the emulator: vtgate's event flow over the shards' binlogs.
+
+What a client sees, as vtgate v18 sends it:
+
+* per shard transaction: ``BEGIN, [FIELD], ROW..., VGTID, COMMIT`` (vttablet's GTID event becomes
+  a VGTID naming every shard of the stream), ``VGTID, DDL`` for a DDL, ``VGTID, OTHER`` for other
+  statements, ``BEGIN, VGTID, COMMIT`` for a transaction on no streamed table;
+* ``gtid: "current"``: ``VGTID, OTHER`` first, then changes from that point;
+* copy phase (``gtid: ""``, or ``table_p_ks`` set): per table, in name order, a consistent snapshot
+  whose position is first caught up to (``BEGIN, FIELD, VGTID, COMMIT``), then the rows in primary
+  key order in chunks (``BEGIN, ROW..., VGTID, COMMIT``; the VGTID carries the table's last copied
+  key in ``table_p_ks``), then ``BEGIN, VGTID, COMMIT`` without the table; after the last table
+  ``COPY_COMPLETED`` for the shard, and a keyspace-less ``COPY_COMPLETED`` once every shard is done.
+  Catch-up between snapshots drops the rows of tables not copied yet; for the table being copied
+  it keeps the changes of keys up to its last copied key (so a resumed copy misses nothing);
+* a resharding journal: not sent; the old shards' entries of the VGTID are replaced by the new
+  shards at the journal's positions, from which they stream.  With ``stop_on_reshard`` the JOURNAL
+  event is sent and the old shards' streams end (the call ends when no stream is left);
+* ``HEARTBEAT`` every ``heartbeat_interval`` seconds of silence.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from airflow_cdc.core.errors import ProtocolError
+from airflow_cdc.sources.vitess.proto import binlogdata_pb2 as b
+from airflow_cdc.sources.vitess.proto import query_pb2 as q
+from airflow_cdc.sources.vitess.proto import vtgate_pb2 as vt
+from airflow_cdc.testing.vitess_emulator.binlog import RowsChange, ShardBinlog, Transaction
+from airflow_cdc.testing.vitess_emulator.shard import EmulatedShard, PositionError, is_purged_error
+from airflow_cdc.testing.vitess_emulator.values import make_row, row_values
+
+if TYPE_CHECKING:
+    from airflow_cdc.testing.vitess_emulator.server import VtgateEmulator
+
+_SELECT_ALL = re.compile(r"^\s*select\s+\*\s+from\s+`?(\w+)`?\s*$", re.IGNORECASE)
+_INTEGRAL = 256
+
+
+class VStreamError(Exception):
+    """Ends the call with a gRPC status (the code and text vtgate would send)."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+@dataclass
+class _Copy:
+    tables: list[str]  # still to copy, in order; the first is in progress
+    lastpk: dict[str, q.QueryResult] = field(default_factory=dict)
+    conn: Any = None  # the open snapshot transaction of the table in progress
+    fields: list[q.Field] = field(default_factory=list)  # of the table in progress
+
+
+@dataclass
+class _ShardStream:
+    sgtid: b.ShardGtid  # the entry of the session's VGTID (updated in place)
+    shard: EmulatedShard
+    binlog: ShardBinlog
+    seq: int | None = None
+    copy: _Copy | None = None
+    fields_sent: dict[str, tuple] = field(default_factory=dict)
+
+
+class VStreamSession:
+    """Runs one ``Vitess.VStream`` call; :meth:`responses` yields what vtgate would send."""
+
+    def __init__(
+        self, emulator: VtgateEmulator, request: vt.VStreamRequest, context: grpc.ServicerContext
+    ) -> None:
+        self.emulator, self.context = emulator, context
+        self.flags = request.flags
+        self.rules = list(request.filter.rules) or [b.Rule(match="/.*")]
+        self.vgtid = b.VGtid()
+        self.streams: list[_ShardStream] = []
+        self.journals: dict[int, set[tuple[str, str]]] = {}
+        self.copying = 0
+        self._request = request
+
+    # -- set-up ------------------------------------------------------------------------------
+    def _resolve(self) -> None:
+        request = self._request
+        if not request.vgtid.shard_gtids:
+            raise VStreamError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "vgtid must have at least one value with a starting position",
+            )
+        for rule in self.rules:
+            if rule.filter and not _SELECT_ALL.match(rule.filter):
+                raise VStreamError(
+                    grpc.StatusCode.UNIMPLEMENTED, f"vtgate emulator: filter {rule.filter!r} not supported"
+                )
+        for sgtid in request.vgtid.shard_gtids:
+            shards = self.emulator.keyspace_shards(sgtid.keyspace)
+            if not sgtid.shard:
+                if sgtid.gtid not in ("current", ""):
+                    raise VStreamError(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        "if shards are unspecified, the Gtid value must be 'current' or empty; "
+                        f"got: {sgtid.gtid!r}",
+                    )
+                for shard in shards:
+                    self._add(b.ShardGtid(keyspace=sgtid.keyspace, shard=shard.name, gtid=sgtid.gtid), shard)
+                continue
+            shard = self.emulator.shard(sgtid.keyspace, sgtid.shard, request.tablet_type)
+            self._add(b.ShardGtid(), shard, sgtid)
+
+    def _add(
+        self, sgtid: b.ShardGtid, shard: EmulatedShard, source: b.ShardGtid | None = None
+    ) -> _ShardStream:
+        self.vgtid.shard_gtids.append(source if source is not None else sgtid)
+        entry = self.vgtid.shard_gtids[-1]
+        st = _ShardStream(entry, shard, ShardBinlog(shard))
+        self.streams.append(st)
+        return st
+
+    def _start(self, st: _ShardStream) -> Iterator[list[b.VEvent]]:
+        gtid = st.sgtid.gtid
+        if gtid == "current":
+            st.seq = st.shard.seq()
+            st.sgtid.gtid = st.shard.position(st.seq)
+            yield [self._vgtid(), self._event(st, b.OTHER)]
+            return
+        if gtid:
+            try:
+                st.seq = st.shard.parse(gtid)
+            except PositionError as e:
+                raise VStreamError(grpc.StatusCode.UNKNOWN, f"could not decode position: {e}") from None
+            current = st.shard.seq()
+            if st.seq > current:
+                raise VStreamError(
+                    grpc.StatusCode.UNKNOWN,
+                    f"GTIDSet Mismatch: requested source position:{gtid}, current target vrep position: "
+                    f"{st.shard.position(current)}",
+                )
+        if not gtid or st.sgtid.table_p_ks:
+            st.copy = self._copy_plan(st)
+            self.copying += 1
+
+    def _copy_plan(self, st: _ShardStream) -> _Copy:
+        present = st.shard.tables()
+        for rule in self.rules:
+            if not rule.match.startswith("/") and rule.match not in present:
+                raise VStreamError(
+                    grpc.StatusCode.UNKNOWN, f"table {rule.match} is not present in the database"
+                )
+        if st.sgtid.table_p_ks:
+            plan = _Copy(sorted(t.table_name for t in st.sgtid.table_p_ks))
+            for t in st.sgtid.table_p_ks:
+                if t.lastpk.rows:
+                    plan.lastpk[t.table_name] = t.lastpk
+            return plan
+        return _Copy([t for t in present if self._rule(t) is not None])
+
+    def _rule(self, table: str) -> b.Rule | None:
+        for rule in self.rules:
+            if rule.match == table or (
+                rule.match.startswith("/") and re.search(rule.match.strip("/"), table)
+            ):
+                return rule
+        return None
+
+    # -- the call ----------------------------------------------------------------------------
+    def responses(self) -> Iterator[vt.VStreamResponse]:
+        self._resolve()
+        for st in list(self.streams):
+            for events in self._start(st):
+                yield vt.VStreamResponse(events=events)
+        last_sent = time.monotonic()
+        while self.streams and self.context.is_active():
+            sent = False
+            for st in list(self.streams):
+                for events in self._step(st):
+                    sent = True
+                    yield vt.VStreamResponse(events=events)
+            if sent:
+                last_sent = time.monotonic()
+                continue
+            interval = self.flags.heartbeat_interval
+            if interval and time.monotonic() - last_sent >= interval:
+                now = time.time_ns()
+                yield vt.VStreamResponse(
+                    events=[b.VEvent(type=b.HEARTBEAT, timestamp=now // 10**9, current_time=now)]
+                )
+                last_sent = time.monotonic()
+            time.sleep(self.emulator.poll_interval)
+
+    def _step(self, st: _ShardStream) -> Iterator[list[b.VEvent]]:
+        if st.copy is not None:
+            yield from self._copy_step(st)
+            return
+        assert st.seq is not None
+        try:
+            for count, txn in enumerate(st.binlog.transactions(st.seq)):
+                events = self._transaction(st, txn)
+                st.seq = txn.seq
+                if events:
+                    yield events
+                if st not in self.streams or count >= 500:
+                    return
+        except ProtocolError as e:
+            raise self._dump_error(st, e) from None
+
+    def _dump_error(self, st: _ShardStream, error: ProtocolError) -> VStreamError:
+        cause = error.__cause__
+        detail = str(cause.args[1]) if cause is not None and len(cause.args) > 1 else str(error)
+        errno = " (errno 1236) (sqlstate HY000)" if is_purged_error(error) else ""
+        return VStreamError(
+            grpc.StatusCode.UNKNOWN,
+            f"vttablet: rpc error: code = Unknown desc = stream (at source tablet) error @ "
+            f"{st.shard.position(st.seq)}: {detail}{errno}",
+        )
+
+    # -- binlog transactions -----------------------------------------------------------------
+    def _event(self, st: _ShardStream, kind: b.VEventType, timestamp: int = 0, **fields: Any) -> b.VEvent:
+        return b.VEvent(
+            type=kind, timestamp=timestamp, current_time=time.time_ns(), keyspace=st.shard.keyspace,
+            shard=st.shard.name, **fields,
+        )  # fmt: skip
+
+    def _vgtid(self) -> b.VEvent:
+        vgtid = b.VGtid()
+        vgtid.CopyFrom(self.vgtid)
+        return b.VEvent(type=b.VGTID, vgtid=vgtid)
+
+    def _transaction(self, st: _ShardStream, txn: Transaction) -> list[b.VEvent]:
+        ts = txn.timestamp
+        if txn.kind == "journal":
+            return self._journal(st, txn)
+        st.sgtid.gtid = st.shard.position(txn.seq)
+        if txn.kind in ("ddl", "other"):
+            if txn.kind == "ddl":
+                st.fields_sent.clear()  # vstreamer describes a table again after a DDL
+                st.shard._fields.clear()
+            fields = {"statement": txn.statement} if txn.kind == "ddl" else {}
+            return [self._vgtid(), self._event(st, b.DDL if txn.kind == "ddl" else b.OTHER, ts, **fields)]
+        events = [self._event(st, b.BEGIN, ts)]
+        for change in txn.rows:
+            if self._rule(change.table) is None:
+                continue
+            kept = self._catchup_filter(st, change.table, change.changes)
+            if not kept:
+                continue
+            events.extend(self._field_event(st, change, ts))
+            row_event = b.RowEvent(
+                table_name=f"{st.shard.keyspace}.{change.table}",
+                keyspace=st.shard.keyspace,
+                shard=st.shard.name,
+                row_changes=[
+                    b.RowChange(
+                        before=make_row(before) if before is not None else None,
+                        after=make_row(after) if after is not None else None,
+                    )
+                    for before, after in kept
+                ],
+            )  # fmt: skip
+            events.append(self._event(st, b.ROW, ts, row_event=row_event))
+        return events + [self._vgtid(), self._event(st, b.COMMIT, ts)]
+
+    def _field_event(self, st: _ShardStream, change: RowsChange, ts: int) -> list[b.VEvent]:
+        table, signature = change.table, change.signature
+        if st.fields_sent.get(table) == signature and signature:
+            return []
+        st.fields_sent[table] = signature
+        fields = st.shard.fields(table, signature)
+        if change.names and [f.name for f in fields] != change.names:
+            # the schema moved on since these rows were written (no schema historian): describe the
+            # columns the rows have, as far as the current schema still knows them
+            known = {f.name: f for f in fields}
+            fields = [known.get(n) or q.Field(name=n, type=q.VARBINARY, table=table) for n in change.names]
+        event = b.FieldEvent(
+            table_name=f"{st.shard.keyspace}.{table}",
+            fields=fields,
+            keyspace=st.shard.keyspace,
+            shard=st.shard.name,
+        )
+        return [self._event(st, b.FIELD, ts, field_event=event)]
+
+    def _catchup_filter(self, st: _ShardStream, table: str, changes: list) -> list:
+        copy = st.copy
+        if copy is None or table not in copy.tables:
+            return changes
+        if table != copy.tables[0] or table not in copy.lastpk:
+            return []  # not copied yet: the copy will read the row as it is then
+        fields = st.shard.fields(table)
+        pk = _pk_index(st.shard, table, fields)
+        last = _key(
+            [row_values(copy.lastpk[table].rows[0])[i] for i in range(len(pk))], [fields[i] for i in pk]
+        )
+
+        def copied(image: tuple | None) -> bool:
+            return image is not None and _key([image[i] for i in pk], [fields[i] for i in pk]) <= last
+
+        return [(before, after) for before, after in changes if copied(before) or copied(after)]
+
+    def _journal(self, st: _ShardStream, txn: Transaction) -> list[b.VEvent]:
+        journal = b.Journal.FromString(txn.journal or b"")
+        if self.flags.stop_on_reshard:
+            self.streams.remove(st)
+            return [self._event(st, b.JOURNAL, txn.timestamp, journal=journal)]
+        joined = self.journals.setdefault(journal.id, set())
+        joined.add((st.shard.keyspace, st.shard.name))
+        participants = {(p.keyspace, p.shard) for p in journal.participants}
+        if joined < participants:
+            self.streams.remove(st)
+            return []
+        for old in [s for s in self.streams if (s.shard.keyspace, s.shard.name) in participants]:
+            self.streams.remove(old)
+        kept = [g for g in self.vgtid.shard_gtids if (g.keyspace, g.shard) not in participants]
+        del self.vgtid.shard_gtids[:]
+        self.vgtid.shard_gtids.extend(kept)
+        for target in journal.shard_gtids:
+            shard = self.emulator.shard(target.keyspace, target.shard, self._request.tablet_type)
+            new = self._add(
+                b.ShardGtid(keyspace=target.keyspace, shard=target.shard, gtid=target.gtid), shard
+            )
+            new.seq = shard.parse(target.gtid)
+        return []
+
+    # -- copy phase --------------------------------------------------------------------------
+    def _copy_step(self, st: _ShardStream) -> Iterator[list[b.VEvent]]:
+        from airflow_cdc.testing.vitess_emulator.copy import copy_step
+
+        yield from copy_step(self, st)
+
+
+def _pk_index(shard: EmulatedShard, table: str, fields: list[q.Field]) -> list[int]:
+    names = [f.name for f in fields]
+    return [names.index(c) for c in shard.pk_columns(table)]
+
+
+def _key(values: list[bytes | None], fields: list[q.Field]) -> tuple:
+    """A comparable key of primary key text values (numbers numerically, the rest bytewise)."""
+    out: list[Any] = []
+    for value, f in zip(values, fields, strict=True):
+        if value is None:
+            out.append(b"")
+        elif f.type & _INTEGRAL:
+            out.append(int(value))
+        elif f.type in (q.DECIMAL, q.FLOAT32, q.FLOAT64):
+            out.append(Decimal(value.decode()))
+        else:
+            out.append(bytes(value))
+    return tuple(out)

@@ -1,0 +1,42 @@
+"""The client against a real vtgate, when one is given: ``AIRFLOW_CDC_VTGATE_ADDR=host:port`` and
+``AIRFLOW_CDC_VTGATE_KEYSPACE`` (optional ``AIRFLOW_CDC_VTGATE_USER`` / ``_PASSWORD``).  Read-only:
+it reads the current VGTID, a copy-phase window and an empty streaming window."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from airflow_cdc.sources.vitess import offsets
+from airflow_cdc.sources.vitess.client import VtgateClient
+from airflow_cdc.sources.vitess.config import vitess_config
+from airflow_cdc.sources.vitess.window import changes_after, read_window
+
+ADDR = os.environ.get("AIRFLOW_CDC_VTGATE_ADDR")
+pytestmark = pytest.mark.skipif(not ADDR, reason="no real vtgate (set AIRFLOW_CDC_VTGATE_ADDR)")
+
+
+@pytest.fixture
+def client():
+    host, _, port = str(ADDR).rpartition(":")
+    raw = {"name": "real", "staging.path": "/unused", "vitess.keyspace": os.environ["AIRFLOW_CDC_VTGATE_KEYSPACE"],
+           "database.hostname": host, "database.port": int(port)}  # fmt: skip
+    if os.environ.get("AIRFLOW_CDC_VTGATE_USER"):
+        raw["database.user"] = os.environ["AIRFLOW_CDC_VTGATE_USER"]
+        raw["database.password"] = os.environ.get("AIRFLOW_CDC_VTGATE_PASSWORD", "")
+    c = VtgateClient(vitess_config(raw))
+    yield c
+    c.close()
+
+
+def test_positions_copy_and_stream(client):
+    keyspace = client.config["vitess.keyspace"]
+    target = client.current_vgtid(keyspace)
+    assert target.shard_gtids and all(g.gtid.startswith("MySQL56/") for g in target.shard_gtids)
+    copy = read_window(client, offsets.start_vgtid(keyspace, None, ""), target, None, 10**9, idle_timeout=60)
+    assert copy.copy_completed and not offsets.copying(copy.end)
+    assert {c.op for t in copy.transactions if t.kind == "copy" for c in t.changes} <= {"r"}
+    quiet = read_window(client, copy.end, copy.end, None, 10**9, idle_timeout=60)
+    assert offsets.reached(quiet.end, copy.end)
+    changes_after(client, keyspace, None, offsets.to_offset(quiet.end))
