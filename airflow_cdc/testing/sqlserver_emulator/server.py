@@ -149,7 +149,15 @@ class _Connection:
                 self.server.record("batch", sql)
                 self.send(self._results(self.session.execute(sql, {})) + self._final())
             elif kind == W.RPC:
-                self.send(self._rpc(W.skip_all_headers(data)))
+                try:
+                    calls = W.parse_rpc(W.skip_all_headers(data))
+                except W.WireError as exc:  # SQL Server answers a malformed RPC with 8016
+                    raise SqlError(
+                        8016,
+                        "The incoming tabular data stream (TDS) remote procedure call (RPC) "
+                        f"protocol stream is incorrect: {exc}",
+                    ) from exc
+                self.send(self._rpc(calls))
             elif kind == W.TRANSACTION_MANAGER:
                 self.send(self._transaction(W.skip_all_headers(data)))
             else:
@@ -212,10 +220,10 @@ class _Connection:
                 out += K.done(W.DONE_MORE | W.DONE_COUNT | self._xact_flag(), res.rowcount, token)
         return bytes(out)
 
-    def _rpc(self, data: bytes) -> bytes:
+    def _rpc(self, calls: list[W.RpcCall]) -> bytes:
         assert self.session is not None
         out = bytearray()
-        for call in W.parse_rpc(data):
+        for call in calls:
             self.server.record("rpc", (call.proc, [(p.name, p.sql_type, p.value) for p in call.params]))
             out += self._call(call)
         return bytes(out)

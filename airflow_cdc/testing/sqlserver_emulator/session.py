@@ -148,11 +148,8 @@ class EmulatorSession:
             return Result()
         if re.match(r"^SET\s+\w+", stmt, re.IGNORECASE):
             return Result()  # NOCOUNT, TEXTSIZE, LOCK_TIMEOUT ...: no effect on the emulation
-        if re.match(r"^(EXEC(UTE)?\s+)?sp_datatype_info(_100)?\b", stmt, re.IGNORECASE):
-            return Result(
-                [("TYPE_NAME", C.SYSNAME), ("DATA_TYPE", SqlType("smallint")), ("PRECISION", SqlType("int"))],
-                [],
-            )
+        if m := re.match(r"^(?:EXEC(?:UTE)?\s+)?sp_datatype_info(?:_100)?\s+(-?\d+)", stmt, re.IGNORECASE):
+            return _type_info(int(m.group(1)))
         if re.match(r"^(SELECT|WITH)\b", stmt, re.IGNORECASE):
             return self._select(stmt, params)
         word = stmt.split(None, 1)[0] if stmt.strip() else ""
@@ -219,6 +216,26 @@ class EmulatorSession:
                 raise SqlError(50000, f"emulator: no SQL Server type for result column {col.name!r}")
             out.append(("" if col.name in C.FUNCTION_TYPES or col.name == "?column?" else col.name, found))
         return out
+
+
+# What the ODBC driver's SQLGetTypeInfo asks at connect; pyodbc sizes string, binary and timestamp
+# parameters from COLUMN_SIZE (with no row it would send datetimes without fractional seconds).
+_TYPE_INFO = {
+    12: ("varchar", 8000),
+    -9: ("nvarchar", 4000),
+    -3: ("varbinary", 8000),
+    93: ("datetime2", 27),
+    -2: ("binary", 8000),
+    1: ("char", 8000),
+    -8: ("nchar", 4000),
+    91: ("date", 10),
+}
+
+
+def _type_info(odbc_type: int) -> Result:
+    columns = [("TYPE_NAME", C.SYSNAME), ("DATA_TYPE", SqlType("smallint")), ("PRECISION", SqlType("int"))]
+    row = _TYPE_INFO.get(odbc_type)
+    return Result(columns, [(row[0], odbc_type, row[1])] if row else [])
 
 
 def _captured(conn: psycopg.Connection, capture_instance: str) -> list[str]:

@@ -16,7 +16,7 @@ import re
 import struct
 import uuid
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Context, Decimal
 from typing import Any
 
 # TDS type tokens ([MS-TDS] 2.2.5.4.1-3).
@@ -36,6 +36,7 @@ _STRINGS = {"char": BIGCHAR, "varchar": BIGVARCHR, "nchar": NCHAR, "nvarchar": N
 _BINARIES = {"binary": BIGBINARY, "varbinary": BIGVARBIN}
 _NAME = re.compile(r"^\s*(\w+)\s*(?:\(\s*(max|\d+)\s*(?:,\s*(\d+)\s*)?\))?\s*$", re.IGNORECASE)
 _EPOCH_DATE = dt.date(1, 1, 1)
+_WIDE = Context(prec=80)  # decimal(38, s) needs more than the default 28 digits
 _DATETIME_EPOCH = dt.datetime(1900, 1, 1)
 
 
@@ -269,10 +270,10 @@ def _encode_fixed(t: SqlType, value: Any) -> bytes:
     if n == "real":
         return struct.pack("<f", float(value))
     if n == "money":
-        units = int(Decimal(value).scaleb(4).to_integral_value())
+        units = _units(value, 4)
         return struct.pack("<iI", units >> 32, units & 0xFFFFFFFF)
     if n == "smallmoney":
-        return struct.pack("<i", int(Decimal(value).scaleb(4).to_integral_value()))
+        return struct.pack("<i", _units(value, 4))
     if n == "uniqueidentifier":
         return (value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))).bytes_le
     if n == "date":
@@ -286,9 +287,14 @@ def _encode_fixed(t: SqlType, value: Any) -> bytes:
 
 
 def _decimal_bytes(value: Decimal, precision: int, scale: int) -> bytes:
-    units = int(value.scaleb(scale).to_integral_value())
+    units = _units(value, scale)
     size = _decimal_size(precision) - 1
     return bytes((0 if units < 0 else 1,)) + abs(units).to_bytes(size, "little")
+
+
+def _units(value: Any, scale: int) -> int:
+    """``value * 10**scale`` as an exact integer (money and decimal on the wire)."""
+    return int(Decimal(value).scaleb(scale, context=_WIDE).to_integral_value(context=_WIDE))
 
 
 def _date_bytes(value: dt.date) -> bytes:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import socket
 import struct
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import Context, Decimal
 from typing import Any
 
 from airflow_cdc.testing.sqlserver_emulator import types as T
@@ -276,7 +276,7 @@ def read_typed_value(r: _Reader) -> tuple[Any, str]:  # noqa: C901 - one branch 
             return None, f"decimal({prec},{scale})"
         raw = r.take(n)
         units = int.from_bytes(raw[1:], "little") * (1 if raw[0] else -1)
-        return Decimal(units).scaleb(-scale), f"decimal({prec},{scale})"
+        return Decimal(units).scaleb(-scale, context=Context(prec=80)), f"decimal({prec},{scale})"
     if tok in (T.BIGVARCHR, T.BIGCHAR, T.NVARCHAR, T.NCHAR, T.BIGVARBIN, T.BIGBINARY):
         maxlen = r.u16()
         if tok in (T.BIGVARCHR, T.BIGCHAR, T.NVARCHAR, T.NCHAR):
@@ -339,6 +339,19 @@ def _decode_string(tok: int, raw: bytes | None) -> Any:
     return raw
 
 
+_MAX_DAY = 3652058  # 9999-12-31
+
+
+def _day(raw: bytes) -> Any:
+    """Days since 0001-01-01; SQL Server rejects anything past 9999-12-31 as a malformed stream."""
+    import datetime as dt
+
+    days = int.from_bytes(raw, "little")
+    if days > _MAX_DAY:
+        raise WireError(f"date parameter of {days} days since 0001-01-01 is out of range (0x{raw.hex()})")
+    return dt.date(1, 1, 1) + dt.timedelta(days=days)
+
+
 def _read_clock(r: _Reader, tok: int) -> tuple[Any, str]:
     import datetime as dt
 
@@ -351,13 +364,13 @@ def _read_clock(r: _Reader, tok: int) -> tuple[Any, str]:
         return None, name
     raw = r.take(n)
     if tok == T.DATEN:
-        return dt.date(1, 1, 1) + dt.timedelta(days=int.from_bytes(raw, "little")), "date"
+        return _day(raw), "date"
     tsize = n - {T.TIMEN: 0, T.DATETIME2N: 3, T.DATETIMEOFFSETN: 5}[tok]
     ticks7 = int.from_bytes(raw[:tsize], "little") * 10 ** (7 - scale)
     clock = dt.timedelta(microseconds=ticks7 // 10)
     if tok == T.TIMEN:
         return (dt.datetime.min + clock).time(), f"time({scale})"
-    day = dt.datetime(1, 1, 1) + dt.timedelta(days=int.from_bytes(raw[tsize : tsize + 3], "little")) + clock
+    day = dt.datetime.combine(_day(raw[tsize : tsize + 3]), dt.time()) + clock
     if tok == T.DATETIME2N:
         return day, f"datetime2({scale})"
     offset = struct.unpack("<h", raw[tsize + 3 : tsize + 5])[0]
