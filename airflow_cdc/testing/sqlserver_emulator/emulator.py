@@ -235,7 +235,17 @@ class SqlServerCdcEmulator:
             tid = C.TYPE_IDS[t.name]
             conn.execute(
                 "INSERT INTO sys.columns VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                (oid, c, n, tid, tid, t.max_length, t.precision, t.scale, 0 if c in not_null else 1),
+                (
+                    oid,
+                    c,
+                    n,
+                    tid,
+                    tid,
+                    t.max_length,
+                    t.precision or _PRECISION.get(t.name, 0),
+                    t.scale,
+                    0 if c in not_null else 1,
+                ),
             )
 
     # -- CDC administration ---------------------------------------------------------------
@@ -320,6 +330,23 @@ class SqlServerCdcEmulator:
         with self.pg_connect(database) as conn:
             row = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
         return lsn_bytes(int(row[0]) if row else 0)
+
+
+# sys.columns.precision of the types whose precision is implied by the type.
+_PRECISION = {
+    "tinyint": 3,
+    "smallint": 5,
+    "int": 10,
+    "bigint": 19,
+    "bit": 1,
+    "real": 24,
+    "float": 53,
+    "money": 19,
+    "smallmoney": 10,
+    "date": 10,
+    "datetime": 23,
+    "smalldatetime": 16,
+}
 
 
 def _agent_row(running: bool) -> tuple[int, str]:
