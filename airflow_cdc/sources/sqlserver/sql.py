@@ -82,3 +82,37 @@ def all_changes(db: str, capture_instance: str, columns: Sequence[str]) -> str:
         f" FROM {quote(db)}.cdc.{fn}(?, ?, N'all update old')"
         " ORDER BY [__$start_lsn], [__$seqval], [__$operation]"
     )
+
+
+HAS_SELECT = "SELECT HAS_PERMS_BY_NAME(?, N'OBJECT', N'SELECT')"
+BEGIN = "BEGIN TRANSACTION"
+COMMIT = "COMMIT TRANSACTION"
+
+
+def chunk_select(
+    db: str, schema: str, table: str, columns: Sequence[str], key: Sequence[str], limit: int, after: bool
+) -> str:
+    """One snapshot chunk in key order: the first ``limit`` rows, or those after a bound key.
+
+    The key predicate is the expanded row comparison ``(k1 > ?) OR (k1 = ? AND k2 > ?) ...``
+    (T-SQL has no row constructors); its parameters are :func:`chunk_params` of the last key.
+    """
+    cols = ", ".join(quote(c) for c in columns)
+    target = ".".join(quote(p) for p in (db, schema, table))
+    where = ""
+    if after:
+        terms = []
+        for i, k in enumerate(key):
+            eq = [f"{quote(p)} = ?" for p in key[:i]]
+            terms.append("(" + " AND ".join([*eq, f"{quote(k)} > ?"]) + ")")
+        where = " WHERE " + " OR ".join(terms)
+    order = ", ".join(quote(k) for k in key)
+    return f"SELECT TOP ({int(limit)}) {cols} FROM {target}{where} ORDER BY {order}"  # noqa: S608
+
+
+def chunk_params(last_key: Sequence[object]) -> list[object]:
+    """Parameters of :func:`chunk_select`'s predicate for the key after which to read."""
+    out: list[object] = []
+    for i in range(len(last_key)):
+        out.extend(last_key[: i + 1])
+    return out
