@@ -163,11 +163,21 @@ class _Connection:
             else:
                 raise W.WireError(f"unsupported packet type {kind}")
         except SqlError as exc:
-            self.send(
-                K.message(exc.number, exc.text, severity=exc.severity, state=exc.state)
-                + K.done(W.DONE_ERROR | self._xact_flag())
+            self._error(exc)
+        except W.WireError:
+            raise  # the stream is out of step: drop the connection
+        except Exception as exc:  # an emulator bug or a dropped backing database: tell the client
+            log.exception("emulator failed on a request")
+            self._error(
+                SqlError(50000, f"SQL Server CDC emulator internal error: {type(exc).__name__}: {exc}")
             )
         return True
+
+    def _error(self, exc: SqlError) -> None:
+        self.send(
+            K.message(exc.number, exc.text, severity=exc.severity, state=exc.state)
+            + K.done(W.DONE_ERROR | self._xact_flag())
+        )
 
     def _login(self, data: bytes) -> bool:
         login = W.parse_login7(data)

@@ -281,3 +281,26 @@ def test_use_and_three_part_names_reach_other_databases(
             cur.execute("SELECT * FROM [nope].[dbo].[t]")
     finally:
         sqlserver_emulator.drop_database(other)
+
+
+def test_background_capture_job_polls(pg_server: Any) -> None:
+    import time
+    import uuid
+
+    emu = SqlServerCdcEmulator(pg_server).start(capture_poll_seconds=0.05)
+    name = f"ms_poll_{uuid.uuid4().hex[:8]}"
+    try:
+        emu.create_database(name)
+        emu.create_table(name, "dbo.t", [("id", "int")], primary_key=["id"])
+        emu.enable_table(name, "dbo.t")
+        with emu.pg_connect(name) as pg:
+            pg.execute("INSERT INTO dbo.t VALUES (1)")
+        conn = connect(emu, name, autocommit=True)
+        deadline = time.monotonic() + 20
+        while conn.cursor().execute("SELECT COUNT(*) FROM cdc.[dbo_t_CT]").fetchone()[0] == 0:
+            assert time.monotonic() < deadline, "the polling capture job never captured the insert"
+            time.sleep(0.05)
+        conn.close()
+    finally:
+        emu.stop()
+        emu.drop_database(name)
