@@ -77,7 +77,11 @@ def read_chunk(
 def key_param(col: Column, value: Any) -> Any:
     """A key value as a bound parameter: temporal values as SQL Server's literal text."""
     t = col.type_name.lower()
-    if value is None or t not in ("date", "time", "datetime", "smalldatetime", "datetime2", "datetimeoffset"):
+    if (
+        value is None
+        or isinstance(value, str)
+        or t not in ("date", "time", "datetime", "smalldatetime", "datetime2", "datetimeoffset")
+    ):
         return value
     if t == "date":
         return value.isoformat()

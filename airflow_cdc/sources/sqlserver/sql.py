@@ -116,3 +116,11 @@ def chunk_params(last_key: Sequence[object]) -> list[object]:
     for i in range(len(last_key)):
         out.extend(last_key[: i + 1])
     return out
+
+
+def lsn_times(db: str) -> str:
+    """Commit time of every transaction with a commit LSN in a bound range."""
+    return (
+        "SELECT m.start_lsn, m.tran_end_time"  # noqa: S608
+        f" FROM {quote(db)}.cdc.lsn_time_mapping m WHERE m.start_lsn BETWEEN ? AND ?"
+    )
