@@ -182,3 +182,31 @@ def test_change_between_chunk_read_and_window_wins_over_the_chunk_row(
     assert got[(3,)]["item"] == "after the chunk"
     assert got.get((4,)) is None
     assert {k: v for k, v in got.items() if v is not None} == expected_rows(emu, mssql_db)
+
+
+def test_table_moves_to_its_second_capture_instance(
+        sqlserver_emulator: SqlServerCdcEmulator, mssql_db: str, orders: str, tmp_path: Path) -> None:
+    emu = sqlserver_emulator
+    config = make_config(emu, mssql_db, tmp_path, **{"snapshot.mode": "no_data"})
+    capture(config)
+    with emu.pg_connect(mssql_db) as pg:
+        pg.execute("UPDATE dbo.orders SET item = 'old instance' WHERE id = 1")
+    emu.run_capture_job(mssql_db)
+    emu.add_column(mssql_db, "dbo.orders", "note", "nvarchar(20)")
+    emu.enable_table(mssql_db, "dbo.orders", capture_instance="dbo_orders_v2")
+    with emu.pg_connect(mssql_db) as pg:
+        pg.execute("UPDATE dbo.orders SET item = 'new instance', note = 'n' WHERE id = 2")
+    emu.run_capture_job(mssql_db)
+    result = capture(config)
+    assert result.events == 2  # each change once, although both instances hold the second one
+    assert sorted(result.to_offset["capture_instances"]) == ["dbo_orders", "dbo_orders_v2"]
+    got = replay({"staging.path": str(tmp_path), "name": config["name"]}).rows(f"{mssql_db}.dbo.orders")
+    assert got[(1,)]["item"] == "old instance" and "note" not in got[(1,)]
+    assert (got[(2,)]["item"], got[(2,)]["note"]) == ("new instance", "n")
+    emu.disable_table(mssql_db, "dbo.orders", "dbo_orders")  # the old instance goes away
+    with emu.pg_connect(mssql_db) as pg:
+        pg.execute("UPDATE dbo.orders SET note = 'later' WHERE id = 1")
+    emu.run_capture_job(mssql_db)
+    assert capture(config).events == 1
+    got = replay({"staging.path": str(tmp_path), "name": config["name"]}).rows(f"{mssql_db}.dbo.orders")
+    assert got[(1,)]["note"] == "later"
