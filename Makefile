@@ -20,7 +20,7 @@ SHELL := /bin/bash
 VENV        := .venv
 PY          := $(VENV)/bin/python
 PYTEST_ARGS ?=
-EXTRAS      ?= dev,mysql,vitess,spark,airflow
+EXTRAS      ?= dev,mysql,sqlserver,vitess,spark,airflow
 comma       := ,
 # Stamp name: .installed-<sha of pyproject.toml>, plus the extras when they are not the default.
 STAMP_SUFFIX := -$(subst $(comma),+,$(EXTRAS))
@@ -30,6 +30,9 @@ PYTHON      ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 PG_BIN      := /usr/lib/postgresql/15/bin
 PG_PACKAGES := postgresql-15 postgresql-contrib
 MARIADB_PACKAGES := mariadb-server
+# SQL Server client stack: unixODBC + FreeTDS's ODBC driver (pyodbc comes from the sqlserver extra).
+ODBC_PACKAGES := tdsodbc unixodbc
+FREETDS_DRIVER := /usr/lib/*/odbc/libtdsodbc.so
 
 JARS        := .jars
 JARS_POM    := scripts/delta-jars/pom.xml
@@ -60,13 +63,14 @@ jars:
 	ls $(JARS)/delta-spark_*.jar
 	touch "$$stamp"
 
-# Install PostgreSQL 15 and MariaDB from Debian only when their binaries are missing.  Services are
+# Install PostgreSQL 15, MariaDB and the FreeTDS ODBC driver from Debian only when missing.  Services are
 # never started by the packages (policy-rc.d): the tests start throwaway servers of their own.
 system-packages:
 	@need=()
 	test -x $(PG_BIN)/postgres -a -x $(PG_BIN)/initdb -a -x $(PG_BIN)/pg_ctl || need+=($(PG_PACKAGES))
 	{ test -x /usr/sbin/mariadbd || test -x /usr/sbin/mysqld; } \
 	    && test -x /usr/bin/mariadb-install-db || need+=($(MARIADB_PACKAGES))
+	test -x /usr/bin/odbcinst && compgen -G '$(FREETDS_DRIVER)' >/dev/null || need+=($(ODBC_PACKAGES))
 	if [ $${#need[@]} -eq 0 ]; then echo ">>> system packages present"; exit 0; fi
 	echo ">>> installing system packages: $${need[*]}"
 	if [ "$$(id -u)" -ne 0 ]; then echo "need root to apt-get install $${need[*]}" >&2; exit 1; fi
@@ -78,6 +82,7 @@ system-packages:
 	apt-get install -y -q --no-install-recommends "$${need[@]}"
 	test -x $(PG_BIN)/postgres
 	{ test -x /usr/sbin/mariadbd || test -x /usr/sbin/mysqld; }
+	compgen -G '$(FREETDS_DRIVER)' >/dev/null
 
 # Create .venv when missing and (re)install the project with its dev extras whenever pyproject.toml
 # changed since the last successful install (stamp file named after its checksum).

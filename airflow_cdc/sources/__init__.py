@@ -3,7 +3,7 @@
 implementation, so listing the sources stays cheap."""
 
 from airflow_cdc.core.source import register_source
-from airflow_cdc.sources import mysql, postgres
+from airflow_cdc.sources import mysql, postgres, sqlserver
 
-for _spec in (postgres.SOURCE, mysql.SOURCE):
+for _spec in (postgres.SOURCE, mysql.SOURCE, sqlserver.SOURCE):
     register_source(_spec)

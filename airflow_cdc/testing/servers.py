@@ -11,6 +11,7 @@ The binaries come from Debian's packages; :func:`ensure_installed` apt-installs 
 from __future__ import annotations
 
 import atexit
+import glob
 import os
 import shutil
 import signal
@@ -26,6 +27,11 @@ PG_PACKAGES = ("postgresql-15", "postgresql-contrib")
 MARIADB_PACKAGES = ("mariadb-server",)
 MARIADB_SERVERS = (Path("/usr/sbin/mariadbd"), Path("/usr/sbin/mysqld"))
 MARIADB_INSTALL_DB = Path("/usr/bin/mariadb-install-db")
+# pyodbc + unixODBC + FreeTDS's ODBC driver: the SQL Server client stack (tests run it against the
+# SQL Server CDC emulator).  The driver's directory is multiarch, hence the glob.
+ODBC_PACKAGES = ("tdsodbc", "unixodbc")
+FREETDS_DRIVER_GLOB = "/usr/lib/*/odbc/libtdsodbc.so"
+ODBCINST = Path("/usr/bin/odbcinst")
 PG_DSN_ENV = "AIRFLOW_CDC_TEST_PG_DSN"
 
 PG_DEFAULT_SETTINGS: dict[str, str] = {
@@ -76,8 +82,10 @@ def _stop_all() -> None:
             pass
 
 
-def _missing_packages(postgres: bool, mariadb: bool) -> list[str]:
+def _missing_packages(postgres: bool, mariadb: bool, odbc: bool = False) -> list[str]:
     need: list[str] = []
+    if odbc and not (os.access(ODBCINST, os.X_OK) and glob.glob(FREETDS_DRIVER_GLOB)):
+        need += ODBC_PACKAGES
     if postgres and not all(os.access(PG_BIN / b, os.X_OK) for b in ("postgres", "initdb", "pg_ctl")):
         need += PG_PACKAGES
     has_mariadbd = any(os.access(p, os.X_OK) for p in MARIADB_SERVERS)
@@ -86,14 +94,15 @@ def _missing_packages(postgres: bool, mariadb: bool) -> list[str]:
     return need
 
 
-def ensure_installed(postgres: bool = True, mariadb: bool = True) -> None:
+def ensure_installed(postgres: bool = True, mariadb: bool = True, odbc: bool = True) -> None:
     """Install the Debian server packages whose binaries are missing (``apt-get update`` first).
 
     :param postgres: make sure PostgreSQL 15 is installed.
     :param mariadb: make sure MariaDB server is installed.
+    :param odbc: make sure unixODBC and FreeTDS's ODBC driver (``tdsodbc``) are installed.
     :raises ServerStartError: when installation is needed but impossible or fails.
     """
-    need = _missing_packages(postgres, mariadb)
+    need = _missing_packages(postgres, mariadb, odbc)
     if not need:
         return
     if os.geteuid() != 0:
@@ -113,7 +122,7 @@ def ensure_installed(postgres: bool = True, mariadb: bool = True) -> None:
     finally:
         if made_policy:
             policy.unlink(missing_ok=True)
-    if _missing_packages(postgres, mariadb):
+    if _missing_packages(postgres, mariadb, odbc):
         raise ServerStartError(f"installed {need} but the server binaries are still missing")
 
 
@@ -283,7 +292,7 @@ class PostgresServer(_ThrowawayServer):
         """Initialise a cluster in a new temp dir and start it on a free port; returns ``self``."""
         if self.external or self.base_dir is not None:
             return self
-        ensure_installed(postgres=True, mariadb=False)
+        ensure_installed(postgres=True, mariadb=False, odbc=False)
         self._make_base_dir()
         try:
             pwfile = self.log_file.with_name("pwfile")
@@ -531,7 +540,7 @@ class MariaDbServer(_ThrowawayServer):
         """Initialise a data dir in a new temp dir, start the server and set the root password."""
         if self.base_dir is not None:
             return self
-        ensure_installed(postgres=False, mariadb=True)
+        ensure_installed(postgres=False, mariadb=True, odbc=False)
         self._make_base_dir()
         if self.tls:
             self._make_certificates()

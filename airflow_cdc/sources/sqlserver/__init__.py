@@ -1,0 +1,26 @@
+"""The SQL Server source: CDC change tables read through pyodbc (FreeTDS or Microsoft's driver)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_cdc.core.config import ConnectorConfig
+from airflow_cdc.core.source import ChangeSource, SourceSpec
+
+
+def _config(values: Mapping[str, Any]) -> ConnectorConfig:
+    from airflow_cdc.sources.sqlserver.config import sqlserver_config
+
+    return sqlserver_config(values)
+
+
+def _source(config: ConnectorConfig) -> ChangeSource:
+    from airflow_cdc.sources.sqlserver.source import SqlServerSource
+
+    return SqlServerSource(config)
+
+
+SOURCE = SourceSpec(
+    "sqlserver", {"io.debezium.connector.sqlserver.SqlServerConnector": "sqlserver"}, _config, _source
+)

@@ -1,0 +1,96 @@
+"""Start-up checks of the SQL Server source, each failing with an error that says what to do."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_cdc.core.errors import ConfigError, MissingPrivilege, OffsetUnavailable, ServerMisconfigured
+from airflow_cdc.sources.sqlserver import sql
+from airflow_cdc.sources.sqlserver.client import scalar
+from airflow_cdc.sources.sqlserver.offsets import SqlServerLsn
+from airflow_cdc.sources.sqlserver.schema import CaptureInstance
+
+
+def check_database(conn: Any, database: str) -> None:
+    """The database exists and has CDC enabled.
+
+    :raises ConfigError: the database does not exist.
+    :raises ServerMisconfigured: CDC is not enabled on it.
+    """
+    cur = conn.cursor()
+    rows = cur.execute(sql.database_state(database), database).fetchall()
+    cur.close()
+    if not rows:
+        raise ConfigError(f"database {database!r} of database.names does not exist on the server")
+    if not rows[0][1]:
+        raise ServerMisconfigured(
+            f"change data capture is not enabled on database {database!r}",
+            hint=f"run `USE [{database}]; EXEC sys.sp_cdc_enable_db` and enable CDC on the tables to capture",
+        )
+
+
+def check_agent(conn: Any) -> None:
+    """SQL Server Agent runs the capture job; without it no change ever reaches the change tables.
+
+    Servers without ``sys.dm_server_services`` rows (Azure SQL Database) are not checked.
+
+    :raises ServerMisconfigured: the agent service is reported as not running.
+    """
+    cur = conn.cursor()
+    rows = cur.execute(sql.AGENT_RUNNING).fetchall()
+    cur.close()
+    if rows and not rows[0][0]:
+        raise ServerMisconfigured(
+            "SQL Server Agent is not running: the CDC capture job writes no new changes",
+            hint="start the SQL Server Agent service (and make sure the cdc.<db>_capture job is enabled)",
+        )
+
+
+def check_permissions(conn: Any, database: str, instances: list[CaptureInstance]) -> None:
+    """The login may read every captured change table.
+
+    :raises MissingPrivilege: naming the change tables it may not read.
+    """
+    conn.cursor().execute(sql.use(database)).close()
+    denied = [ci for ci in instances if not scalar(conn, sql.HAS_SELECT, f"cdc.{ci.name}_CT")]
+    if denied:
+        names = ", ".join(f"{database}.cdc.{ci.name}_CT (table {ci.table_id})" for ci in denied)
+        raise MissingPrivilege(
+            f"the login may not SELECT from change table(s) {names}",
+            hint="grant SELECT on the cdc schema, or add the login to each capture instance's gating role",
+        )
+
+
+def check_offset(
+    conn: Any, database: str, instances: list[CaptureInstance], committed: SqlServerLsn, known: set[str]
+) -> list[str]:
+    """Problems with resuming ``database`` after ``committed``: capture instances known at that
+    offset whose changes right after it were purged by the cleanup job.
+
+    :returns: one message per purged capture instance (empty: resuming is safe).
+    """
+    wanted = committed.increment()
+    problems = []
+    for ci in instances:
+        if ci.name not in known:
+            continue  # created after the offset: it starts where it starts
+        low = SqlServerLsn.of(scalar(conn, sql.MIN_LSN, ci.name))
+        if low > wanted:
+            problems.append(
+                f"capture instance {database}.{ci.name} (table {ci.table_id}) starts at LSN {low}, after the "
+                f"stored offset {committed}: the cleanup job purged changes not yet captured"
+            )
+    return problems
+
+
+def raise_purged(problems: list[str], when_needed: bool) -> bool:
+    """Raise for purged changes unless ``snapshot.mode`` is ``when_needed`` (then re-snapshot).
+
+    :returns: whether a new snapshot is needed.
+    :raises OffsetUnavailable: changes were purged and ``when_needed`` is off.
+    """
+    if not problems:
+        return False
+    if not when_needed:
+        raise OffsetUnavailable("; ".join(problems))
+    return True

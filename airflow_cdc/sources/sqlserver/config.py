@@ -1,0 +1,84 @@
+"""SQL Server connector properties (Debezium 2.x names and defaults)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_cdc.core.config import COMMON_PROPERTIES, ConnectorConfig, Property
+from airflow_cdc.core.errors import ConfigError
+
+#: The Debian FreeTDS ODBC driver as registered by the ``tdsodbc`` package.
+FREETDS = "FreeTDS"
+DEFAULT_PORT = 1433
+
+_REPLACED = {"time.precision.mode", "database.dbname", "database.port"}
+
+SQLSERVER_PROPERTIES: tuple[Property, ...] = tuple(
+    p for p in COMMON_PROPERTIES if p.name not in _REPLACED
+) + (
+    Property("database.port", "int", DEFAULT_PORT, "SQL Server TCP port.", minimum=1),
+    Property("database.names", "list", (), "Databases to capture (comma-separated), all on one server."),
+    Property("database.instance", "str", None, "Named instance (`host\\instance`); usually a port instead."),
+    Property(
+        "database.encrypt",
+        "bool",
+        True,
+        "Encrypt the connection with TLS (Debezium's default). Set false for servers without TLS.",
+    ),
+    Property(
+        "database.trustServerCertificate",
+        "bool",
+        False,
+        "Accept the server certificate without validating it (Microsoft's driver; FreeTDS does not "
+        "validate unless given a CA file).",
+    ),
+    Property(
+        "database.applicationIntent",
+        "enum",
+        "readwrite",
+        "`ReadOnly` routes to a readable secondary of an availability group (case-insensitive).",
+        choices=("readwrite", "readonly"),
+    ),
+    Property(
+        "database.odbc.driver",
+        "str",
+        FREETDS,
+        "ODBC driver name or path: `FreeTDS` (Debian's tdsodbc) or e.g. `ODBC Driver 18 for SQL Server`.",
+    ),
+    Property(
+        "database.odbc.tds.version",
+        "str",
+        "7.4",
+        "TDS protocol version FreeTDS asks for (7.3+ is needed for date/time2/datetimeoffset).",
+    ),
+    Property("database.query.timeout.ms", "int", 600_000, "Statement timeout.", minimum=0),
+    Property(
+        "snapshot.isolation.mode",
+        "enum",
+        "repeatable_read",
+        "Isolation of snapshot chunk reads: `snapshot` needs ALLOW_SNAPSHOT_ISOLATION on the database.",
+        choices=("snapshot", "read_committed", "repeatable_read", "read_uncommitted", "exclusive"),
+    ),
+    Property("time.precision.mode", "enum", "adaptive", choices=("adaptive", "connect")),
+    Property("heartbeat.action.query", "str", None, "SQL run at the start of each capture run."),
+)
+
+
+def sqlserver_config(raw: Mapping[str, Any]) -> ConnectorConfig:
+    """Validate a SQL Server connector configuration.
+
+    ``database.names`` lists the databases; Debezium 1.x's single ``database.dbname`` is accepted
+    as a one-name list.  Table names are ``database.schema.table``.
+
+    :raises ConfigError: naming the first bad property.
+    """
+    values = dict(raw)
+    if "database.dbname" in values:
+        if values.get("database.names"):
+            raise ConfigError("set database.names or the older database.dbname, not both")
+        values["database.names"] = values.pop("database.dbname")
+    config = ConnectorConfig(SQLSERVER_PROPERTIES, values)
+    if not config["database.names"]:
+        raise ConfigError("database.names is required: the databases to capture")
+    return config

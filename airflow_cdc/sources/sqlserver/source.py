@@ -1,0 +1,314 @@
+"""The SQL Server change source: CDC change tables polled between LSNs, chunked snapshots.
+
+Offsets are Debezium's (``commit_lsn``, ``change_lsn``, ``event_serial_no``) plus the capture
+instances known at that point (to tell a purged instance from a new one) and an epoch.  Inside a
+run an LSN is one integer (its 10 bytes, big-endian) so the source-independent capture can
+compare coordinates.  A window is every transaction with a commit LSN in
+``(committed, fn_cdc_get_max_lsn()]``; nothing is acknowledged on the server (the cleanup job's
+retention decides how long changes stay).
+
+Scope of this version: one database (``database.names`` with one name; LSNs are per database,
+several need per-database coordinates in the capture core); snapshots chunk by the capture
+instance's key without ad hoc conditions or surrogate keys.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_cdc.core.batch import BatchWriter
+from airflow_cdc.core.config import ConnectorConfig, skipped_ops
+from airflow_cdc.core.errors import ConfigError
+from airflow_cdc.core.events import now_us
+from airflow_cdc.core.filters import TableFilter, TableId
+from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot, read_budgeted
+from airflow_cdc.core.source import Capabilities, ChangeSource
+from airflow_cdc.sources.sqlserver import checks, client, sql
+from airflow_cdc.sources.sqlserver.offsets import SqlServerLsn, SqlServerPosition, window_offset
+from airflow_cdc.sources.sqlserver.schema import CaptureInstance, load_capture_instances, window_segments
+from airflow_cdc.sources.sqlserver.snapshot import read_chunk
+from airflow_cdc.sources.sqlserver.stream import ChangeEvent, read_window
+from airflow_cdc.sources.sqlserver.tables import TableState, key_value
+from airflow_cdc.sources.sqlserver.types import Modes
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Watermark:
+    """``low``: max LSN before the chunk read (transactions up to it are in the chunk);
+    ``lsn_after``: max LSN after it (the window must reach it)."""
+
+    low: int
+    lsn_after: int
+
+
+@dataclass
+class SqlServerChunk(ChunkRead):
+    rows: list[tuple] = field(default_factory=list)
+    state: TableState | None = None
+
+
+@dataclass
+class WindowResult:
+    end_lsn: int
+    events: int = 0
+    transactions: int = 0
+    messages: int = 0
+    last_commit_lsn: int | None = None
+    per_table: dict[str, dict[str, int]] = field(default_factory=dict)
+    manifest_extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def end(self) -> int:
+        return self.end_lsn
+
+
+class SqlServerSource(ChangeSource):
+    """One SQL Server database captured from its CDC change tables."""
+
+    kind = "sqlserver"
+    capabilities = Capabilities(checks=("lsn",))
+
+    def __init__(self, config: ConnectorConfig) -> None:
+        self.config, self.name = config, config["name"]
+        names = config["database.names"]
+        if len(names) != 1:
+            raise ConfigError(
+                f"database.names lists {len(names)} databases; this version captures one database per "
+                "connector (LSNs are per database): define one connector per database"
+            )
+        self.database: str = names[0]
+        self.filters = TableFilter(config)
+        self.modes = Modes(
+            config["decimal.handling.mode"],
+            config["time.precision.mode"],
+            config["binary.handling.mode"],
+            config["include.unknown.datatypes"],
+        )
+        self.conn: Any = None
+        self.epoch = 0
+        self.instances: list[CaptureInstance] = []
+        self._states: dict[str, TableState] = {}  # by capture instance name
+        self._current: dict[str, TableState] = {}  # by table id: the newest capture instance
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def open(self) -> None:
+        """Connect, run the start-up checks, list the captured tables and their capture instances.
+
+        :raises ServerMisconfigured: CDC disabled on the database, or SQL Server Agent stopped.
+        :raises MissingPrivilege: a change table the login may not read.
+        :raises SchemaError: a captured table without key columns.
+        """
+        self.conn = client.connect(self.config, self.database)
+        checks.check_database(self.conn, self.database)
+        checks.check_agent(self.conn)
+        found = load_capture_instances(self.conn, self.database)
+        self.instances = [ci for ci in found if self.filters.includes_table(TableId(ci.schema, ci.table))]
+        checks.check_permissions(self.conn, self.database, self.instances)
+        self._states = {
+            ci.name: TableState.build(ci, self.modes, self.config["topic.prefix"] or self.name)
+            for ci in self.instances
+        }
+        self._current = {}
+        for ci in sorted(self.instances, key=lambda c: (c.start_lsn, c.create_date)):
+            self._current[ci.table_id] = self._states[ci.name]
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def heartbeat(self) -> None:
+        query = self.config["heartbeat.action.query"]
+        if query and self.conn is not None:
+            self.conn.cursor().execute(query).close()  # the operator's own SQL, by definition
+
+    def tables(self) -> list[str]:
+        return sorted(self._current)
+
+    # -- offsets ----------------------------------------------------------------------------
+    def _max_lsn(self) -> SqlServerLsn:
+        return SqlServerLsn.of(client.scalar(self.conn, sql.MAX_LSN))
+
+    def head(self) -> int:
+        return int(self._max_lsn())
+
+    def describe_offset(self, offset: Any) -> str:
+        if not offset:
+            return "(none)"
+        epoch = f" (epoch {offset['epoch']})" if offset.get("epoch") else ""
+        return f"{offset.get('commit_lsn')}{epoch}"
+
+    def position_floor(self) -> bytes:
+        zero = SqlServerLsn.from_int(0)
+        return SqlServerPosition(self.epoch, zero, zero, 0).sort_key()
+
+    def write_purge(self, writer: BatchWriter, table: str, position: bytes, end: int) -> None:
+        state = self._current[table]
+        src = (now_us() // 1000, None, str(SqlServerLsn.from_int(end)), None)
+        state.sink(writer, "snapshot").append("t", None, None, position, src)
+
+    def start_offset(self, offset: dict[str, Any] | None, when_needed: bool) -> tuple[int, str | None]:
+        """The committed LSN to read after, or the head (with the reason a snapshot is due).
+
+        :raises OffsetUnavailable: the cleanup job purged changes after the stored LSN and
+            ``snapshot.mode`` is not ``when_needed``.
+        """
+        head = int(self._max_lsn())
+        if offset is None:
+            return head, "no stored offset"
+        self.epoch = int(offset.get("epoch", 0))
+        committed = SqlServerLsn.parse(offset["commit_lsn"])
+        known = set(offset.get("capture_instances") or [])
+        problems = checks.check_offset(self.conn, self.database, self.instances, committed, known)
+        if checks.raise_purged(problems, when_needed):
+            log.warning("%s; snapshot.mode=when_needed: restarting at the head and re-snapshotting", problems)
+            self.epoch += 1
+            return head, "; ".join(problems)
+        return int(committed), None
+
+    def offset_at(self, lsn: int, window: Any, previous: dict[str, Any] | None) -> dict[str, Any]:
+        offset = window_offset({self.database: SqlServerLsn.from_int(lsn)}, self.epoch)
+        offset["capture_instances"] = sorted(self._states)
+        return offset
+
+    def acknowledge(self, offset: dict[str, Any]) -> None:
+        """Nothing to release: the change tables keep rows until the cleanup job's retention."""
+
+    def changes_after(self, offset: dict[str, Any] | None, check: str | None = None) -> bool:
+        """Whether ``fn_cdc_get_max_lsn()`` is past the offset -- one cheap query."""
+        if offset is None:
+            return True
+        conn = self.conn or client.connect(self.config, self.database)
+        try:
+            return SqlServerLsn.of(client.scalar(conn, sql.MAX_LSN)) > SqlServerLsn.parse(
+                offset["commit_lsn"]
+            )
+        finally:
+            if conn is not self.conn:
+                conn.close()
+
+    # -- snapshot chunks --------------------------------------------------------------------
+    def read_chunks(self, pending: list[TableSnapshot], max_rows: int, chunk_size: int) -> list[ChunkRead]:
+        """Read chunks of pending table snapshots, in order, up to ``max_rows`` rows in total."""
+        return read_budgeted(pending, self._current, max_rows, chunk_size, self._read_chunk)
+
+    def _read_chunk(self, snap: TableSnapshot, cursor: list | None, limit: int) -> ChunkRead:
+        if snap.condition or snap.surrogate_key:
+            raise ConfigError(
+                f"snapshot of {snap.table}: conditions and surrogate keys are not supported yet"
+            )
+        state = self._current[snap.table]
+        ci = state.instance
+        after = None
+        if cursor is not None:
+            after = [key_value(ci.columns[i], v) for i, v in zip(state.key_index, cursor, strict=True)]
+        chunk = read_chunk(
+            self.conn,
+            self.config["snapshot.isolation.mode"],
+            (ci.database, ci.schema, ci.table),
+            ci.columns,
+            ci.key,
+            after,
+            limit,
+        )
+        keys = list(ci.key)
+        texts = [state.key_text(r) for r in chunk.rows]
+        data = {k: pa.array([t[n] for t in texts], pa.string()) for n, k in enumerate(keys)}
+        data["__row"] = pa.array(range(len(chunk.rows)), pa.int64())
+        return SqlServerChunk(
+            snap,
+            [*keys, "__row"],
+            pa.table(data),
+            list(range(len(keys))),
+            Watermark(int(chunk.low), int(chunk.high)),
+            chunk.last,
+            None,
+            chunk.rows,
+            state,
+        )
+
+    def reflects(self, watermark: Watermark, txn: int) -> bool:
+        """A chunk reflects every transaction captured before it was read (commit LSN <= low)."""
+        return txn <= watermark.low
+
+    def write_snapshot_rows(
+        self, writer: BatchWriter, chunk: ChunkRead, rows: pa.Table, end_lsn: int
+    ) -> None:
+        """Append a chunk's surviving rows as ``op=r`` positioned at the window end."""
+        assert isinstance(chunk, SqlServerChunk) and chunk.state is not None
+        sink = chunk.state.sink(writer, "snapshot")
+        end = SqlServerLsn.from_int(end_lsn)
+        position = SqlServerPosition.snapshot_at(self.epoch, end).sort_key()
+        src = (now_us() // 1000, None, str(end), None)
+        for i in rows.column("__row").to_pylist():
+            sink.append("r", None, chunk.rows[i], position, src)
+
+    # -- the change window ------------------------------------------------------------------
+    def read_window(
+        self, from_lsn: int, upto_lsn: int, writer: BatchWriter, tracker: ChunkTracker | None, max_events: int
+    ) -> WindowResult:
+        """Stage every transaction with a commit LSN in ``(from_lsn, upto_lsn]``, whole transactions
+        only; stops after the transaction that reaches ``max_events``."""
+        result = WindowResult(end_lsn=max(from_lsn, upto_lsn))
+        if upto_lsn <= from_lsn:
+            return result
+        low, high = SqlServerLsn.from_int(from_lsn).increment(), SqlServerLsn.from_int(upto_lsn)
+        segments = window_segments(self.instances, low, high)
+        times = self._commit_times(low, high)
+        skipped = skipped_ops(self.config)
+        for txn in read_window(self.conn, segments):
+            commit = int(txn[0].commit_lsn)
+            ts_ms = times.get(txn[0].commit_lsn, 0)
+            for ev in txn:
+                self._stage(writer, tracker, ev, commit, ts_ms, skipped, result)
+            result.transactions += 1
+            result.last_commit_lsn = commit
+            if result.events >= max_events and commit < upto_lsn:
+                result.end_lsn = commit  # whole transactions: resume after this one
+                break
+        return result
+
+    def _stage(
+        self,
+        writer: BatchWriter,
+        tracker: ChunkTracker | None,
+        ev: ChangeEvent,
+        commit: int,
+        ts_ms: int,
+        skipped: frozenset[str],
+        result: WindowResult,
+    ) -> None:
+        state = self._states[ev.instance.name]
+        row = ev.after if ev.after is not None else ev.before
+        assert row is not None
+        if tracker is not None and state.name in tracker.tables():
+            tracker.observe(state.name, state.key_text(row), commit)
+        if ev.op in skipped:
+            return
+        position = SqlServerPosition(self.epoch, ev.commit_lsn, ev.change_lsn, ev.event_serial_no).sort_key()
+        src = (ts_ms, str(ev.change_lsn), str(ev.commit_lsn), ev.event_serial_no)
+        state.sink(writer, "stream").append(ev.op, ev.before, ev.after, position, src)
+        result.events += 1
+        counts = result.per_table.setdefault(state.name, {})
+        counts[ev.op] = counts.get(ev.op, 0) + 1
+
+    def _commit_times(self, low: SqlServerLsn, high: SqlServerLsn) -> dict[SqlServerLsn, int]:
+        """``source.ts_ms`` per commit LSN from ``cdc.lsn_time_mapping`` (server time taken as UTC)."""
+        cur = self.conn.cursor()
+        try:
+            rows = cur.execute(sql.lsn_times(self.database), low.raw, high.raw).fetchall()
+        finally:
+            cur.close()
+        return {SqlServerLsn.of(r[0]): _epoch_ms(r[1]) for r in rows}
+
+
+def _epoch_ms(value: Any) -> int:
+    if isinstance(value, int):  # the client's timestamp converter: nanoseconds since the epoch
+        return value // 10**6
+    return 0

@@ -1,0 +1,126 @@
+"""Every T-SQL statement the SQL Server source sends (identifiers bracket-quoted, values bound).
+
+Catalog reads name their database explicitly (``[db].cdc.change_tables``) so one connection
+serves all of ``database.names``; LSNs are bound as ``binary(10)`` parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def quote(name: str) -> str:
+    """Bracket-quote a T-SQL identifier (``]`` doubled)."""
+    return "[" + name.replace("]", "]]") + "]"
+
+
+MAX_LSN = "SELECT sys.fn_cdc_get_max_lsn()"
+MIN_LSN = "SELECT sys.fn_cdc_get_min_lsn(?)"
+LSN_TO_TIME = "SELECT sys.fn_cdc_map_lsn_to_time(?)"
+AGENT_RUNNING = (
+    "SELECT CASE WHEN dss.[status] = 4 THEN 1 ELSE 0 END FROM sys.dm_server_services dss"
+    " WHERE dss.[servicename] LIKE N'SQL Server Agent (%'"
+)
+ISOLATION = {
+    "snapshot": "SET TRANSACTION ISOLATION LEVEL SNAPSHOT",
+    "read_committed": "SET TRANSACTION ISOLATION LEVEL READ COMMITTED",
+    "repeatable_read": "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+    "read_uncommitted": "SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED",
+    "exclusive": "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+}
+
+
+def use(db: str) -> str:
+    return f"USE {quote(db)}"
+
+
+def database_state(db: str) -> str:
+    """Name, CDC flag and snapshot-isolation state of ``db``."""
+    return (
+        f"SELECT d.name, d.is_cdc_enabled, d.snapshot_isolation_state FROM {quote(db)}.sys.databases d"  # noqa: S608
+        " WHERE d.name = ?"
+    )
+
+
+def capture_instances(db: str) -> str:
+    """Every capture instance of ``db`` with its source table and validity start."""
+    q = quote(db)
+    return (
+        "SELECT s.name, t.name, ct.capture_instance, ct.object_id, ct.start_lsn, ct.create_date"  # noqa: S608
+        f" FROM {q}.cdc.change_tables ct JOIN {q}.sys.tables t ON t.object_id = ct.source_object_id"
+        f" JOIN {q}.sys.schemas s ON s.schema_id = t.schema_id ORDER BY ct.create_date, ct.capture_instance"
+    )
+
+
+def captured_columns(db: str) -> str:
+    """Captured columns of every capture instance with their SQL Server types, in ordinal order."""
+    q = quote(db)
+    return (
+        "SELECT ct.object_id, cc.column_name, cc.column_ordinal, ty.name, c.max_length, c.precision,"  # noqa: S608
+        " c.scale, c.is_nullable"
+        f" FROM {q}.cdc.change_tables ct JOIN {q}.cdc.captured_columns cc ON cc.object_id = ct.object_id"
+        f" JOIN {q}.sys.columns c ON c.object_id = ct.source_object_id AND c.name = cc.column_name"
+        f" JOIN {q}.sys.types ty ON ty.user_type_id = c.user_type_id"
+        " ORDER BY ct.object_id, cc.column_ordinal"
+    )
+
+
+def index_columns(db: str) -> str:
+    """The key columns each capture instance identifies rows by."""
+    return (
+        "SELECT ic.object_id, ic.column_name, ic.index_ordinal"  # noqa: S608
+        f" FROM {quote(db)}.cdc.index_columns ic ORDER BY ic.object_id, ic.index_ordinal"
+    )
+
+
+def all_changes(db: str, capture_instance: str, columns: Sequence[str]) -> str:
+    """Changes of one capture instance between two bound LSNs, in Debezium's order."""
+    cols = ", ".join(quote(c) for c in columns)
+    fn = quote(f"fn_cdc_get_all_changes_{capture_instance}")
+    return (
+        f"SELECT [__$start_lsn], [__$seqval], [__$operation], [__$update_mask], {cols}"  # noqa: S608
+        f" FROM {quote(db)}.cdc.{fn}(?, ?, N'all update old')"
+        " ORDER BY [__$start_lsn], [__$seqval], [__$operation]"
+    )
+
+
+HAS_SELECT = "SELECT HAS_PERMS_BY_NAME(?, N'OBJECT', N'SELECT')"
+BEGIN = "BEGIN TRANSACTION"
+COMMIT = "COMMIT TRANSACTION"
+
+
+def chunk_select(
+    db: str, schema: str, table: str, columns: Sequence[str], key: Sequence[str], limit: int, after: bool
+) -> str:
+    """One snapshot chunk in key order: the first ``limit`` rows, or those after a bound key.
+
+    The key predicate is the expanded row comparison ``(k1 > ?) OR (k1 = ? AND k2 > ?) ...``
+    (T-SQL has no row constructors); its parameters are :func:`chunk_params` of the last key.
+    """
+    cols = ", ".join(quote(c) for c in columns)
+    target = ".".join(quote(p) for p in (db, schema, table))
+    where = ""
+    if after:
+        terms = []
+        for i, k in enumerate(key):
+            eq = [f"{quote(p)} = ?" for p in key[:i]]
+            terms.append("(" + " AND ".join([*eq, f"{quote(k)} > ?"]) + ")")
+        where = " WHERE " + " OR ".join(terms)
+    order = ", ".join(quote(k) for k in key)
+    return f"SELECT TOP ({int(limit)}) {cols} FROM {target}{where} ORDER BY {order}"  # noqa: S608
+
+
+def chunk_params(last_key: Sequence[object]) -> list[object]:
+    """Parameters of :func:`chunk_select`'s predicate for the key after which to read."""
+    out: list[object] = []
+    for i in range(len(last_key)):
+        out.extend(last_key[: i + 1])
+    return out
+
+
+def lsn_times(db: str) -> str:
+    """Commit time of every transaction with a commit LSN in a bound range."""
+    return (
+        "SELECT m.start_lsn, m.tran_end_time"  # noqa: S608
+        f" FROM {quote(db)}.cdc.lsn_time_mapping m WHERE m.start_lsn BETWEEN ? AND ?"
+    )

@@ -1,0 +1,166 @@
+"""Per capture instance: codecs, the ``source`` struct, staged-batch sinks and key text.
+
+A table's captured structure is its capture instance, so the sink signature is the instance
+name plus its column types: when a table moves to a newer capture instance its events go to a
+new part with the new columns.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_cdc import __version__
+from airflow_cdc.core.batch import BatchWriter
+from airflow_cdc.core.errors import SchemaError
+from airflow_cdc.core.table_sink import SourceLayout, TableSink
+from airflow_cdc.sources.sqlserver.schema import CaptureInstance, Column
+from airflow_cdc.sources.sqlserver.snapshot import key_param
+from airflow_cdc.sources.sqlserver.types import Modes, SqlServerCodec, column_codec
+
+SOURCE_TYPE = pa.struct(
+    [
+        pa.field(n, t)
+        for n, t in (
+            ("version", pa.string()),
+            ("connector", pa.string()),
+            ("name", pa.string()),
+            ("ts_ms", pa.int64()),
+            ("snapshot", pa.string()),
+            ("db", pa.string()),
+            ("sequence", pa.string()),
+            ("schema", pa.string()),
+            ("table", pa.string()),
+            ("change_lsn", pa.string()),
+            ("commit_lsn", pa.string()),
+            ("event_serial_no", pa.int64()),
+        )
+    ]
+)
+VARYING = ("ts_ms", "change_lsn", "commit_lsn", "event_serial_no")
+_INTS = frozenset({"tinyint", "smallint", "int", "bigint"})
+_DECIMALS = frozenset({"decimal", "numeric", "money", "smallmoney"})
+
+
+@dataclass
+class TableState:
+    """How rows of one capture instance are encoded and staged."""
+
+    instance: CaptureInstance
+    codecs: list[SqlServerCodec]
+    key_index: list[int]
+    signature: str
+    constants: dict[str, Any]
+    sinks: dict[tuple, TableSink] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, ci: CaptureInstance, modes: Modes, connector_name: str) -> TableState:
+        """:raises SchemaError: the capture instance has no key columns (no primary key or
+        ``@index_name``), so rows cannot be identified."""
+        names = [c.name for c in ci.columns]
+        missing = [k for k in ci.key if k not in names]
+        if not ci.key or missing:
+            raise SchemaError(
+                f"table {ci.table_id} (capture instance {ci.name}) has no captured key columns"
+                + (f" ({', '.join(missing)} not captured)" if missing else ""),
+                hint="give the table a primary key, or enable CDC with @index_name naming a unique index",
+            )
+        types = ",".join(
+            f"{c.name}:{c.type_name}({c.max_length},{c.precision},{c.scale})" for c in ci.columns
+        )
+        signature = ci.name + ":" + hashlib.sha256(types.encode()).hexdigest()[:16]
+        constants = {
+            "version": __version__,
+            "connector": "sqlserver",
+            "name": connector_name,
+            "sequence": None,
+        }
+        codecs = [column_codec(c, modes) for c in ci.columns]
+        return cls(ci, codecs, [names.index(k) for k in ci.key], signature, constants)
+
+    @property
+    def name(self) -> str:
+        return self.instance.table_id
+
+    def table_info(self) -> dict[str, Any]:
+        ci = self.instance
+        return {
+            "schema": ci.schema,
+            "table": ci.table,
+            "database": ci.database,
+            "capture_instance": ci.name,
+            "key_columns": list(ci.key),
+            "columns": [{"name": c.name, "type": c.type_name} for c in ci.columns],
+        }
+
+    def sink(self, writer: BatchWriter, kind: str) -> TableSink:
+        """This table's open sink of ``kind`` (``stream``/``snapshot``) in ``writer``."""
+        key = (id(writer), kind)
+        sink = self.sinks.get(key)
+        if sink is None or sink.closed:
+            ci = self.instance
+            layout = SourceLayout(
+                SOURCE_TYPE,
+                dict(
+                    self.constants,
+                    snapshot="false" if kind == "stream" else "incremental",
+                    db=ci.database,
+                    schema=ci.schema,
+                    table=ci.table,
+                ),
+                VARYING,
+            )
+            sink = writer.sink(
+                self.name,
+                self.table_info(),
+                list(self.codecs),
+                list(range(len(self.codecs))),
+                layout,
+                kind,
+                self.signature,
+            )
+            self.sinks[key] = sink
+        return sink
+
+    def key_text(self, row: tuple) -> tuple:
+        cols = self.instance.columns
+        return tuple(key_text(cols[i], row[i]) for i in self.key_index)
+
+
+def key_text(col: Column, value: Any) -> str | None:
+    """The text of a key value, identical for change rows and snapshot rows (tracker keys, cursors)."""
+    if value is None:
+        return None
+    t = col.type_name.lower()
+    if t == "bit":
+        return "1" if value else "0"
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).hex()
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, dt.date | int | tuple) and t not in _INTS:
+        return str(key_param(col, value))
+    return str(value)
+
+
+def key_value(col: Column, text: str | None) -> Any:
+    """A key's text back as a bound parameter (temporal types stay text; SQL Server converts)."""
+    if text is None:
+        return None
+    t = col.type_name.lower()
+    if t in _INTS:
+        return int(text)
+    if t in _DECIMALS:
+        return Decimal(text)
+    if t in ("real", "float"):
+        return float(text)
+    if t == "bit":
+        return text == "1"
+    if t in ("binary", "varbinary", "image", "timestamp", "rowversion"):
+        return bytes.fromhex(text)
+    return text
