@@ -47,7 +47,9 @@ class ChangeSource(Protocol):
         self, from_lsn: int, upto_lsn: int, writer: BatchWriter, tracker: ChunkTracker | None, max_events: int
     ) -> Any: ...
     def reflects(self, watermark: Any, txn: Any) -> bool: ...
-    def write_snapshot_rows(self, writer: BatchWriter, chunk: ChunkRead, rows: Any, end_lsn: int) -> None: ...
+    def write_snapshot_rows(
+        self, writer: BatchWriter, chunk: ChunkRead, rows: Any, end_lsn: int, at: bytes | None = None
+    ) -> None: ...
     def acknowledge(self, offset: dict[str, Any]) -> None: ...
 
 
@@ -270,6 +272,8 @@ class Capture:
             rows = tracker.survivors(chunk)
             if rows.num_rows:
                 self.source.write_snapshot_rows(writer, chunk, rows, end_lsn)
+            for at, pre in tracker.pre_images(chunk):
+                self.source.write_snapshot_rows(writer, chunk, pre, end_lsn, at)
             snap = chunk.snapshot
             snap.last_key = chunk.next_cursor()
             snap.rows += rows.num_rows

@@ -68,7 +68,9 @@ class PgPosition:
     in which transactions became durable, which is the order logical decoding emits them.
     Snapshot rows of a chunk are placed at ``(window_end, 0)``: after every event of the window
     (all of which have a commit LSN below the window end) and before any later transaction
-    (sequence numbers of real events start at 1).
+    (sequence numbers of real events start at 1).  A chunk row dropped by reconciliation whose
+    first unreflected change left TOAST values unsent is placed at ``(commit LSN of that
+    change, 0)``: before that transaction's events, after every earlier one.
     """
 
     kind: ClassVar[str] = "postgresql"

@@ -300,16 +300,17 @@ class MySqlSource:
         return watermark.coord is not None and txn_start < watermark.coord
 
     def write_snapshot_rows(
-        self, writer: BatchWriter, chunk: ChunkRead, rows: pa.Table, end_lsn: int
+        self, writer: BatchWriter, chunk: ChunkRead, rows: pa.Table, end_lsn: int, at: bytes | None = None
     ) -> None:
-        """Append a chunk's surviving rows as ``op=r`` positioned at the window end."""
+        """Append a chunk's surviving rows as ``op=r`` positioned at the window end (``at``:
+        pre-images, which the binlog's full row images never ask for)."""
         assert isinstance(chunk, snapshot.MySqlChunk)
         state = self.table_state(chunk.snapshot.table)
         key = (id(writer), state.name, state.signature)
         sink = self._snapshot_sinks.get(key)
         if sink is None or sink.closed:
             sink = self._snapshot_sinks[key] = state.open_sink(writer, "snapshot")
-        position = MySqlPosition(self.epoch, end_lsn >> 32, end_lsn & 0xFFFFFFFF, 0).sort_key()
+        position = at or MySqlPosition(self.epoch, end_lsn >> 32, end_lsn & 0xFFFFFFFF, 0).sort_key()
         ts_ms = now_us() // 1000
         src = (
             ts_ms,

@@ -221,7 +221,7 @@ class WindowReader:
         if not state.included:  # changes of tables not captured are skipped unread either way
             self.native.register(rel.relid, (), True)
         elif state.name not in self.tracked:
-            self.native.register(rel.relid, state.select)
+            self.native.register(rel.relid, state.select, False, state.key_index)
             self.native_rels[rel.relid] = state
 
     def _change(self, data: bytes, kind: int, change_lsn: int, st: _TxnState) -> int:
@@ -251,16 +251,33 @@ class WindowReader:
                 f"truncated pgoutput {chr(data[0])!r} message of {len(data)} bytes "
                 f"at {format_pg_lsn(change_lsn)}"
             ) from None
-        if op in self.skipped:
+        if op == "u" and before is not None and key_changed(before, after, rs.key_index):
+            # Debezium: a key change is a delete of the old key, then a create of the new one
+            # (consecutive sequence numbers); the create carries the old image as its old key
+            emitted = [("d", before, None), ("c", before, after)]
+        else:
+            emitted = [(op, before, after)]
+        emitted = [e for e in emitted if e[0] not in self.skipped]
+        if not emitted:
             return 0
-        self._emit(relid, rs, op, before, after, change_lsn, st)
+        for event in emitted:
+            self._emit(relid, rs, *event, change_lsn, st)
         if rs.name in self.tracked:
-            for image in (before, after):
-                if image is not None:
-                    key = tuple(_text(image[i]) for i in rs.key_index)
-                    if None not in key:
-                        self.tracker.observe(rs.name, key, st.xid)  # type: ignore[union-attr]
-        return 1
+            self._observe(rs, before, after, st)
+        return len(emitted)
+
+    def _observe(self, rs: RelationState, before: tuple | None, after: tuple | None, st: _TxnState) -> None:
+        """Tell the chunk tracker which keys the change touched; a change that leaves TOAST values
+        unsent asks for the dropped chunk row of its (old) key as a pre-image (see ChunkTracker)."""
+        unsent = after is not None and any(v is proto.UNCHANGED_TOAST for v in after)
+        old = before if before is not None else after
+        for image in (before, after):
+            if image is not None:
+                key = tuple(_text(image[i]) for i in rs.key_index)
+                if None not in key:
+                    # (commit LSN, 0): after every earlier transaction, before this one's events
+                    pre = st.commit_key + bytes(8) if unsent and image is old else None
+                    self.tracker.observe(rs.name, key, st.xid, pre_image=pre)  # type: ignore[union-attr]
 
     def _emit(
         self,
@@ -401,6 +418,18 @@ def expand_events(rows: list[tuple]) -> tuple[list[bytes], list[tuple], list | N
         (t[1] // 1000, t[1], t[1] * 1000, f'["{t[3]}","{r[5]}"]', t[2], r[5]) for r in rows for t in (r[3],)
     ]
     return positions, source, [r[6] for r in rows]
+
+
+def key_changed(before: tuple, after: tuple | None, key_index: list[int]) -> bool:
+    """Whether an update moved the row to another key (text values compared as sent; an
+    unchanged-TOAST key value did not change).  The compiled decoder compares alike."""
+    if after is None:
+        return False
+    for i in key_index:
+        new = after[i]
+        if new is not proto.UNCHANGED_TOAST and before[i] != new:
+            return True
+    return False
 
 
 def _bad(data: bytes, change_lsn: int) -> Any:
