@@ -342,11 +342,12 @@ class PostgresSource:
         if sink is None or sink.closed:
             sink = self._snapshot_sinks[key] = state.open_sink(writer, kind="snapshot")
         ts = time.time_ns() // 1000
+        lsn = PgPosition.from_sort_key(at).commit_lsn if at else end_lsn
         sink.write_columnar(
             "r",
             [rows.column(i) for i in range(rows.num_columns)],
             at or self.snapshot_position(end_lsn),
-            (ts // 1000, ts, ts * 1000, None, None, PgPosition.from_sort_key(at).commit_lsn if at else end_lsn),
+            (ts // 1000, ts, ts * 1000, None, None, lsn),
         )
 
 

@@ -251,6 +251,7 @@ class WindowReader:
                 f"truncated pgoutput {chr(data[0])!r} message of {len(data)} bytes "
                 f"at {format_pg_lsn(change_lsn)}"
             ) from None
+        emitted: list[tuple[str, tuple | None, tuple | None]]
         if op == "u" and before is not None and key_changed(before, after, rs.key_index):
             # Debezium: a key change is a delete of the old key, then a create of the new one
             # (consecutive sequence numbers); the create carries the old image as its old key

@@ -93,15 +93,24 @@ def test_ops_source_block_and_transactions(mariadb_db, shape):
     )
     result = run_capture(config)
     d, e = _events(result, f"{db}.d"), _events(result, f"{db}.e")
-    assert [x["op"] for x in d] == ["c", "c", "u", "u", "d", "u"]
+    assert [x["op"] for x in d] == ["c", "c", "u", "d", "c", "d", "u"]
     assert [x["op"] for x in e] == ["c", "t"]
-    ins, ins2, upd, key_change, delete, after_ddl = d
+    ins, ins2, upd, moved_from, moved_to, delete, after_ddl = d
     assert ins["before"] is None and ins["after"] == {"id": 2, "v": "two"}
     assert upd["before"] == {"id": 2, "v": "two"} and upd["after"] == {
         "id": 2,
         "v": "TWO",
     }  # full before images
-    assert key_change["before"]["id"] == 3 and key_change["after"]["id"] == 4
+    # key change (Debezium): d of the old row, then c of the new one (before null), same source
+    # block (same rows event and row), consecutive positions; the c names the old key
+    assert moved_from["before"] == {"id": 3, "v": "three"} and moved_from["after"] is None
+    assert moved_to["before"] is None and moved_to["after"] == {"id": 4, "v": "three"}
+    assert moved_to["__old_key"] == {"id": 3} and moved_from["__old_key"] is None
+    assert moved_from["source"] == moved_to["source"] and moved_to["source"]["row"] == 0
+    assert moved_from["transaction"]["id"] == moved_to["transaction"]["id"]
+    assert [x["transaction"]["total_order"] for x in (moved_from, moved_to)] == [1, 2]
+    assert moved_from["__position"][:12] == moved_to["__position"][:12]
+    assert int.from_bytes(moved_to["__position"][12:], "big") == int.from_bytes(moved_from["__position"][12:], "big") + 1
     assert delete["before"] == {"id": 4, "v": "three"} and delete["after"] is None
     assert after_ddl["after"] == {"id": 1, "v": "one", "extra": 7}  # decoded with the structure after the DDL
     src = ins["source"]
@@ -251,7 +260,7 @@ def test_snapshot_and_binlog_encode_alike(mariadb_db, tmp_path):
     config = pipeline(mariadb_db, tmp_path / "alike")
     snap_row = _events(run_capture(config), f"{mariadb_db.name}.v")[0]["after"]
     execute(mariadb_db, "UPDATE v SET id = 2")
-    stream_row = [e for e in _events(run_capture(config), f"{mariadb_db.name}.v") if e["op"] == "u"][0][
+    stream_row = [e for e in _events(run_capture(config), f"{mariadb_db.name}.v") if e["op"] == "c"][0][
         "after"
-    ]
+    ]  # the key change's c event
     assert {**snap_row, "id": 2} == stream_row
