@@ -264,3 +264,38 @@ def test_snapshot_and_binlog_encode_alike(mariadb_db, tmp_path):
         "after"
     ]  # the key change's c event
     assert {**snap_row, "id": 2} == stream_row
+
+
+@pytest.mark.parametrize(
+    ("skipped", "ops"),
+    [
+        ("none", ["d", "c", "d", "c", "u"]),
+        ("u", ["d", "c", "d", "c"]),  # the pair is a d and a c, not an update
+        ("d", ["c", "c", "u"]),
+        ("c", ["d", "d", "u"]),
+    ],
+)
+def test_key_changes_in_one_rows_event(mariadb_db, tmp_path, skipped, ops):
+    """Two rows of one rows event change their keys (and a third does not): each becomes d + c,
+    ``source.row`` stays the row's index, positions number the events (unique, ordered), and
+    ``skipped.operations`` applies to the d and the c as Debezium's dispatcher does."""
+    execute(mariadb_db, "CREATE TABLE k (id int PRIMARY KEY, g int, v varchar(10))",
+            "INSERT INTO k VALUES (1, 1, 'a'), (2, 1, 'b'), (3, 2, 'c')")
+    config = pipeline(mariadb_db, tmp_path / "staging",
+                      **{"skipped.operations": skipped, "provide.transaction.metadata": "true"})
+    run_capture(config)
+    execute(mariadb_db, "UPDATE k SET id = id + 10, v = concat(v, '!') WHERE g = 1 ORDER BY id",
+            "UPDATE k SET v = 'same key' WHERE id = 3")
+    events = _events(run_capture(config), f"{mariadb_db.name}.k")
+    assert [e["op"] for e in events] == ops
+    positions = [e["__position"] for e in events]
+    assert positions == sorted(positions) and len(set(positions)) == len(positions)
+    moved = [e for e in events if e["op"] in "dc"]
+    assert [e["source"]["row"] for e in moved] == [row for row in (0, 1) for op in "dc" if op not in skipped]
+    for e in moved:
+        if e["op"] == "d":
+            assert e["after"] is None and e["before"]["id"] in (1, 2) and e["__old_key"] is None
+        else:
+            assert e["before"] is None and e["after"]["id"] == e["__old_key"]["id"] + 10
+            assert e["after"]["v"].endswith("!")
+    assert [e["transaction"]["total_order"] for e in moved] == list(range(1, len(moved) + 1))
