@@ -59,9 +59,11 @@ def fill_unavailable(frame: TableFrame, stored: DataFrame | None = None) -> Data
             log.warning("unchanged-TOAST fill stopped after %d rounds of key changes", MAX_ROUNDS)
     # the last round's moved rows pass their values on to later actions of their new keys
     out = _fill_in_key(actions, frame, data, states=False).where(F.col(ACTION) != STORED)
-    if persisted:  # materialise before releasing the rounds it was computed from
-        out = out.persist(StorageLevel.MEMORY_AND_DISK)
-        out.count()
+    if persisted:
+        # materialised, with its lineage cut: the job writes the tombstones and silver tables this
+        # was read from before it is used, and Spark recomputes cached plans over a written path
+        # -- dropping this batch's own deleted keys' history from the fill
+        out = out.localCheckpoint(eager=True)
         for p in persisted:
             p.unpersist()
     return out
