@@ -27,22 +27,27 @@ ODD_TABLE = 'we"ird.tbl ü'
 ODD = f'"{ODD_SCHEMA}"."{ODD_TABLE.replace(chr(34), chr(34) * 2)}"'
 TABLES = ["public.items", f"{ODD_SCHEMA}.{ODD_TABLE}"]
 
+TOASTED = 100  # every 100th item (every 200th: also a bytea) holds values stored out of line
 SCHEMA = f"""
 CREATE TABLE items (
     id bigint PRIMARY KEY, qty int NOT NULL, price numeric(12,2), name text, created timestamptz,
     day date, payload jsonb, flag boolean, ratio double precision, blob bytea, uid uuid, tags text[],
-    small smallint, at_time time, local_ts timestamp(3), span interval, addr inet, r real);
+    small smallint, at_time time, local_ts timestamp(3), span interval, addr inet, r real, note text, doc bytea);
 INSERT INTO items
 SELECT g, g % 97, (g * 1.37)::numeric(12,2), 'name ' || g || repeat('x', g % 40),
        timestamptz '2024-01-01 00:00:00+00' + g * interval '17 seconds', date '2020-01-01' + (g % 3000),
        jsonb_build_object('g', g, 'even', g % 2 = 0), g % 3 = 0, g / 7.0, decode(md5(g::text), 'hex'),
        md5(g::text)::uuid, ARRAY['t' || (g % 5), NULL, 'q"uote'], (g % 30000)::smallint,
        time '00:00' + g * interval '1 second', timestamp '2023-05-06 07:08:09.123' + g * interval '1 ms',
-       g * interval '1 minute', ('10.0.' || (g % 250) || '.' || (g % 200))::inet, g / 3.0
+       g * interval '1 minute', ('10.0.' || (g % 250) || '.' || (g % 200))::inet, g / 3.0,
+       CASE WHEN g % {TOASTED} = 0 THEN {toast_scenario.BIG_TEXT} END,
+       CASE WHEN g % {TOASTED * 2} = 0 THEN {toast_scenario.BIG_BYTES} END
 FROM generate_series(1, 100000) g;
 CREATE SCHEMA "{ODD_SCHEMA}";
-CREATE TABLE {ODD} (k1 int, "k 2" text, val text, n numeric, PRIMARY KEY (k1, "k 2"));
-INSERT INTO {ODD} SELECT g / 4, 'k' || (g % 4), 'v' || g, g * 0.5 FROM generate_series(1, 20000) g;
+CREATE TABLE {ODD} (k1 int, "k 2" text, val text, n numeric, note text, PRIMARY KEY (k1, "k 2"));
+INSERT INTO {ODD} SELECT g / 4, 'k' || (g % 4), 'v' || g, g * 0.5,
+       CASE WHEN (g / 4) % 50 = 0 THEN {toast_scenario.BIG_TEXT} END
+FROM generate_series(1, 20000) g;
 """
 
 
@@ -62,15 +67,17 @@ def _writer(dsn: str, stop: threading.Event, seed: int, next_id: list[int], lock
 
 def _one_change(conn: psycopg.Connection, rng: random.Random, next_id: list[int], lock: threading.Lock) -> None:
     op = rng.random()
-    target = rng.randint(1, next_id[0])
+    # a third of the changes hit rows with TOASTed values, which updates and key changes leave unsent
+    target = rng.randint(1, next_id[0]) if rng.random() < 0.7 else rng.randint(1, 1000) * TOASTED
     if op < 0.3:
         with lock:
             next_id[0] += 1
             new = next_id[0]
-        conn.execute("INSERT INTO items (id, qty, price, name, created, payload, tags) "
-                     "VALUES (%s, %s, %s, %s, now(), %s, %s)",
+        big = rng.randbytes(6000).hex() if rng.random() < 0.2 else None
+        conn.execute("INSERT INTO items (id, qty, price, name, created, payload, tags, note) "
+                     "VALUES (%s, %s, %s, %s, now(), %s, %s, %s)",
                      (new, rng.randint(0, 9), rng.randint(0, 10**6) / 100, f"new {new}",
-                      json.dumps({"n": new}), ["a", None]))
+                      json.dumps({"n": new}), ["a", None], big))
     elif op < 0.6:
         conn.execute("UPDATE items SET qty = qty + 1, price = %s, name = name || '!' WHERE id = %s",
                      (rng.randint(0, 10**6) / 100, target))
@@ -84,8 +91,9 @@ def _one_change(conn: psycopg.Connection, rng: random.Random, next_id: list[int]
     elif op < 0.95:
         conn.execute(f"UPDATE {ODD} SET val = val || '+', n = n + 1 WHERE k1 = %s", (target % 5000,))
     else:
+        k1 = target % 5000 if rng.random() < 0.5 else rng.randint(0, 99) * 50
         conn.execute(f'UPDATE {ODD} SET "k 2" = "k 2" || \'m\' WHERE k1 = %s AND "k 2" = %s',
-                     (target % 5000, f"k{target % 4}"))
+                     (k1, f"k{target % 4}"))
 
 
 class Writers:
