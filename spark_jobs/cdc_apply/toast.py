@@ -81,8 +81,12 @@ def _stored_rows(frame: TableFrame, stored: DataFrame, moves: DataFrame, columns
     for name in columns:
         if name == ACTION:
             value = F.lit(STORED)
-        elif name == UNAVAILABLE:
-            value = F.array().cast("array<string>")
+        elif name == UNAVAILABLE:  # a stored value still pending (out-of-order apply) is no value
+            value = (
+                F.coalesce(F.map_keys(F.col("__pending")), F.array().cast("array<string>"))
+                if "__pending" in have
+                else F.array().cast("array<string>")
+            )
         elif name == OLD_KEY:
             value = F.lit(None)
         elif name in have:
