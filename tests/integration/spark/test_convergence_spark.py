@@ -32,11 +32,12 @@ def test_concurrent_capture_replayed_through_spark(spark, pg_db, tmp_path):
     config = _setup(pg_db, tmp_path)
     config["snapshot.max.rows.per.run"] = 30_000  # fewer, larger batches: Spark pays per batch
     runs = 0
-    with Writers(pg_db.dsn):
+    with Writers(pg_db.dsn) as writers:
         while _snapshot_pending(config) or runs < 3:
             run_capture(config)
             runs += 1
-        time.sleep(0.3)
+        writers.free_moves.set()  # TOASTed rows change keys too once the snapshot is done
+        time.sleep(0.5)
         run_capture(config)
     run_capture(config)
     batches = list_batches(config["staging.path"], config["name"])
