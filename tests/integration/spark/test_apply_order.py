@@ -101,6 +101,14 @@ def test_out_of_order_and_repeated_applies_converge(spark, pg_db, tmp_path):
     assert "rewritten" in {w.get("silver") for w in ways}
     for table in ("public.o", "public.t"):
         assert _state(spark, shuffled, config, table) == _state(spark, in_order, config, table), table
+    # the MERGE fills pending columns from older batches the same way
+    merged = str(tmp_path / "shuffled_merge")
+    for i in (3, 1, 0):
+        apply_batch(spark, str(batches[i].path), merged, ALWAYS_MERGE)
+    rows = {r["id"]: r for r in spark.read.format("delta").load(
+        table_path(merged, "silver", config["name"], "public.o")).collect()}
+    assert rows[30]["big"] == BIG and rows[40]["big"] == BIG and rows[40]["__pending"] is not None
+    assert rows[30]["v"] == "toast" and rows[31]["big"] is None and rows[31]["__pending"] is None
     big = spark.read.format("delta").load(table_path(in_order, "silver", config["name"], "public.o"))
     assert big.where("id = 30").collect()[0]["big"] == BIG, "unchanged TOAST value must be kept"
     assert_bronze_exact(spark, shuffled, config, batches)
