@@ -71,9 +71,12 @@ class PgPosition:
     in which transactions became durable, which is the order logical decoding emits them.
     Snapshot rows of a chunk are placed at ``(epoch, window_end, 0)``: after every event of the
     window (all of which have a commit LSN below the window end) and before any later transaction
-    (sequence numbers of real events start at 1).  The *epoch* goes up whenever the connector's log
-    restarts at lower LSNs than it captured (a restore or PITR, a new cluster, a re-created slot),
-    so positions keep growing across it.  ``sort_key`` is 20 bytes: epoch (4), LSN (8), sequence (8).
+    (sequence numbers of real events start at 1).  A chunk row dropped by reconciliation whose
+    first unreflected change left TOAST values unsent is placed at ``(epoch, commit LSN of that
+    change, 0)``: before that transaction's events, after every earlier one.  The *epoch* goes up
+    whenever the connector's log restarts at lower LSNs than it captured (a restore or PITR, a new
+    cluster, a re-created slot), so positions keep growing across it.  ``sort_key`` is 20 bytes:
+    epoch (4), LSN (8), sequence (8).
     """
 
     kind: ClassVar[str] = "postgresql"

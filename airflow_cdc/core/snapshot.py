@@ -207,6 +207,7 @@ class ChunkTracker:
         self._touched: dict[str, dict[tuple, int]] = {}
         self._truncated: dict[str, int] = {}
         self._first: dict[Any, int] = {}
+        self._steps: dict[str, dict[tuple, list[tuple[int, bytes | None]]]] = {}
 
     def tables(self) -> frozenset[str]:
         return self._tables
@@ -224,13 +225,21 @@ class ChunkTracker:
             self._first[txn] = first = lo
         return first
 
-    def observe(self, table: str, key: tuple, txn: Any) -> None:
-        """Record that ``txn`` changed the row with ``key`` (text values) in ``table``."""
+    def observe(self, table: str, key: tuple, txn: Any, pre_image: bytes | None = None) -> None:
+        """Record that ``txn`` changed the row with ``key`` (text values) in ``table``.
+
+        :param pre_image: the change left values unsent (PostgreSQL unchanged TOAST) and the
+            position just before the transaction's events: a chunk that drops the key because of
+            this (first unreflected) change emits its row there, so the unsent values resolve.
+        """
         first = self._first_reflecting(txn)
         if first:
             keys = self._touched.setdefault(table, {})
             if keys.get(key, 0) < first:
                 keys[key] = first
+                # the window is in commit order and, for one row, a chunk reflects a prefix of its
+                # changes (PostgreSQL row locks): this is the first change some chunks miss
+                self._steps.setdefault(table, {}).setdefault(key, []).append((first, pre_image))
 
     def observe_truncate(self, table: str, txn: Any) -> None:
         """A truncate by ``txn``: every row of chunks that do not reflect it is stale."""
@@ -256,3 +265,30 @@ class ChunkTracker:
             cols = [chunk.data.column(i).to_pylist() for i in chunk.key_index]
             mask = pa.array([key not in wanted for key in zip(*cols, strict=True)])
         return chunk.data.filter(mask)
+
+    def pre_images(self, chunk: ChunkRead) -> list[tuple[bytes, pa.Table]]:
+        """Dropped rows of ``chunk`` to emit just before their key's first unreflected change.
+
+        A chunk row is the row's state right before the first change the chunk does not reflect
+        (for one row, visibility order is commit order); when that change left values unsent,
+        the row is emitted at the position given to :meth:`observe` so apply fills them from it.
+        Returns ``(position, rows)`` groups; empty for truncated chunks and without such changes.
+        """
+        index = next(i for i, c in enumerate(self.chunks) if c is chunk)
+        table = chunk.snapshot.table
+        if self._truncated.get(table, 0) > index:
+            return []
+        wanted: dict[tuple, bytes] = {}
+        for key, steps in self._steps.get(table, {}).items():
+            step = next((s for s in steps if s[0] > index), None)
+            if step is not None and step[1] is not None:
+                wanted[key] = step[1]
+        if not wanted:
+            return []
+        cols = [chunk.data.column(i).to_pylist() for i in chunk.key_index]
+        groups: dict[bytes, list[int]] = {}
+        for row, key in enumerate(zip(*cols, strict=True)):
+            at = wanted.get(key)
+            if at is not None:
+                groups.setdefault(at, []).append(row)
+        return [(at, chunk.data.take(pa.array(rows))) for at, rows in sorted(groups.items())]

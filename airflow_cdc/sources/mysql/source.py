@@ -398,12 +398,13 @@ class MySqlSource(ChangeSource):
         return (ts_us // 1000, self.info.server_id, None, file, pos, 0, None, None, ts_us, ts_us * 1000)
 
     def write_snapshot_rows(
-        self, writer: BatchWriter, chunk: ChunkRead, rows: pa.Table, end_lsn: int
+        self, writer: BatchWriter, chunk: ChunkRead, rows: pa.Table, end_lsn: int, at: bytes | None = None
     ) -> None:
-        """Append a chunk's surviving rows as ``op=r`` positioned at the window end."""
+        """Append a chunk's surviving rows as ``op=r`` positioned at the window end (``at``:
+        pre-images, which the binlog's full row images never ask for)."""
         assert isinstance(chunk, snapshot.MySqlChunk)
         sink = self._snapshot_sink(writer, chunk.snapshot.table)
-        position = MySqlPosition(self.epoch, end_lsn >> 32, end_lsn & 0xFFFFFFFF, 0).sort_key()
+        position = at or MySqlPosition(self.epoch, end_lsn >> 32, end_lsn & 0xFFFFFFFF, 0).sort_key()
         src = self._snapshot_source(end_lsn)
         for i in rows.column("__row").to_pylist():
             sink.append("r", None, chunk.rows[i], position, src)

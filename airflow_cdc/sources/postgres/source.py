@@ -499,16 +499,19 @@ class PostgresSource(ChangeSource):
         self._snapshot_sink(writer, table).append("t", None, None, position, src)
 
     def write_snapshot_rows(
-        self, writer: BatchWriter, chunk: ChunkRead, rows: pa.Table, end_lsn: int
+        self, writer: BatchWriter, chunk: ChunkRead, rows: pa.Table, end_lsn: int, at: bytes | None = None
     ) -> None:
-        """Append a chunk's surviving rows as ``op=r``; chunks of a table share one part per batch."""
+        """Append a chunk's rows as ``op=r`` at the window end (survivors) or at ``at`` (dropped
+        rows emitted as pre-images, see ``ChunkTracker.pre_images``); chunks of a table share one
+        part per batch."""
         sink = self._snapshot_sink(writer, chunk.snapshot.table)
         ts = time.time_ns() // 1000
+        lsn = PgPosition.from_sort_key(at).commit_lsn if at else end_lsn
         sink.write_columnar(
             "r",
             [rows.column(i) for i in range(rows.num_columns)],
-            self.snapshot_position(end_lsn),
-            (ts // 1000, ts, ts * 1000, None, None, end_lsn),
+            at or self.snapshot_position(end_lsn),
+            (ts // 1000, ts, ts * 1000, None, None, lsn),
         )
 
 

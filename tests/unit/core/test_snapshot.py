@@ -26,6 +26,26 @@ def test_rows_touched_by_unreflected_transactions_are_dropped():
     assert tracker.survivors(b).column(0).to_pylist() == ["4"]
 
 
+def test_dropped_rows_are_pre_images_of_their_first_unreflected_change_when_it_left_values_unsent():
+    a = _chunk("t", [1, 2, 3, 4], watermark={10})
+    b = _chunk("t", [5, 6], watermark={10, 11})
+    tracker = ChunkTracker([a, b], reflects)
+    tracker.observe("t", ("1",), 11, pre_image=b"P11")  # first unreflected change, values unsent
+    tracker.observe("t", ("1",), 12, pre_image=b"P12")  # later: the batch already has key 1's row
+    tracker.observe("t", ("2",), 11)  # sends every value: the log version is complete
+    tracker.observe("t", ("2",), 12, pre_image=b"P12")  # ... and fills this one
+    tracker.observe("t", ("3",), 10, pre_image=b"P10")  # reflected by a: the row survives
+    tracker.observe("t", ("4",), 12, pre_image=b"P12")
+    tracker.observe("t", ("5",), 11, pre_image=b"P11")  # reflected by b
+    tracker.observe("t", ("6",), 12, pre_image=b"P12")
+    got = [(at, t.column(0).to_pylist()) for at, t in tracker.pre_images(a)]
+    assert got == [(b"P11", ["1"]), (b"P12", ["4"])]
+    assert [(at, t.column(0).to_pylist()) for at, t in tracker.pre_images(b)] == [(b"P12", ["6"])]
+    assert tracker.survivors(a).column(0).to_pylist() == ["3"]
+    tracker.observe_truncate("t", 12)
+    assert tracker.pre_images(a) == [] and tracker.pre_images(b) == []
+
+
 def test_truncate_drops_every_unreflecting_chunk():
     a = _chunk("t", [1, 2], watermark={10})
     b = _chunk("t", [3], watermark={10, 11})
