@@ -189,13 +189,16 @@ class Capture:
         streaming_off = (
             self.config["snapshot.mode"] == "initial_only" and ctx.initial_done and not ctx.pending
         )
+        native = not self.source.capabilities.chunked_snapshots
+        if native:
+            self.source.plan_native_snapshots(ctx.pending)
         chunks = (
             self.source.read_chunks(
                 ctx.pending,
                 self.config["snapshot.max.rows.per.run"],
                 self.config["incremental.snapshot.chunk.size"],
             )
-            if ctx.pending
+            if ctx.pending and not native
             else []
         )
         flush = self.source.head()
@@ -210,7 +213,10 @@ class Capture:
         else:
             window = self.source.read_window(from_lsn, upto, writer, tracker, self.config["run.max.events"])
             end_lsn = window.end
-        snap_rows = self._reconcile(writer, ctx, chunks, tracker, end_lsn, notes)
+        if native:
+            snap_rows = self._finish_native(writer, ctx, window, end_lsn, notes)
+        else:
+            snap_rows = self._reconcile(writer, ctx, chunks, tracker, end_lsn, notes)
         if not any(p.origin == "initial" for p in ctx.pending):
             ctx.initial_done = True
         if end_lsn < from_lsn and previous is not None:
@@ -264,6 +270,19 @@ class Capture:
         return CaptureResult(
             writer.batch_id, str(path), data.get("offset"), to_offset, events, snap_rows, tables, notes
         )
+
+    def _finish_native(
+        self, writer: BatchWriter, ctx: SnapshotContext, window: Any, end: Any, notes: list[str]
+    ) -> int:
+        """Book the snapshots a natively snapshotting source completed inside its window."""
+        self._snapshot_counts = dict(getattr(window, "snapshot_rows", None) or {})
+        for snap in getattr(window, "snapshots_done", None) or []:
+            if snap.purge_below:
+                self.source.write_purge(writer, snap.table, bytes.fromhex(snap.purge_below), end)
+                notes.append(f"{snap.table}: rows captured before the offset was lost are void")
+            ctx.finish(snap)
+            notes.append(f"snapshot of {snap.table} complete: {snap.rows} rows")
+        return sum(self._snapshot_counts.values())
 
     def _reconcile(
         self,

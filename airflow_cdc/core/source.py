@@ -141,6 +141,13 @@ class ChangeSource(abc.ABC):
         """Key-ordered chunks of the pending table snapshots (``chunked_snapshots`` sources)."""
         raise NotImplementedError(f"{self.kind} does not read snapshot chunks")
 
+    def plan_native_snapshots(self, pending: list) -> None:  # noqa: B027 (optional hook)
+        """Hand the pending table snapshots to a source that snapshots natively inside its window
+        (``chunked_snapshots=False``), before ``read_window``.  The source stages their ``op=r``
+        rows itself, updates their ``rows``/``chunks``/``last_key`` as progress, and its window
+        result lists the ones it completed in ``snapshots_done`` and the rows per table in
+        ``snapshot_rows``; an unfinished snapshot stays pending for the next run."""
+
     def reflects(self, watermark: Any, txn: Any) -> bool:
         """Whether a chunk read at ``watermark`` contains transaction ``txn``."""
         raise NotImplementedError(f"{self.kind} does not read snapshot chunks")

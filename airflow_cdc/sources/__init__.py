@@ -3,7 +3,7 @@
 implementation, so listing the sources stays cheap."""
 
 from airflow_cdc.core.source import register_source
-from airflow_cdc.sources import mysql, postgres, sqlserver
+from airflow_cdc.sources import mysql, postgres, sqlserver, vitess
 
-for _spec in (postgres.SOURCE, mysql.SOURCE, sqlserver.SOURCE):
+for _spec in (postgres.SOURCE, mysql.SOURCE, sqlserver.SOURCE, vitess.SOURCE):
     register_source(_spec)

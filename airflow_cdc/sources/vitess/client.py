@@ -24,6 +24,7 @@ from airflow_cdc.core.errors import (
 )
 from airflow_cdc.sources.vitess.offsets import CURRENT
 from airflow_cdc.sources.vitess.proto import binlogdata_pb2 as b
+from airflow_cdc.sources.vitess.proto import query_pb2 as q
 from airflow_cdc.sources.vitess.proto import topodata_pb2 as topo
 from airflow_cdc.sources.vitess.proto import vtgate_pb2 as vt
 from airflow_cdc.sources.vitess.proto import vtgateservice_pb2_grpc as service
@@ -134,6 +135,25 @@ class VtgateClient:
         finally:
             call.cancel()
         raise ConnectionFailed(f"vtgate at {self.where} reported no position for keyspace {keyspace!r}")
+
+    def list_tables(self, keyspace: str, timeout: float = 30) -> list[str]:
+        """The tables of ``keyspace`` (vtgate's ``SHOW TABLES`` through ``Execute``), sorted.
+
+        :raises ConfigError: unknown keyspace; :raises ConnectionFailed / AuthenticationFailed.
+        """
+        request = vt.ExecuteRequest(
+            session=vt.Session(target_string=keyspace, autocommit=True), query=q.BoundQuery(sql="show tables")
+        )
+        try:
+            response = self.stub.Execute(request, metadata=self.metadata, timeout=timeout)
+        except grpc.RpcError as e:
+            raise map_rpc_error(e, self.where) from None
+        if response.error.message:
+            raise ConfigError(
+                f"property 'vitess.keyspace': vtgate at {self.where} cannot list the tables of "
+                f"{keyspace!r}: {response.error.message}"
+            )
+        return sorted(bytes(r.values).decode("utf-8") for r in response.result.rows)
 
     def close(self) -> None:
         self.channel.close()

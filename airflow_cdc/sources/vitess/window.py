@@ -13,6 +13,7 @@ VGTID after the last of them.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from airflow_cdc.core.errors import ProtocolError
@@ -32,6 +33,8 @@ class Window:
     copy_completed: bool = False
     journal: b.Journal | None = None
     tables: dict[str, Table] = field(default_factory=dict)  # keyspace.table -> last FIELD seen
+    copy_chunks: int = 0
+    shards_copied: set[tuple[str, str]] = field(default_factory=set)  # COPY_COMPLETED per shard
 
 
 def _copy(vgtid: b.VGtid) -> b.VGtid:
@@ -53,6 +56,7 @@ def read_window(
     tables: list[str] | None,
     max_events: int,
     idle_timeout: float = 30.0,
+    on_transaction: Callable[[Transaction, dict[str, Table]], None] | None = None,
 ) -> Window:
     """Read the changes from ``start`` up to ``target`` (see the module docstring).
 
@@ -60,6 +64,8 @@ def read_window(
     changes (vtgate streams from any position the shards' binlogs still have).
 
     :param tables: table names of the keyspace to stream; None: all.
+    :param on_transaction: called with each whole transaction (and the tables as FIELD events
+        described them so far) instead of keeping it in ``window.transactions``.
     :raises ProtocolError: no event for ``idle_timeout`` seconds before the target was reached,
         or a malformed stream.
     :raises OffsetUnavailable / ConnectionFailed / AuthenticationFailed: from vtgate's answer.
@@ -80,8 +86,12 @@ def read_window(
         for event in client.events(call):
             for item in assembler.feed(event):
                 if isinstance(item, Transaction):
-                    window.transactions.append(item)
+                    if on_transaction is not None:
+                        on_transaction(item, assembler.tables)
+                    else:
+                        window.transactions.append(item)
                     window.events += len(item.changes)
+                    window.copy_chunks += item.kind == "copy"
                     if item.vgtid is not None:
                         position = item.vgtid
                     last_progress = time.monotonic()
@@ -89,13 +99,17 @@ def read_window(
                     position = item.vgtid
                 elif item.kind == "copy_completed" and not item.shard:
                     copying, window.copy_completed = False, True
+                elif item.kind == "copy_completed":
+                    window.shards_copied.add((item.keyspace, item.shard))
                 elif item.kind == "journal" and item.journal is not None:
                     window.journal = item.journal
                     position = _after_journal(position, item.journal)
             window.end = position
             if assembler._txn is not None:
                 continue  # inside a transaction: never stop here
-            if window.events >= max_events:
+            if window.events >= max_events and (window.copy_chunks or not copying):
+                # while copying, a window ends only after a copied chunk: the catch-up before a
+                # chunk grows with the writes since the last run and could fill every window
                 window.bounded = True
                 break
             for keyspace, shard in offsets.missing_targets(position, target):

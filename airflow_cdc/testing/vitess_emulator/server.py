@@ -15,13 +15,15 @@ from typing import Any
 import grpc
 
 from airflow_cdc.sources.vitess.proto import binlogdata_pb2 as b
+from airflow_cdc.sources.vitess.proto import query_pb2 as q
 from airflow_cdc.sources.vitess.proto import topodata_pb2 as topo
 from airflow_cdc.sources.vitess.proto import vtgate_pb2 as vt
 from airflow_cdc.sources.vitess.proto import vtgateservice_pb2_grpc as service
+from airflow_cdc.sources.vitess.proto import vtrpc_pb2 as vtrpc
 from airflow_cdc.testing.servers import MariaDbServer
 from airflow_cdc.testing.vitess_emulator.session import VStreamError, VStreamSession
 from airflow_cdc.testing.vitess_emulator.shard import JOURNAL_DB, JOURNAL_TABLE, EmulatedShard
-from airflow_cdc.testing.vitess_emulator.values import in_range, keyspace_id
+from airflow_cdc.testing.vitess_emulator.values import in_range, keyspace_id, make_row
 
 log = logging.getLogger(__name__)
 _next_server_id = iter(range(101, 10_000))
@@ -44,6 +46,27 @@ class _Servicer(service.VitessServicer):
             yield from VStreamSession(self.emulator, request, context).responses()
         except VStreamError as e:
             context.abort(e.code, e.message)
+
+    def Execute(self, request: vt.ExecuteRequest, context: grpc.ServicerContext) -> vt.ExecuteResponse:  # noqa: N802
+        """Only ``SHOW TABLES`` in the session's target keyspace (what the source asks)."""
+        self.emulator.authenticate(context)
+        keyspace = request.session.target_string.split("@")[0].split(":")[0]
+        if request.query.sql.strip().lower() != "show tables":
+            context.abort(
+                grpc.StatusCode.UNIMPLEMENTED, f"vtgate emulator: {request.query.sql!r} not supported"
+            )
+        try:
+            shards = self.emulator.keyspace_shards(keyspace)
+        except VStreamError as e:
+            return vt.ExecuteResponse(
+                error=vtrpc.RPCError(message=e.message, code=5), session=request.session
+            )
+        names = shards[0].tables()
+        result = q.QueryResult(
+            fields=[q.Field(name=f"Tables_in_{keyspace}", type=q.VARCHAR)],
+            rows=[make_row([n.encode()]) for n in names],
+        )
+        return vt.ExecuteResponse(session=request.session, result=result)
 
 
 class VtgateEmulator:

@@ -59,6 +59,7 @@ class _Copy:
     lastpk: dict[str, q.QueryResult] = field(default_factory=dict)
     conn: Any = None  # the open snapshot transaction of the table in progress
     fields: list[q.Field] = field(default_factory=list)  # of the table in progress
+    keys: dict[str, tuple[list[q.Field], list[int]]] = field(default_factory=dict)  # FIELDs, pk index
 
 
 @dataclass
@@ -291,8 +292,11 @@ class VStreamSession:
             return changes
         if table != copy.tables[0] or table not in copy.lastpk:
             return []  # not copied yet: the copy will read the row as it is then
-        fields = st.shard.fields(table)
-        pk = _pk_index(st.shard, table, fields)
+        cached = copy.keys.get(table)
+        if cached is None:  # information_schema per catch-up transaction made long copies crawl
+            fields = st.shard.fields(table)
+            cached = copy.keys[table] = (fields, _pk_index(st.shard, table, fields))
+        fields, pk = cached
         last = _key(
             [row_values(copy.lastpk[table].rows[0])[i] for i in range(len(pk))], [fields[i] for i in pk]
         )

@@ -189,3 +189,9 @@ class QueryResult(_message.Message):
     info: str
     session_state_changes: str
     def __init__(self, fields: _Optional[_Iterable[_Union[Field, _Mapping]]] = ..., rows_affected: _Optional[int] = ..., insert_id: _Optional[int] = ..., rows: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., info: _Optional[str] = ..., session_state_changes: _Optional[str] = ...) -> None: ...
+
+class BoundQuery(_message.Message):
+    __slots__ = ("sql",)
+    SQL_FIELD_NUMBER: _ClassVar[int]
+    sql: str
+    def __init__(self, sql: _Optional[str] = ...) -> None: ...

@@ -1,4 +1,5 @@
 from airflow_cdc.sources.vitess.proto import binlogdata_pb2 as _binlogdata_pb2
+from airflow_cdc.sources.vitess.proto import query_pb2 as _query_pb2
 from airflow_cdc.sources.vitess.proto import topodata_pb2 as _topodata_pb2
 from airflow_cdc.sources.vitess.proto import vtrpc_pb2 as _vtrpc_pb2
 from google.protobuf.internal import containers as _containers
@@ -44,3 +45,31 @@ class VStreamResponse(_message.Message):
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     events: _containers.RepeatedCompositeFieldContainer[_binlogdata_pb2.VEvent]
     def __init__(self, events: _Optional[_Iterable[_Union[_binlogdata_pb2.VEvent, _Mapping]]] = ...) -> None: ...
+
+class Session(_message.Message):
+    __slots__ = ("autocommit", "target_string")
+    AUTOCOMMIT_FIELD_NUMBER: _ClassVar[int]
+    TARGET_STRING_FIELD_NUMBER: _ClassVar[int]
+    autocommit: bool
+    target_string: str
+    def __init__(self, autocommit: _Optional[bool] = ..., target_string: _Optional[str] = ...) -> None: ...
+
+class ExecuteRequest(_message.Message):
+    __slots__ = ("caller_id", "session", "query")
+    CALLER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    caller_id: _vtrpc_pb2.CallerID
+    session: Session
+    query: _query_pb2.BoundQuery
+    def __init__(self, caller_id: _Optional[_Union[_vtrpc_pb2.CallerID, _Mapping]] = ..., session: _Optional[_Union[Session, _Mapping]] = ..., query: _Optional[_Union[_query_pb2.BoundQuery, _Mapping]] = ...) -> None: ...
+
+class ExecuteResponse(_message.Message):
+    __slots__ = ("error", "session", "result")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    error: _vtrpc_pb2.RPCError
+    session: Session
+    result: _query_pb2.QueryResult
+    def __init__(self, error: _Optional[_Union[_vtrpc_pb2.RPCError, _Mapping]] = ..., session: _Optional[_Union[Session, _Mapping]] = ..., result: _Optional[_Union[_query_pb2.QueryResult, _Mapping]] = ...) -> None: ...

@@ -25,13 +25,13 @@ _sym_db = _symbol_database.Default()
 from airflow_cdc.sources.vitess.proto import vtgate_pb2 as airflow__cdc_dot_sources_dot_vitess_dot_proto_dot_vtgate__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n4airflow_cdc/sources/vitess/proto/vtgateservice.proto\x12\rvtgateservice\x1a-airflow_cdc/sources/vitess/proto/vtgate.proto2H\n\x06Vitess\x12>\n\x07VStream\x12\x16.vtgate.VStreamRequest\x1a\x17.vtgate.VStreamResponse\"\x00\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n4airflow_cdc/sources/vitess/proto/vtgateservice.proto\x12\rvtgateservice\x1a-airflow_cdc/sources/vitess/proto/vtgate.proto2\x86\x01\n\x06Vitess\x12<\n\x07\x45xecute\x12\x16.vtgate.ExecuteRequest\x1a\x17.vtgate.ExecuteResponse\"\x00\x12>\n\x07VStream\x12\x16.vtgate.VStreamRequest\x1a\x17.vtgate.VStreamResponse\"\x00\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'airflow_cdc.sources.vitess.proto.vtgateservice_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_VITESS']._serialized_start=118
-  _globals['_VITESS']._serialized_end=190
+  _globals['_VITESS']._serialized_start=119
+  _globals['_VITESS']._serialized_end=253
 # @@protoc_insertion_point(module_scope)

@@ -34,6 +34,11 @@ class VitessStub:
         Args:
             channel: A grpc.Channel.
         """
+        self.Execute = channel.unary_unary(
+                '/vtgateservice.Vitess/Execute',
+                request_serializer=airflow__cdc_dot_sources_dot_vitess_dot_proto_dot_vtgate__pb2.ExecuteRequest.SerializeToString,
+                response_deserializer=airflow__cdc_dot_sources_dot_vitess_dot_proto_dot_vtgate__pb2.ExecuteResponse.FromString,
+                _registered_method=True)
         self.VStream = channel.unary_stream(
                 '/vtgateservice.Vitess/VStream',
                 request_serializer=airflow__cdc_dot_sources_dot_vitess_dot_proto_dot_vtgate__pb2.VStreamRequest.SerializeToString,
@@ -44,6 +49,12 @@ class VitessStub:
 class VitessServicer:
     """Missing associated documentation comment in .proto file."""
 
+    def Execute(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def VStream(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -53,6 +64,11 @@ class VitessServicer:
 
 def add_VitessServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'Execute': grpc.unary_unary_rpc_method_handler(
+                    servicer.Execute,
+                    request_deserializer=airflow__cdc_dot_sources_dot_vitess_dot_proto_dot_vtgate__pb2.ExecuteRequest.FromString,
+                    response_serializer=airflow__cdc_dot_sources_dot_vitess_dot_proto_dot_vtgate__pb2.ExecuteResponse.SerializeToString,
+            ),
             'VStream': grpc.unary_stream_rpc_method_handler(
                     servicer.VStream,
                     request_deserializer=airflow__cdc_dot_sources_dot_vitess_dot_proto_dot_vtgate__pb2.VStreamRequest.FromString,
@@ -68,6 +84,33 @@ def add_VitessServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class Vitess:
     """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def Execute(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vtgateservice.Vitess/Execute',
+            airflow__cdc_dot_sources_dot_vitess_dot_proto_dot_vtgate__pb2.ExecuteRequest.SerializeToString,
+            airflow__cdc_dot_sources_dot_vitess_dot_proto_dot_vtgate__pb2.ExecuteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def VStream(request,

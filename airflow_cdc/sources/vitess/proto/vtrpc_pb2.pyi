@@ -59,3 +59,11 @@ class CallerID(_message.Message):
     subcomponent: str
     groups: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, principal: _Optional[str] = ..., component: _Optional[str] = ..., subcomponent: _Optional[str] = ..., groups: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RPCError(_message.Message):
+    __slots__ = ("message", "code")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    message: str
+    code: int
+    def __init__(self, message: _Optional[str] = ..., code: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,78 @@
+"""Snapshots as Vitess's copy phase, tracked in the VGTID's ``table_p_ks``.
+
+A table snapshot is requested by listing the table in every shard's ``table_p_ks`` without a last
+key: vtgate then copies it on each shard (in primary key order, catching the stream up between
+chunks) and keeps the entry, with the last copied key, in every VGTID it sends until that shard's
+copy of the table completes.  So the stored VGTID alone says what is left per shard, and a copy
+resumes where the last committed window stopped.  A table's snapshot is complete when no shard of
+the window's end lists it.
+
+A reshard during a copy retires shards with their unfinished entries; the tables they still listed
+are requested again on the new shards (which hold every row of the keyspace), so the copy stays
+complete -- rows re-read there sort after the old shards' (a new shard generation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from airflow_cdc.core.errors import ConfigError
+from airflow_cdc.core.snapshot import TableSnapshot
+from airflow_cdc.sources.vitess import offsets
+from airflow_cdc.sources.vitess.proto import binlogdata_pb2 as b
+
+#: ``TableSnapshot.last_key`` once its table was put into the VGTID (the VGTID then tracks it)
+REQUESTED = ["vitess:table_p_ks"]
+
+
+def listed(sgtid: b.ShardGtid) -> set[str]:
+    return {t.table_name for t in sgtid.table_p_ks}
+
+
+def request(start: b.VGtid, pending: Iterable[TableSnapshot], known: set[str]) -> tuple[b.VGtid, list[str]]:
+    """The VGTID to stream from: ``start`` with every new pending table in every shard's
+    ``table_p_ks`` (without a last key: copy from the first row).  Marks them requested.
+
+    :param known: captured tables (``keyspace.table``); snapshots of others are skipped.
+    :returns: the VGTID and notes (skipped snapshots).
+    :raises ConfigError: a snapshot with a condition or surrogate key (not supported by VStream copy).
+    """
+    out = b.VGtid()
+    out.CopyFrom(start)
+    notes = []
+    for snap in pending:
+        if snap.last_key == REQUESTED:
+            continue
+        if snap.condition or snap.surrogate_key:
+            raise ConfigError(
+                f"snapshot of {snap.table}: additional conditions and surrogate keys are not supported "
+                "by the Vitess copy phase"
+            )
+        if snap.table not in known:
+            notes.append(f"snapshot of {snap.table} skipped: not a captured table")
+            continue
+        name = snap.table.split(".", 1)[1]
+        for sgtid in out.shard_gtids:
+            kept = [t for t in sgtid.table_p_ks if t.table_name != name]
+            del sgtid.table_p_ks[:]
+            sgtid.table_p_ks.extend([*kept, b.TableLastPK(table_name=name)])
+        snap.last_key = REQUESTED
+    return out, notes
+
+
+def carry_over_retired(end: b.VGtid, last_seen: dict[tuple[str, str], b.ShardGtid]) -> None:
+    """Request on the shards of ``end`` the tables that shards retired by a reshard had not finished."""
+    current = {offsets.shard_key(g) for g in end.shard_gtids}
+    unfinished: set[str] = set()
+    for key, sgtid in last_seen.items():
+        if key not in current:
+            unfinished |= listed(sgtid)
+    for sgtid in end.shard_gtids:
+        for name in sorted(unfinished - listed(sgtid)):
+            sgtid.table_p_ks.append(b.TableLastPK(table_name=name))
+
+
+def finished(pending: Iterable[TableSnapshot], end: b.VGtid, keyspace: str) -> list[TableSnapshot]:
+    """Requested snapshots no shard of ``end`` still copies."""
+    remaining = {f"{keyspace}.{name}" for g in end.shard_gtids for name in listed(g)}
+    return [s for s in pending if s.last_key == REQUESTED and s.table not in remaining]

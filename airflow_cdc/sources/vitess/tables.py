@@ -1,0 +1,190 @@
+"""Per table, as its last FIELD event describes it: codecs, key, the ``source`` struct and sinks.
+
+The sink signature is the table plus a hash of its FIELD description, so a schema change (a new
+FIELD event after a DDL) starts a new part with the new columns.  Key columns are the fields with
+MySQL's ``PRI_KEY_FLAG`` (in column order), or ``message.key.columns``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_cdc import __version__
+from airflow_cdc.core.batch import BatchWriter
+from airflow_cdc.core.errors import SchemaError
+from airflow_cdc.core.table_sink import SourceLayout, TableSink
+from airflow_cdc.sources.postgres.types_base import connect_metadata
+from airflow_cdc.sources.vitess.proto import query_pb2 as q
+from airflow_cdc.sources.vitess.types import KAFKA, VitessCodec, column_codec
+
+SOURCE_TYPE = pa.struct(
+    [
+        pa.field(n, t)
+        for n, t in (
+            ("version", pa.string()),
+            ("connector", pa.string()),
+            ("name", pa.string()),
+            ("ts_ms", pa.int64()),
+            ("ts_us", pa.int64()),
+            ("ts_ns", pa.int64()),
+            ("snapshot", pa.string()),
+            ("db", pa.string()),
+            ("sequence", pa.string()),
+            ("keyspace", pa.string()),
+            ("table", pa.string()),
+            ("shard", pa.string()),
+            ("vgtid", pa.string()),
+        )
+    ]
+)
+# snapshot varies per event: copy rows and streamed changes interleave inside one window and share
+# one part per table (a part per switch would split a copy phase into thousands of files)
+VARYING = ("ts_ms", "ts_us", "ts_ns", "snapshot", "shard", "vgtid")
+_PRI_KEY_FLAG = 2
+_CONNECT = {
+    pa.int16(): "int16",
+    pa.int32(): "int32",
+    pa.int64(): "int64",
+    pa.float64(): "float64",
+    pa.string(): "string",
+    pa.binary(): "bytes",
+}
+_BINARY_ENCODERS: dict[str, Callable[[bytes], str]] = {
+    "base64": lambda v: base64.b64encode(v).decode(),
+    "hex": lambda v: v.hex(),
+    "base64-url-safe": lambda v: base64.urlsafe_b64encode(v).decode(),
+}
+
+
+class Codec:
+    """One column's Python values (from :mod:`.protocol`) -> its Debezium-encoded Arrow array."""
+
+    __slots__ = ("field", "placeholder", "_convert", "_type")
+
+    def __init__(self, name: str, codec: VitessCodec, binary_mode: str) -> None:
+        arrow, convert, schema_name, params = (
+            codec.arrow_type,
+            codec.convert,
+            codec.schema_name,
+            codec.parameters,
+        )
+        if pa.types.is_decimal(arrow):
+            connect, schema_name, params = "bytes", KAFKA + "Decimal", {"scale": str(arrow.scale)}
+        elif arrow == pa.binary() and binary_mode != "bytes":
+            encode, inner = _BINARY_ENCODERS[binary_mode], convert
+            arrow, connect = pa.string(), "string"
+
+            def convert(v: Any) -> Any:
+                return encode(inner(v))
+        else:
+            connect = _CONNECT[arrow]
+        meta = connect_metadata(connect, schema_name, params or None)
+        self.field = pa.field(name, arrow, nullable=True, metadata=meta)
+        self.placeholder = None
+        self._convert, self._type = convert, arrow
+
+    def convert_values(self, values: list) -> pa.Array:
+        convert = self._convert
+        return pa.array([None if v is None else convert(v) for v in values], type=self._type)
+
+    def convert(self, values: pa.Array) -> pa.Array:
+        return self.convert_values(values.to_pylist())
+
+
+@dataclass
+class TableState:
+    """How rows of one table (one FIELD description) are encoded and staged."""
+
+    name: str  # keyspace.table
+    names: list[str]
+    select: list[int]
+    codecs: list[Codec]
+    key: list[str]
+    signature: str
+    constants: dict[str, Any]
+    sinks: dict[tuple, TableSink] = field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls,
+        name: str,
+        fields: list[q.Field],
+        config: Any,
+        keep_column: Callable[[str, str, bool], bool],
+        key_override: tuple[str, ...] | None,
+    ) -> TableState:
+        """:raises SchemaError: no primary key (and no ``message.key.columns``), or a key column
+        the FIELD event does not have; :raises UnsupportedType: naming the column."""
+        keyspace, _, table = name.partition(".")
+        names = [f.name for f in fields]
+        key = list(key_override) if key_override else [f.name for f in fields if f.flags & _PRI_KEY_FLAG]
+        missing = [k for k in key if k not in names]
+        if not key or missing:
+            raise SchemaError(
+                f"table {name} has no primary key columns"
+                + (f" ({', '.join(missing)} missing)" if missing else ""),
+                hint="give the table a primary key, or name its key columns in message.key.columns",
+            )
+        precision = config["time.precision.mode"]
+        precision = "adaptive_time_microseconds" if precision == "adaptive" else precision
+        select, codecs = [], []
+        for i, f in enumerate(fields):
+            if not keep_column(name, f.name, f.name in key):
+                continue
+            codec = column_codec(f, name, precision, "string", config["include.unknown.datatypes"])
+            select.append(i)
+            codecs.append(Codec(f.name, codec, config["binary.handling.mode"]))
+        described = "|".join(f"{f.name}:{f.type}:{f.column_type}:{f.decimals}" for f in fields)
+        signature = name + ":" + hashlib.sha256(described.encode()).hexdigest()[:16]
+        constants = {
+            "version": __version__,
+            "connector": "vitess",
+            "name": config["topic.prefix"] or config["name"],
+            "db": "",
+            "sequence": None,
+            "keyspace": keyspace,
+            "table": table,
+        }
+        return cls(name, names, select, codecs, key, signature, constants)
+
+    def table_info(self) -> dict[str, Any]:
+        keyspace, _, table = self.name.partition(".")
+        return {
+            "schema": keyspace,
+            "table": table,
+            "keyspace": keyspace,
+            "key_columns": list(self.key),
+            "columns": [{"name": c.field.name, "type": str(c.field.type)} for c in self.codecs],
+        }
+
+    def sink(self, writer: BatchWriter) -> TableSink:
+        """This table's open sink in ``writer`` (copy rows and changes alike)."""
+        key = (id(writer),)
+        sink = self.sinks.get(key)
+        if sink is None or sink.closed:
+            layout = SourceLayout(SOURCE_TYPE, dict(self.constants), VARYING)
+            sink = writer.sink(
+                self.name,
+                self.table_info(),
+                list(self.codecs),
+                list(self.select),
+                layout,
+                "stream",
+                self.signature,
+            )
+            self.sinks[key] = sink
+        return sink
+
+    def row(self, values: dict[str, Any] | None) -> tuple | None:
+        if values is None:
+            return None
+        return tuple(values.get(n) for n in self.names)
+
+    def key_text(self, values: dict[str, Any]) -> tuple:
+        return tuple(None if values.get(k) is None else str(values.get(k)) for k in self.key)
