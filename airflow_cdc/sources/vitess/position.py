@@ -6,7 +6,7 @@ apply job only compares positions of events of the *same key*, and a key lives i
 keyspace's vindex routes it), except across a reshard.  So a position orders events per shard,
 deterministically (re-reading a window after a crash gives every event the same position):
 
-``(epoch, generation, shard transactions, index)``, 4 + 4 + 8 + 4 bytes, big-endian:
+``(epoch, generation, shard transactions, index, stamp)``, 4 + 4 + 8 + 4 + 8 bytes, big-endian:
 
 * ``shard transactions`` -- the number of transactions in the shard's GTID set *after* the event's
   transaction.  A shard's executed GTID set only grows (also across a primary failover, whose new
@@ -15,6 +15,9 @@ deterministically (re-reading a window after a crash gives every event the same 
 * ``index`` -- the event's place inside its transaction (1..n); copy-phase rows (``op=r``) take the
   maximum: a copy chunk is read at a snapshot that reflects every transaction up to its VGTID's GTID
   set and none after, so its rows sort after those transactions and before the next one;
+* ``stamp`` (8 bytes, last) -- 0 for changes; for copy rows the run's start in milliseconds, so a
+  row re-copied by a later run at the same shard position sorts after the earlier copy (and
+  :mod:`.orphans` can place a delete between the two).
 * ``generation`` -- raised whenever the set of shards changes (a reshard, seen as a VGTID naming
   other shards): a key that moves to a new shard keeps sorting after everything captured for it on
   the old one, although the new shard's GTID counts are unrelated;
@@ -33,7 +36,7 @@ from typing import Any
 from airflow_cdc.sources.vitess import offsets
 from airflow_cdc.sources.vitess.proto import binlogdata_pb2 as b
 
-_KEY = struct.Struct(">IIQI")
+_KEY = struct.Struct(">IIQIQ")
 SNAPSHOT_INDEX = 0xFFFFFFFF
 
 
@@ -46,8 +49,12 @@ def transactions_in(gtid: str) -> int:
     )
 
 
-def sort_key(epoch: int, generation: int, count: int, index: int) -> bytes:
-    return _KEY.pack(epoch, generation, count, index)
+def sort_key(epoch: int, generation: int, count: int, index: int, stamp: int = 0) -> bytes:
+    return _KEY.pack(epoch, generation, count, index, stamp)
+
+
+def unpack(key: bytes) -> tuple[int, int, int, int, int]:
+    return _KEY.unpack(key)
 
 
 def shard_set(vgtid: b.VGtid) -> frozenset[tuple[str, str]]:

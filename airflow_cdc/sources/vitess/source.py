@@ -27,10 +27,11 @@ from airflow_cdc.core.batch import BatchWriter
 from airflow_cdc.core.config import ConnectorConfig, skipped_ops
 from airflow_cdc.core.errors import ConfigError, OffsetUnavailable
 from airflow_cdc.core.events import now_us
+from airflow_cdc.core.failpoints import failpoint
 from airflow_cdc.core.filters import IncludeExclude
 from airflow_cdc.core.snapshot import TableSnapshot
 from airflow_cdc.core.source import Capabilities, ChangeSource
-from airflow_cdc.sources.vitess import offsets, position, snapshots, window
+from airflow_cdc.sources.vitess import offsets, orphans, position, snapshots, window
 from airflow_cdc.sources.vitess.client import VtgateClient
 from airflow_cdc.sources.vitess.position import VitessCoord, shard_set
 from airflow_cdc.sources.vitess.proto import binlogdata_pb2 as b
@@ -81,6 +82,8 @@ class VitessSource(ChangeSource):
         self.pending: list[TableSnapshot] = []
         self._states: dict[int, tuple[Table, TableState]] = {}
         self._fields: dict[str, Table] = {}
+        self._last_batch: str | None = None
+        self._orphan_cache: orphans.Orphans | None = None
 
     # -- life cycle -------------------------------------------------------------------------
     def open(self) -> None:
@@ -120,6 +123,13 @@ class VitessSource(ChangeSource):
         :raises ConfigError: the stored VGTID names another keyspace.
         """
         if offset is None:
+            orphan = self._orphans().from_offset
+            if orphan and orphan.get("vgtid"):
+                # a first batch was published (maybe applied) but never committed: start where it
+                # started, or the changes between its start and a later "current" would be lost
+                return VitessCoord(offsets.from_offset(orphan), int(orphan.get("generation", 0))), (
+                    "no stored offset"
+                )
             return self._configured_start(), "no stored offset"
         self.epoch = int(offset.get("epoch", 0))
         self.generation = int(offset.get("generation", 0))
@@ -141,6 +151,14 @@ class VitessSource(ChangeSource):
             self.generation = 0
             return VitessCoord(self._current(), 0), f"stored VGTID no longer readable: {e}"
         return VitessCoord(vgtid, self.generation), None
+
+    def restore_state(self, data: Any) -> None:
+        self._last_batch = data.get("last_batch")
+
+    def _orphans(self) -> orphans.Orphans:
+        if self._orphan_cache is None:
+            self._orphan_cache = orphans.load(self.config["staging.path"], self.name, self._last_batch)
+        return self._orphan_cache
 
     def _current(self) -> b.VGtid:
         return self._client().current_vgtid(self.keyspace, self.shard)
@@ -214,7 +232,8 @@ class VitessSource(ChangeSource):
     ) -> WindowResult:
         """Stage the changes from ``start`` to ``upto`` and the copy of the pending snapshots."""
         request, notes = snapshots.request(start.vgtid, self.pending, set(self.captured))
-        stager = _Stager(self, writer, start.generation, shard_set(request))
+        found = self._orphans()
+        stager = _Stager(self, writer, start.generation, shard_set(request), set(found.events))
         win = window.read_window(
             self._client(),
             request,
@@ -223,8 +242,12 @@ class VitessSource(ChangeSource):
             max_events,
             self.config["vitess.window.idle.timeout"],
             on_transaction=stager.stage,
+            min_end=found.end,
         )
         self._fields.update(win.tables)
+        if found.batches:
+            voided = self._void_orphans(writer, found, stager)
+            notes.append(f"{voided} delete(s) void rows only uncommitted batches held")
         end = b.VGtid()
         end.CopyFrom(win.end)
         snapshots.carry_over_retired(end, stager.last_seen)
@@ -242,6 +265,28 @@ class VitessSource(ChangeSource):
             extra["vitess"]["notes"] = notes + stager.ddl[:20]
         result.manifest_extra = extra
         return result
+
+    def _void_orphans(self, writer: BatchWriter, found: orphans.Orphans, stager: _Stager) -> int:
+        """Stage the deletes :mod:`.orphans` finds; returns how many."""
+        staged = 0
+        ts = now_us()
+        for table, deletes in orphans.ghosts(found, stager.emitted, stager.stamp).items():
+            fields = self._fields.get(table)
+            state = self._state(fields) if fields is not None else None
+            if state is None or not orphans.keys_staged_as_is([c.field for c in state.codecs], state.key):
+                log.warning(
+                    "%s: cannot void %d row(s) of uncommitted batches (key type)", table, len(deletes)
+                )
+                continue
+            slots = [state.names.index(k) for k in state.key]
+            for key, at in deletes:
+                before: list[Any] = [None] * len(state.names)
+                for slot, value in zip(slots, key, strict=True):
+                    before[slot] = value
+                src = (ts // 1000, ts, ts * 1000, "false", "", "")
+                state.sink(writer).append("d", tuple(before), None, at, src)
+                staged += 1
+        return staged
 
     def _state(self, table: Table) -> TableState:
         cached = self._states.get(id(table))
@@ -278,9 +323,17 @@ class _Stager:
     """Stages the transactions of one window as they arrive."""
 
     def __init__(
-        self, source: VitessSource, writer: BatchWriter, generation: int, shards: frozenset[tuple[str, str]]
+        self,
+        source: VitessSource,
+        writer: BatchWriter,
+        generation: int,
+        shards: frozenset[tuple[str, str]],
+        watched: set[str],
     ) -> None:
         self.source, self.writer = source, writer
+        self.stamp = now_us() // 1000
+        self.watched = watched  # tables with events in uncommitted batches
+        self.emitted: dict[str, set[bytes]] = {t: set() for t in watched}
         self.generation, self.shards = generation, shards
         self.skipped = skipped_ops(source.config)
         self.txn_meta = source.config["provide.transaction.metadata"]
@@ -326,7 +379,9 @@ class _Stager:
             state = self.source._state(tables[change.table])
             before, after = state.row(change.before), state.row(change.after)
             if copy:
-                at = position.sort_key(self.source.epoch, generation, count, position.SNAPSHOT_INDEX)
+                at = position.sort_key(
+                    self.source.epoch, generation, count, position.SNAPSHOT_INDEX, self.stamp
+                )
                 state.sink(self.writer).append("r", None, after, at, src)
                 self.copied[change.table] = self.copied.get(change.table, 0) + 1
                 continue
@@ -341,9 +396,13 @@ class _Stager:
                 meta = (vgtid_text, index, seen[change.table]) if self.txn_meta else None
                 at = position.sort_key(self.source.epoch, generation, count, index)
                 state.sink(self.writer).append(op, bef, aft, at, src, meta)
+                if change.table in self.watched:
+                    self.emitted[change.table].add(at)
                 self.events += 1
                 counts = self.per_table.setdefault(change.table, {})
                 counts[op] = counts.get(op, 0) + 1
         if copy:
             table = txn.changes[0].table
             self.chunks[table] = self.chunks.get(table, 0) + 1
+        if self.transactions == 2:
+            failpoint("mid_window")  # once per window, with part of it staged

@@ -57,6 +57,7 @@ def read_window(
     max_events: int,
     idle_timeout: float = 30.0,
     on_transaction: Callable[[Transaction, dict[str, Table]], None] | None = None,
+    min_end: b.VGtid | None = None,
 ) -> Window:
     """Read the changes from ``start`` up to ``target`` (see the module docstring).
 
@@ -66,6 +67,7 @@ def read_window(
     :param tables: table names of the keyspace to stream; None: all.
     :param on_transaction: called with each whole transaction (and the tables as FIELD events
         described them so far) instead of keeping it in ``window.transactions``.
+    :param min_end: ``max_events`` does not end the window before every shard reached this VGTID.
     :raises ProtocolError: no event for ``idle_timeout`` seconds before the target was reached,
         or a malformed stream.
     :raises OffsetUnavailable / ConnectionFailed / AuthenticationFailed: from vtgate's answer.
@@ -107,7 +109,11 @@ def read_window(
             window.end = position
             if assembler._txn is not None:
                 continue  # inside a transaction: never stop here
-            if window.events >= max_events and (window.copy_chunks or not copying):
+            if (
+                window.events >= max_events
+                and (window.copy_chunks or not copying)
+                and (min_end is None or offsets.reached(position, min_end))
+            ):
                 # while copying, a window ends only after a copied chunk: the catch-up before a
                 # chunk grows with the writes since the last run and could fill every window
                 window.bounded = True

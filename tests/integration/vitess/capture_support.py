@@ -33,14 +33,24 @@ def vitess_props(vtgate: VtgateEmulator, keyspace: str, staging: Path, **extra: 
 
 def order_values(i: int, version: int = 0) -> tuple:
     at = _EPOCH + dt.timedelta(days=19000 + i % 50, microseconds=i * 7919 + version)
-    return (i, f"item {i}.{version}", i * 3 + version, f"{i}.{version % 100:02d}", at, "n" * (i % 5), bytes([i % 256, version % 256]))
+    return (
+        i,
+        f"item {i}.{version}",
+        i * 3 + version,
+        f"{i}.{version % 100:02d}",
+        at,
+        "n" * (i % 5),
+        bytes([i % 256, version % 256]),
+    )
 
 
 def shard_rows(vtgate: VtgateEmulator, keyspace: str) -> dict[tuple, dict[str, Any]]:
     """Every shard's ``orders`` rows, encoded as the staged events encode them."""
     out: dict[tuple, dict[str, Any]] = {}
     for shard in vtgate.keyspace_shards(keyspace):
-        for r in shard.server.execute("SELECT id, item, qty, price, at, note, raw FROM orders", database=shard.database):
+        for r in shard.server.execute(
+            "SELECT id, item, qty, price, at, note, raw FROM orders", database=shard.database
+        ):
             at = r[4]
             micros = None if at is None else int((at - _EPOCH) / dt.timedelta(microseconds=1))
             key = (r[0],)

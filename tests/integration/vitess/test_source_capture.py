@@ -41,7 +41,12 @@ def _writer(vtgate, ks, seed, stop, errors):
                     key=key,
                 )
             elif action < 0.8:
-                vtgate.execute(ks, "UPDATE orders SET qty = qty + 1, note = %s WHERE id = %s", (f"v{version}", key), key=key)
+                vtgate.execute(
+                    ks,
+                    "UPDATE orders SET qty = qty + 1, note = %s WHERE id = %s",
+                    (f"v{version}", key),
+                    key=key,
+                )
             else:
                 vtgate.execute(ks, "DELETE FROM orders WHERE id = %s", (key,), key=key)
             time.sleep(0.005)  # two shared cores: leave the capture some

@@ -1,0 +1,120 @@
+"""Convergence on a two-shard keyspace: a copy-phase snapshot spread over many runs while writers
+insert, update and delete on both shards, capture processes SIGKILLed at random points (before and
+after the commit, mid-window); the replay of every published batch equals the union of the shards."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pymysql
+import pytest
+
+from airflow_cdc.core.pipeline import build_config, build_store
+from tests.integration.vitess.capture_support import SCHEMA, order_values, shard_rows, vitess_props
+from tests.support.pipeline import assert_rows_equal, replay, run_capture
+
+pytestmark = pytest.mark.slow
+INSERT = "INSERT INTO orders VALUES (%s, %s, %s, %s, %s, %s, %s)"
+KEYS = 400
+
+
+class Writers:
+    """Two threads changing random keys on whichever shard owns them, until stopped."""
+
+    def __init__(self, vtgate, keyspace: str) -> None:
+        self.vtgate, self.keyspace = vtgate, keyspace
+        self.stop = threading.Event()
+        self.errors: list[BaseException] = []
+        self.threads = [threading.Thread(target=self._run, args=(seed,), daemon=True) for seed in (1, 2)]
+
+    def _run(self, seed: int) -> None:
+        rng, version = random.Random(seed), 0
+        try:
+            while not self.stop.is_set():
+                key, action, version = rng.randrange(1, KEYS), rng.random(), version + 1
+                if action < 0.4:
+                    self.vtgate.execute(
+                        self.keyspace,
+                        INSERT + " ON DUPLICATE KEY UPDATE item = VALUES(item), at = VALUES(at)",
+                        order_values(key, version),
+                        key=key,
+                    )
+                elif action < 0.8:
+                    self.vtgate.execute(
+                        self.keyspace, "UPDATE orders SET qty = qty - 1, raw = %s WHERE id = %s",
+                        (bytes([version % 256]), key), key=key,
+                    )  # fmt: skip
+                else:
+                    self.vtgate.execute(self.keyspace, "DELETE FROM orders WHERE id = %s", (key,), key=key)
+                time.sleep(rng.random() * 0.01)
+        except pymysql.MySQLError as e:
+            self.errors.append(e)
+
+    def __enter__(self) -> Writers:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=30)
+
+
+def _snapshot_pending(props: dict) -> bool:
+    stored = build_store(build_config(props)).load(props["name"])
+    return stored is None or bool(stored.data["snapshot"]["pending"])
+
+
+def _capture_process(config_path: Path, failpoints: str) -> subprocess.Popen:
+    env = dict(os.environ, AIRFLOW_CDC_FAILPOINTS=failpoints)
+    return subprocess.Popen(
+        [sys.executable, "-m", "airflow_cdc.cli", "capture", "--config", str(config_path), "--commit"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+
+
+def test_two_shards_converge_with_sigkills_during_the_copy(vtgate, shard_servers, keyspace, tmp_path):
+    ks = keyspace
+    vtgate.add_keyspace(ks, {"-80": shard_servers[1], "80-": shard_servers[2]}, SCHEMA)
+    for i in range(1, 301):
+        vtgate.execute(ks, INSERT, order_values(i), key=i)
+    props = vitess_props(vtgate, ks, tmp_path / "staging", **{"run.max.events": 60})
+    config_path = tmp_path / "pipeline.json"
+    config_path.write_text(json.dumps(props))
+    rng = random.Random(7)
+    kills = clean = copy_runs = 0
+    with Writers(vtgate, ks) as writers:
+        while _snapshot_pending(props) or clean < 3:
+            copy_runs += _snapshot_pending(props)
+            proc = _capture_process(
+                config_path, "after_batch_write:0.25,after_state_commit:0.2,mid_window:0.1"
+            )
+            if rng.random() < 0.3:
+                time.sleep(rng.random() * 1.5)
+                proc.send_signal(signal.SIGKILL)
+            _, err = proc.communicate(timeout=300)
+            if proc.returncode == 0:
+                clean += 1
+            elif proc.returncode == -signal.SIGKILL:
+                kills += 1
+            else:
+                raise AssertionError(f"capture failed ({proc.returncode}): {err.decode()[-3000:]}")
+            assert kills + clean < 150, "no progress under kills"
+    assert not writers.errors
+    assert kills >= 5, f"only {kills} kills happened"
+    assert copy_runs >= 5, "the copy should be spread over many runs"
+    while run_capture(props).events:
+        pass
+    oracle = replay(props)
+    expected = shard_rows(vtgate, ks)
+    assert len(expected) > 150
+    assert_rows_equal("orders", expected, oracle.rows(f"{ks}.orders"))
