@@ -275,7 +275,7 @@ class Capture:
         self, writer: BatchWriter, ctx: SnapshotContext, window: Any, end: Any, notes: list[str]
     ) -> int:
         """Book the snapshots a natively snapshotting source completed inside its window."""
-        self._snapshot_counts = dict(getattr(window, "snapshot_rows", None) or {})
+        self._snapshot_counts: dict[str, int] = dict(getattr(window, "snapshot_rows", None) or {})
         for snap in getattr(window, "snapshots_done", None) or []:
             if snap.purge_below:
                 self.source.write_purge(writer, snap.table, bytes.fromhex(snap.purge_below), end)
@@ -295,7 +295,7 @@ class Capture:
     ) -> int:
         """Emit surviving chunk rows at the window end; chunks the window does not cover wait."""
         total = 0
-        self._snapshot_counts: dict[str, int] = {}
+        self._snapshot_counts = {}
         for i, chunk in enumerate(chunks):
             if chunk.watermark.lsn_after > end_lsn:
                 notes.append(

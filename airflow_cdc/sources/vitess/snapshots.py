@@ -22,7 +22,7 @@ from airflow_cdc.sources.vitess import offsets
 from airflow_cdc.sources.vitess.proto import binlogdata_pb2 as b
 
 #: ``TableSnapshot.last_key`` once its table was put into the VGTID (the VGTID then tracks it)
-REQUESTED = ["vitess:table_p_ks"]
+REQUESTED: list[str | None] = ["vitess:table_p_ks"]
 
 
 def listed(sgtid: b.ShardGtid) -> set[str]:

@@ -372,7 +372,7 @@ class _Stager:
         copy = txn.kind == "copy"
         ts_us = now_us() if copy or not txn.timestamp else txn.timestamp * 1_000_000
         src = (ts_us // 1000, ts_us, ts_us * 1000, "true" if copy else "false", txn.shard, vgtid_text)
-        index, seen = 0, {}
+        index, seen = 0, dict[str, int]()
         for change in txn.changes:
             if not self.source.includes(change.table):
                 continue
