@@ -33,10 +33,8 @@ def value_decoder(f: q.Field) -> Callable[[bytes], Any]:
     t = f.type
     if t in _BINARY_TYPES:
         return bytes
-    if t in _TEXT_TYPES:
-        return lambda v: v.decode("utf-8")
-    if t in _TEMPORAL:
-        return lambda v: v.decode("ascii")
+    if t in _TEXT_TYPES or t in _TEMPORAL:  # temporal and DECIMAL text is ASCII, a subset of UTF-8
+        return bytes.decode
     if t & _INTEGRAL:
         return int
     if t & _FLOAT:
@@ -51,27 +49,33 @@ class Table:
     name: str  # keyspace.table
     fields: list[q.Field]
     decoders: list[Callable[[bytes], Any]]
+    names: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.names = [f.name for f in self.fields]
 
     @classmethod
     def from_event(cls, event: b.FieldEvent) -> Table:
         return cls(event.table_name, list(event.fields), [value_decoder(f) for f in event.fields])
 
     def decode(self, row: q.Row) -> dict[str, Any]:
-        if len(row.lengths) != len(self.fields):
+        lengths = row.lengths
+        if len(lengths) != len(self.fields):
             raise ProtocolError(
-                f"VStream row of {self.name} has {len(row.lengths)} values, "
+                f"VStream row of {self.name} has {len(lengths)} values, "
                 f"its FIELD event {len(self.fields)} columns"
             )
-        out: dict[str, Any] = {}
+        values = row.values  # one copy out of the message, then slices
+        out: list[Any] = []
         offset = 0
-        values = row.values
-        for f, decode, length in zip(self.fields, self.decoders, row.lengths, strict=True):
+        for decode, length in zip(self.decoders, lengths, strict=True):
             if length < 0:
-                out[f.name] = None
+                out.append(None)
                 continue
-            out[f.name] = decode(values[offset : offset + length])
-            offset += length
-        return out
+            end = offset + length
+            out.append(decode(values[offset:end]))
+            offset = end
+        return dict(zip(self.names, out, strict=True))
 
 
 @dataclass

@@ -31,8 +31,10 @@ from airflow_cdc.core.failpoints import failpoint
 from airflow_cdc.core.filters import IncludeExclude
 from airflow_cdc.core.snapshot import TableSnapshot
 from airflow_cdc.core.source import Capabilities, ChangeSource
+from airflow_cdc.core.table_sink import TableSink
 from airflow_cdc.sources.vitess import offsets, orphans, position, snapshots, window
 from airflow_cdc.sources.vitess.client import VtgateClient
+from airflow_cdc.sources.vitess.position import SNAPSHOT_INDEX as SNAP
 from airflow_cdc.sources.vitess.position import VitessCoord, shard_set
 from airflow_cdc.sources.vitess.proto import binlogdata_pb2 as b
 from airflow_cdc.sources.vitess.protocol import Table, Transaction
@@ -343,6 +345,7 @@ class _Stager:
         self.chunks: dict[str, int] = {}
         self.ddl: list[str] = []
         self.last_seen: dict[tuple[str, str], b.ShardGtid] = {}
+        self._targets: dict[str, tuple[Table, TableState | None, TableSink | None]] = {}
 
     def generation_of(self, vgtid: b.VGtid) -> int:
         """The generation of a VGTID seen now: raised when the shard set changed (a reshard)."""
@@ -353,6 +356,7 @@ class _Stager:
         return self.generation
 
     def stage(self, txn: Transaction, tables: dict[str, Table]) -> None:
+        """Stage one whole transaction (changes, or a copy chunk as ``op=r`` rows)."""
         if txn.vgtid is None:
             return
         generation = self.generation_of(txn.vgtid)
@@ -365,44 +369,75 @@ class _Stager:
             return
         self.transactions += 1
         own = next(
-            g.gtid for g in txn.vgtid.shard_gtids if g.shard == txn.shard and g.keyspace == txn.keyspace
+            g.gtid for g in txn.vgtid.shard_gtids if (g.keyspace, g.shard) == (txn.keyspace, txn.shard)
         )
         count = position.transactions_in(own)
-        vgtid_text = json.dumps(offsets.vgtid_to_json(txn.vgtid))
         copy = txn.kind == "copy"
         ts_us = now_us() if copy or not txn.timestamp else txn.timestamp * 1_000_000
+        vgtid_text = json.dumps(offsets.vgtid_to_json(txn.vgtid))
         src = (ts_us // 1000, ts_us, ts_us * 1000, "true" if copy else "false", txn.shard, vgtid_text)
-        index, seen = 0, dict[str, int]()
+        if copy:
+            self._copy_rows(
+                txn, tables, position.sort_key(self.source.epoch, generation, count, SNAP, self.stamp), src
+            )
+        else:
+            self._changes(txn, tables, generation, count, src)
+        if self.transactions == 2:
+            failpoint("mid_window")  # once per window, with part of it staged
+
+    def _target(self, name: str, tables: dict[str, Table]) -> tuple[TableState, TableSink] | None:
+        """The state and open sink of a captured table (None: not captured), cached per FIELD."""
+        table = tables[name]
+        cached = self._targets.get(name)
+        if cached is None or cached[0] is not table or (cached[2] is not None and cached[2].closed):
+            if not self.source.includes(name):
+                cached = (table, None, None)
+            else:
+                state = self.source._state(table)
+                cached = (table, state, state.sink(self.writer))
+            self._targets[name] = cached
+        return None if cached[1] is None or cached[2] is None else (cached[1], cached[2])
+
+    def _copy_rows(self, txn: Transaction, tables: dict[str, Table], at: bytes, src: tuple) -> None:
+        name = txn.changes[0].table
+        target = self._target(name, tables)
+        if target is None:
+            return
+        sink = target[1]
         for change in txn.changes:
-            if not self.source.includes(change.table):
+            sink.append("r", None, _row(change.after), at, src)
+        self.copied[name] = self.copied.get(name, 0) + len(txn.changes)
+        self.chunks[name] = self.chunks.get(name, 0) + 1
+
+    def _changes(
+        self, txn: Transaction, tables: dict[str, Table], generation: int, count: int, src: tuple
+    ) -> None:
+        index, seen = 0, dict[str, int]()
+        epoch, meta = self.source.epoch, None
+        for change in txn.changes:
+            target = self._target(change.table, tables)
+            if target is None:
                 continue
-            state = self.source._state(tables[change.table])
-            before, after = state.row(change.before), state.row(change.after)
-            if copy:
-                at = position.sort_key(
-                    self.source.epoch, generation, count, position.SNAPSHOT_INDEX, self.stamp
-                )
-                state.sink(self.writer).append("r", None, after, at, src)
-                self.copied[change.table] = self.copied.get(change.table, 0) + 1
-                continue
-            ops = [(change.op, before, after)]
+            state, sink = target
+            ops = [(change.op, _row(change.before), _row(change.after))]
             if change.op == "u" and state.key_text(change.before or {}) != state.key_text(change.after or {}):
-                ops = [("d", before, None), ("c", before, after)]  # a key change: Debezium's d + c
-            for op, bef, aft in ops:
+                ops = [("d", ops[0][1], None), ("c", ops[0][1], ops[0][2])]  # a key change: Debezium's d + c
+            for op, before, after in ops:
                 index += 1
                 if op in self.skipped:
                     continue
-                seen[change.table] = seen.get(change.table, 0) + 1
-                meta = (vgtid_text, index, seen[change.table]) if self.txn_meta else None
-                at = position.sort_key(self.source.epoch, generation, count, index)
-                state.sink(self.writer).append(op, bef, aft, at, src, meta)
+                at = position.sort_key(epoch, generation, count, index)
+                if self.txn_meta:
+                    seen[change.table] = seen.get(change.table, 0) + 1
+                    meta = (src[-1], index, seen[change.table])
+                sink.append(op, before, after, at, src, meta)
                 if change.table in self.watched:
                     self.emitted[change.table].add(at)
                 self.events += 1
                 counts = self.per_table.setdefault(change.table, {})
                 counts[op] = counts.get(op, 0) + 1
-        if copy:
-            table = txn.changes[0].table
-            self.chunks[table] = self.chunks.get(table, 0) + 1
-        if self.transactions == 2:
-            failpoint("mid_window")  # once per window, with part of it staged
+
+
+def _row(values: dict[str, Any] | None) -> tuple | None:
+    """A decoded row as the sink's tuple: the decoder fills the dict in FIELD order."""
+    return None if values is None else tuple(values.values())
