@@ -338,7 +338,7 @@ def test_example_dag_parses(monkeypatch, tmp_path):
     monkeypatch.setenv("AIRFLOW_CDC_STATE_STORE", "airflow-variable://")
     bag = DagBag(dag_folder=str(Path(__file__).resolve().parents[2] / "dags"))
     assert not bag.import_errors, bag.import_errors
-    for dag_id in ("cdc_postgres_shop", "cdc_mysql_shop"):
+    for dag_id in ("cdc_postgres_shop", "cdc_mysql_shop", "cdc_vitess_commerce"):
         dag = bag.dags.get(dag_id)
         assert dag is not None and dag.max_active_runs == 1
         assert {t.task_id for t in dag.tasks} == {"sense", "capture", "apply", "commit"}
