@@ -164,7 +164,8 @@ class Capture:
                 before_publish=lease.check,
             )
             try:
-                result = self._capture(writer, ctx, from_lsn, data, stored.version if stored else None, notes)
+                version = stored.version if stored else None
+                result = self._capture(writer, ctx, from_lsn, data, version, notes, tables)
             except BaseException:
                 writer.abort()
                 raise
@@ -184,6 +185,7 @@ class Capture:
         data: dict[str, Any],
         version: int | None,
         notes: list[str],
+        start_tables: list[str] | tuple[str, ...] = (),
     ) -> CaptureResult:
         started = time.time()
         streaming_off = (
@@ -228,6 +230,9 @@ class Capture:
         captured = self.source.tables()  # may have grown inside the window
         known = data.get("tables")
         if known is not None:
+            # tables captured at this run's start were planned then; one whose snapshot already
+            # completed inside this run must not be scheduled again
+            known = sorted(set(known) | set(start_tables))
             include = self.config["snapshot.include.collection.list"]
             notes += _plan_new_tables(ctx, self.config["snapshot.mode"], known, captured, include)
         state_after = {
