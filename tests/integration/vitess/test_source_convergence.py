@@ -82,7 +82,9 @@ def _capture_process(config_path: Path, failpoints: str) -> subprocess.Popen:
     )  # fmt: skip
 
 
-def test_two_shards_converge_with_sigkills_during_the_copy(vtgate, shard_servers, keyspace, tmp_path):
+def sigkill_scenario(vtgate, shard_servers, keyspace: str, tmp_path: Path) -> dict:
+    """Two shards, 300 rows, writers running; capture processes (committing) SIGKILLed at random
+    points until the copy is done and three runs went through; then drained.  Returns the props."""
     ks = keyspace
     vtgate.add_keyspace(ks, {"-80": shard_servers[1], "80-": shard_servers[2]}, SCHEMA)
     for i in range(1, 301):
@@ -114,7 +116,12 @@ def test_two_shards_converge_with_sigkills_during_the_copy(vtgate, shard_servers
     assert copy_runs >= 5, "the copy should be spread over many runs"
     while run_capture(props).events:
         pass
+    return props
+
+
+def test_two_shards_converge_with_sigkills_during_the_copy(vtgate, shard_servers, keyspace, tmp_path):
+    props = sigkill_scenario(vtgate, shard_servers, keyspace, tmp_path)
     oracle = replay(props)
-    expected = shard_rows(vtgate, ks)
+    expected = shard_rows(vtgate, keyspace)
     assert len(expected) > 150
-    assert_rows_equal("orders", expected, oracle.rows(f"{ks}.orders"))
+    assert_rows_equal("orders", expected, oracle.rows(f"{keyspace}.orders"))
