@@ -116,3 +116,34 @@ def test_every_op_and_the_source_block(vtgate, shard_servers, keyspace, tmp_path
     assert snap[0]["__position"] < positions[0]
     assert second.to_offset["vgtid"][0]["gtid"].startswith("MySQL56/")
     assert_rows_equal("orders", shard_rows(vtgate, ks), replay(props).rows(f"{ks}.orders"))
+
+
+def test_uncommitted_batch_rows_are_voided(vtgate, shard_servers, keyspace, tmp_path: Path):
+    """A batch published (and maybe applied) but never committed copied keys beyond the committed
+    last copied key; the retry's catch-up drops their deletes, so the retry stages deletes for them."""
+    ks = keyspace
+    vtgate.add_keyspace(ks, {"0": shard_servers[0]}, SCHEMA)
+    for i in range(1, 31):
+        vtgate.execute(ks, INSERT, order_values(i))
+    props = vitess_props(vtgate, ks, tmp_path, **{"run.max.events": 4})
+    run_capture(props)  # committed: the copy stopped after a few rows
+    orphan = run_capture(props, commit=False)  # copies further, never committed
+    assert orphan.snapshot_rows >= 4
+    copied = [
+        r["after"]["id"]
+        for rb in list_batches(props["staging.path"], props["name"])[-1].iter_events(f"{ks}.orders")
+        for r in rb.to_pylist()
+    ]
+    gone = max(copied)
+    vtgate.execute(ks, "DELETE FROM orders WHERE id = %s", (gone,))
+    retry = run_capture(props)
+    manifest = list_batches(props["staging.path"], props["name"])[-1].manifest
+    assert retry.committed and any("void" in n for n in manifest["vitess"]["notes"])
+    while (
+        build_store(build_config(props)).load(props["name"]).data["snapshot"]["pending"]
+        or run_capture(props).events
+    ):
+        run_capture(props)
+    rows = replay(props).rows(f"{ks}.orders")
+    assert (gone,) not in rows
+    assert_rows_equal("orders", shard_rows(vtgate, ks), rows)
