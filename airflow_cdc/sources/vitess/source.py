@@ -24,20 +24,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_cdc.core.batch import BatchWriter
-from airflow_cdc.core.config import ConnectorConfig, skipped_ops
+from airflow_cdc.core.config import ConnectorConfig
 from airflow_cdc.core.errors import ConfigError, OffsetUnavailable
 from airflow_cdc.core.events import now_us
-from airflow_cdc.core.failpoints import failpoint
 from airflow_cdc.core.filters import IncludeExclude
 from airflow_cdc.core.snapshot import TableSnapshot
 from airflow_cdc.core.source import Capabilities, ChangeSource
-from airflow_cdc.core.table_sink import TableSink
 from airflow_cdc.sources.vitess import offsets, orphans, position, snapshots, window
 from airflow_cdc.sources.vitess.client import VtgateClient
-from airflow_cdc.sources.vitess.position import SNAPSHOT_INDEX as SNAP
 from airflow_cdc.sources.vitess.position import VitessCoord, shard_set
 from airflow_cdc.sources.vitess.proto import binlogdata_pb2 as b
-from airflow_cdc.sources.vitess.protocol import Table, Transaction
+from airflow_cdc.sources.vitess.protocol import Table
+from airflow_cdc.sources.vitess.stager import Stager
 from airflow_cdc.sources.vitess.tables import TableState
 
 log = logging.getLogger(__name__)
@@ -225,7 +223,7 @@ class VitessSource(ChangeSource):
         fields = self._fields.get(table)
         if fields is None:
             return  # never described in this run: nothing was captured for it in this epoch either
-        state = self._state(fields)
+        state = self.table_state(fields)
         vgtid = json.dumps(offsets.vgtid_to_json(end.vgtid))
         ts = now_us()
         state.sink(writer).append("t", None, None, at, (ts // 1000, ts, ts * 1000, "false", "", vgtid))
@@ -240,7 +238,7 @@ class VitessSource(ChangeSource):
         """Stage the changes from ``start`` to ``upto`` and the copy of the pending snapshots."""
         request, notes = snapshots.request(start.vgtid, self.pending, set(self.captured))
         found = self._orphans()
-        stager = _Stager(self, writer, start.generation, shard_set(request), set(found.events))
+        stager = Stager(self, writer, start.generation, shard_set(request), set(found.events))
         win = window.read_window(
             self._client(),
             request,
@@ -273,13 +271,13 @@ class VitessSource(ChangeSource):
         result.manifest_extra = extra
         return result
 
-    def _void_orphans(self, writer: BatchWriter, found: orphans.Orphans, stager: _Stager) -> int:
+    def _void_orphans(self, writer: BatchWriter, found: orphans.Orphans, stager: Stager) -> int:
         """Stage the deletes :mod:`.orphans` finds; returns how many."""
         staged = 0
         ts = now_us()
         for table, deletes in orphans.ghosts(found, stager.emitted, stager.stamp).items():
             fields = self._fields.get(table)
-            state = self._state(fields) if fields is not None else None
+            state = self.table_state(fields) if fields is not None else None
             if state is None or not orphans.keys_staged_as_is([c.field for c in state.codecs], state.key):
                 log.warning(
                     "%s: cannot void %d row(s) of uncommitted batches (key type)", table, len(deletes)
@@ -295,7 +293,7 @@ class VitessSource(ChangeSource):
                 staged += 1
         return staged
 
-    def _state(self, table: Table) -> TableState:
+    def table_state(self, table: Table) -> TableState:
         cached = self._states.get(id(table))
         if cached is not None and cached[0] is table:
             return cached[1]
@@ -324,125 +322,3 @@ def _key_override(config: ConnectorConfig, table: str) -> tuple[str, ...] | None
         if pattern.fullmatch(table):
             return columns
     return None
-
-
-class _Stager:
-    """Stages the transactions of one window as they arrive."""
-
-    def __init__(
-        self,
-        source: VitessSource,
-        writer: BatchWriter,
-        generation: int,
-        shards: frozenset[tuple[str, str]],
-        watched: set[str],
-    ) -> None:
-        self.source, self.writer = source, writer
-        self.stamp = now_us() // 1000
-        self.watched = watched  # tables with events in uncommitted batches
-        self.emitted: dict[str, set[bytes]] = {t: set() for t in watched}
-        self.generation, self.shards = generation, shards
-        self.skipped = skipped_ops(source.config)
-        self.txn_meta = source.config["provide.transaction.metadata"]
-        self.events = self.transactions = 0
-        self.per_table: dict[str, dict[str, int]] = {}
-        self.copied: dict[str, int] = {}
-        self.chunks: dict[str, int] = {}
-        self.ddl: list[str] = []
-        self.last_seen: dict[tuple[str, str], b.ShardGtid] = {}
-        self._targets: dict[str, tuple[Table, TableState | None, TableSink | None]] = {}
-
-    def generation_of(self, vgtid: b.VGtid) -> int:
-        """The generation of a VGTID seen now: raised when the shard set changed (a reshard)."""
-        shards = shard_set(vgtid)
-        if shards != self.shards:
-            self.generation += 1
-            self.shards = shards
-        return self.generation
-
-    def stage(self, txn: Transaction, tables: dict[str, Table]) -> None:
-        """Stage one whole transaction (changes, or a copy chunk as ``op=r`` rows)."""
-        if txn.vgtid is None:
-            return
-        generation = self.generation_of(txn.vgtid)
-        for g in txn.vgtid.shard_gtids:
-            self.last_seen[offsets.shard_key(g)] = g
-        if txn.kind == "ddl":
-            self.ddl.append(f"DDL on shard {txn.shard}: {txn.statement[:200]}")
-            return
-        if not txn.changes:
-            return
-        self.transactions += 1
-        own = next(
-            g.gtid for g in txn.vgtid.shard_gtids if (g.keyspace, g.shard) == (txn.keyspace, txn.shard)
-        )
-        count = position.transactions_in(own)
-        copy = txn.kind == "copy"
-        ts_us = now_us() if copy or not txn.timestamp else txn.timestamp * 1_000_000
-        vgtid_text = json.dumps(offsets.vgtid_to_json(txn.vgtid))
-        src = (ts_us // 1000, ts_us, ts_us * 1000, "true" if copy else "false", txn.shard, vgtid_text)
-        if copy:
-            self._copy_rows(
-                txn, tables, position.sort_key(self.source.epoch, generation, count, SNAP, self.stamp), src
-            )
-        else:
-            self._changes(txn, tables, generation, count, src)
-        if self.transactions == 2:
-            failpoint("mid_window")  # once per window, with part of it staged
-
-    def _target(self, name: str, tables: dict[str, Table]) -> tuple[TableState, TableSink] | None:
-        """The state and open sink of a captured table (None: not captured), cached per FIELD."""
-        table = tables[name]
-        cached = self._targets.get(name)
-        if cached is None or cached[0] is not table or (cached[2] is not None and cached[2].closed):
-            if not self.source.includes(name):
-                cached = (table, None, None)
-            else:
-                state = self.source._state(table)
-                cached = (table, state, state.sink(self.writer))
-            self._targets[name] = cached
-        return None if cached[1] is None or cached[2] is None else (cached[1], cached[2])
-
-    def _copy_rows(self, txn: Transaction, tables: dict[str, Table], at: bytes, src: tuple) -> None:
-        name = txn.changes[0].table
-        target = self._target(name, tables)
-        if target is None:
-            return
-        sink = target[1]
-        for change in txn.changes:
-            sink.append("r", None, _row(change.after), at, src)
-        self.copied[name] = self.copied.get(name, 0) + len(txn.changes)
-        self.chunks[name] = self.chunks.get(name, 0) + 1
-
-    def _changes(
-        self, txn: Transaction, tables: dict[str, Table], generation: int, count: int, src: tuple
-    ) -> None:
-        index, seen = 0, dict[str, int]()
-        epoch, meta = self.source.epoch, None
-        for change in txn.changes:
-            target = self._target(change.table, tables)
-            if target is None:
-                continue
-            state, sink = target
-            ops = [(change.op, _row(change.before), _row(change.after))]
-            if change.op == "u" and state.key_text(change.before or {}) != state.key_text(change.after or {}):
-                ops = [("d", ops[0][1], None), ("c", ops[0][1], ops[0][2])]  # a key change: Debezium's d + c
-            for op, before, after in ops:
-                index += 1
-                if op in self.skipped:
-                    continue
-                at = position.sort_key(epoch, generation, count, index)
-                if self.txn_meta:
-                    seen[change.table] = seen.get(change.table, 0) + 1
-                    meta = (src[-1], index, seen[change.table])
-                sink.append(op, before, after, at, src, meta)
-                if change.table in self.watched:
-                    self.emitted[change.table].add(at)
-                self.events += 1
-                counts = self.per_table.setdefault(change.table, {})
-                counts[op] = counts.get(op, 0) + 1
-
-
-def _row(values: dict[str, Any] | None) -> tuple | None:
-    """A decoded row as the sink's tuple: the decoder fills the dict in FIELD order."""
-    return None if values is None else tuple(values.values())
