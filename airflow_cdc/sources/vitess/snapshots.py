@@ -7,6 +7,13 @@ copy of the table completes.  So the stored VGTID alone says what is left per sh
 resumes where the last committed window stopped.  A table's snapshot is complete when no shard of
 the window's end lists it.
 
+While a table waits for its copy, vtgate drops its changes (the copy will read the rows as they
+are then) -- deletes too.  A table captured before (ad hoc snapshot, ``always``, a table that
+appeared mid-window) would keep rows deleted meanwhile: so requesting such a snapshot raises the
+epoch and sets the snapshot's ``purge_below`` to the new epoch's floor, and its completion stages a
+truncate there (every shard's rows of the table captured before the copy are void; the copy and
+everything after it are above the floor).
+
 A reshard during a copy retires shards with their unfinished entries; the tables they still listed
 are requested again on the new shards (which hold every row of the keyspace), so the copy stays
 complete -- rows re-read there sort after the old shards' (a new shard generation).
@@ -29,17 +36,19 @@ def listed(sgtid: b.ShardGtid) -> set[str]:
     return {t.table_name for t in sgtid.table_p_ks}
 
 
-def request(start: b.VGtid, pending: Iterable[TableSnapshot], known: set[str]) -> tuple[b.VGtid, list[str]]:
+def request(
+    start: b.VGtid, pending: Iterable[TableSnapshot], known: set[str]
+) -> tuple[b.VGtid, list[str], list[TableSnapshot]]:
     """The VGTID to stream from: ``start`` with every new pending table in every shard's
     ``table_p_ks`` (without a last key: copy from the first row).  Marks them requested.
 
     :param known: captured tables (``keyspace.table``); snapshots of others are skipped.
-    :returns: the VGTID and notes (skipped snapshots).
+    :returns: the VGTID, notes (skipped snapshots) and the snapshots requested now.
     :raises ConfigError: a snapshot with a condition or surrogate key (not supported by VStream copy).
     """
     out = b.VGtid()
     out.CopyFrom(start)
-    notes = []
+    notes, new = [], []
     for snap in pending:
         if snap.last_key == REQUESTED:
             continue
@@ -57,7 +66,8 @@ def request(start: b.VGtid, pending: Iterable[TableSnapshot], known: set[str]) -
             del sgtid.table_p_ks[:]
             sgtid.table_p_ks.extend([*kept, b.TableLastPK(table_name=name)])
         snap.last_key = REQUESTED
-    return out, notes
+        new.append(snap)
+    return out, notes, new
 
 
 def carry_over_retired(end: b.VGtid, last_seen: dict[tuple[str, str], b.ShardGtid]) -> None:

@@ -88,6 +88,8 @@ class VitessSource(ChangeSource):
         self._states: dict[int, tuple[Table, TableState]] = {}
         self._fields: dict[str, Table] = {}
         self._last_batch: str | None = None
+        self._resumed = False  # a stored offset: rows may have been captured before this run
+        self._epoch_raised = False
         self._orphan_cache: orphans.Orphans | None = None
 
     # -- life cycle -------------------------------------------------------------------------
@@ -137,6 +139,7 @@ class VitessSource(ChangeSource):
                 )
             return self._configured_start(), "no stored offset"
         self.epoch = int(offset.get("epoch", 0))
+        self._resumed = True
         self.generation = int(offset.get("generation", 0))
         vgtid = offsets.from_offset(offset)
         others = sorted({g.keyspace for g in vgtid.shard_gtids} - {self.keyspace})
@@ -153,6 +156,7 @@ class VitessSource(ChangeSource):
                 raise
             log.warning("%s; snapshot.mode=when_needed: restarting at the current VGTID and re-copying", e)
             self.epoch += 1
+            self._epoch_raised = True
             self.generation = 0
             return VitessCoord(self._current(), 0), f"stored VGTID no longer readable: {e}"
         return VitessCoord(vgtid, self.generation), None
@@ -236,7 +240,13 @@ class VitessSource(ChangeSource):
         self, start: VitessCoord, upto: VitessCoord, writer: BatchWriter, tracker: Any, max_events: int
     ) -> WindowResult:
         """Stage the changes from ``start`` to ``upto`` and the copy of the pending snapshots."""
-        request, notes = snapshots.request(start.vgtid, self.pending, set(self.captured))
+        request, notes, new = snapshots.request(start.vgtid, self.pending, set(self.captured))
+        if new and self._resumed and not self._epoch_raised:
+            self.epoch += 1  # see snapshots: the copy cannot show deletes, a truncate below it can
+            self._epoch_raised = True
+        for snap in new:
+            if self._resumed and snap.purge_below is None:
+                snap.purge_below = self.position_floor().hex()
         found = self._orphans()
         stager = Stager(self, writer, start.generation, shard_set(request), set(found.events))
         win = window.read_window(

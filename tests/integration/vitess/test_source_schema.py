@@ -40,3 +40,25 @@ def test_ddl_new_table_and_sensor_check(vtgate, shard_servers, keyspace, tmp_pat
     got = oracle.rows(f"{ks}.orders")
     assert got[(2,)]["extra"] == 7 and "extra" not in got[(1,)]
     assert_rows_equal("orders", shard_rows(vtgate, ks), got, lenient_columns=True)
+
+
+def test_adhoc_snapshot_signal_recopies_one_table(vtgate, shard_servers, keyspace, tmp_path: Path):
+    ks = keyspace
+    vtgate.add_keyspace(ks, {"-80": shard_servers[1], "80-": shard_servers[2]},
+                        [*SCHEMA, "CREATE TABLE other (id BIGINT PRIMARY KEY)"])  # fmt: skip
+    for i in range(1, 11):
+        vtgate.execute(ks, INSERT, order_values(i), key=i)
+        vtgate.execute(ks, "INSERT INTO other VALUES (%s)", (i,), key=i)
+    props = vitess_props(vtgate, ks, tmp_path, **{"run.max.events": 6})
+    while run_capture(props).to_offset["vgtid"][0].get("table_p_ks"):
+        pass
+    vtgate.execute(ks, "DELETE FROM orders WHERE id = 3", key=3)
+    signal = {"execute-snapshot": {"data-collections": [f"{ks}.orders"]}}
+    results = [run_capture(props, signals=[signal])]
+    while any(g.get("table_p_ks") for g in results[-1].to_offset["vgtid"]):
+        results.append(run_capture(props))
+    assert len(results) >= 2, "the ad hoc copy spread over runs"
+    assert sum(r.snapshot_rows for r in results) == 9
+    assert all(f"{ks}.other" not in r.tables or "r" not in r.tables[f"{ks}.other"] for r in results)
+    assert any(f"snapshot of {ks}.orders complete: 9 rows" in n for r in results for n in r.notes)
+    assert_rows_equal("orders", shard_rows(vtgate, ks), replay(props).rows(f"{ks}.orders"))
