@@ -24,6 +24,7 @@ from airflow_cdc.core.batch import BatchWriter
 from airflow_cdc.core.config import ConnectorConfig, skipped_ops
 from airflow_cdc.core.errors import ConfigError
 from airflow_cdc.core.events import now_us
+from airflow_cdc.core.failpoints import failpoint
 from airflow_cdc.core.filters import TableFilter, TableId
 from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot, read_budgeted
 from airflow_cdc.core.source import Capabilities, ChangeSource
@@ -166,6 +167,13 @@ class SqlServerSource(ChangeSource):
         committed = SqlServerLsn.parse(offset["commit_lsn"])
         known = set(offset.get("capture_instances") or [])
         problems = checks.check_offset(self.conn, self.database, self.instances, committed, known)
+        if committed > SqlServerLsn.from_int(head):
+            # fn_cdc_get_max_lsn() never moves back on a live database: it was restored from a
+            # backup (or the connector points at another database), the offset's log is gone.
+            problems.append(
+                f"database {self.database}: the stored offset {committed} is after fn_cdc_get_max_lsn() "
+                f"{SqlServerLsn.from_int(head)}; the database was restored from a backup or replaced"
+            )
         if checks.raise_purged(problems, when_needed):
             log.warning("%s; snapshot.mode=when_needed: restarting at the head and re-snapshotting", problems)
             self.epoch += 1
@@ -269,6 +277,7 @@ class SqlServerSource(ChangeSource):
                 self._stage(writer, tracker, ev, commit, ts_ms, skipped, result)
             result.transactions += 1
             result.last_commit_lsn = commit
+            failpoint("mid_window")  # crash tests: a window with at least one transaction staged
             if result.events >= max_events and commit < upto_lsn:
                 result.end_lsn = commit  # whole transactions: resume after this one
                 break
