@@ -18,6 +18,7 @@ to their SQL Server equivalents where the dialects differ in behaviour, not just
 from __future__ import annotations
 
 import re
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,7 +33,7 @@ from tests.contract.harness import BIG, Harness
 from tests.support.pipeline import assert_rows_equal, replay
 
 _CREATE = re.compile(r"^\s*CREATE TABLE \[(?P<name>[^\]]+)\] \((?P<cols>.*)\)\s*$", re.S)
-_COLUMN = re.compile(r"(\w+) (\w+(?:\(\w+\))?)( PRIMARY KEY)?")
+_COLUMN = re.compile(r"(\w+) (\w+(?:\([\w,]+\))?)( PRIMARY KEY)?")
 _TRUNCATE = re.compile(r"^\s*TRUNCATE TABLE (?P<table>.+?)\s*$")
 _RENAME = re.compile(r"^\s*ALTER TABLE \[(?P<old>[^\]]+)\] RENAME TO \[(?P<new>[^\]]+)\]\s*$")
 _BRACKETED = re.compile(r"\[((?:[^\]]|\]\])*)\]")
@@ -98,6 +99,31 @@ class SqlServerHarness(Harness):
                     conn.execute("SET search_path TO dbo")  # the login's default schema
                     conn.execute(_BRACKETED.sub(_pg_identifier, statement))
         emu.run_capture_job(db)
+
+    def writer(self) -> Any:
+        """A connection for concurrent writers: real transactions on the backing database."""
+        conn = self.db.emulator.pg_connect(self.db.name)
+        conn.execute("SET search_path TO dbo")
+        conn.commit()
+        return conn
+
+    @contextmanager
+    def agent(self, interval: float = 0.05) -> Iterator[None]:
+        """The SQL Server Agent's capture job running on a timer (copies committed changes)."""
+        stop = threading.Event()
+
+        def poll() -> None:
+            while not stop.wait(interval):
+                self.db.emulator.run_capture_job(self.db.name)
+
+        thread = threading.Thread(target=poll, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+            self.db.emulator.run_capture_job(self.db.name)
 
     def make_offset_unreadable(self, config: dict[str, Any]) -> None:
         self.db.emulator.run_cleanup(self.db.name)

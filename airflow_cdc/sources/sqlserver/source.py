@@ -294,10 +294,11 @@ class SqlServerSource(ChangeSource):
         result: WindowResult,
     ) -> None:
         state = self._states[ev.instance.name]
-        row = ev.after if ev.after is not None else ev.before
-        assert row is not None
         if tracker is not None and state.name in tracker.tables():
-            tracker.observe(state.name, state.key_text(row), commit)
+            # both images: an update may change the key, and a chunk row under either key is stale
+            for image in (ev.before, ev.after):
+                if image is not None:
+                    tracker.observe(state.name, state.key_text(image), commit)
         if ev.op in skipped:
             return
         position = SqlServerPosition(self.epoch, ev.commit_lsn, ev.change_lsn, ev.event_serial_no).sort_key()
