@@ -31,6 +31,7 @@ from airflow_cdc.core.source import Capabilities, ChangeSource
 from airflow_cdc.sources.sqlserver import checks, client, sql
 from airflow_cdc.sources.sqlserver.offsets import SqlServerLsn, SqlServerPosition, window_offset
 from airflow_cdc.sources.sqlserver.schema import CaptureInstance, load_capture_instances, window_segments
+from airflow_cdc.sources.sqlserver.schema_changes import switch_events
 from airflow_cdc.sources.sqlserver.snapshot import read_chunk
 from airflow_cdc.sources.sqlserver.stream import ChangeEvent, read_window
 from airflow_cdc.sources.sqlserver.tables import TableState, key_value
@@ -166,7 +167,8 @@ class SqlServerSource(ChangeSource):
         self.epoch = int(offset.get("epoch", 0))
         committed = SqlServerLsn.parse(offset["commit_lsn"])
         known = set(offset.get("capture_instances") or [])
-        problems = checks.check_offset(self.conn, self.database, self.instances, committed, known)
+        starts = {k: SqlServerLsn.parse(v) for k, v in (offset.get("capture_instance_starts") or {}).items()}
+        problems = checks.check_offset(self.conn, self.database, self.instances, committed, known, starts)
         if committed > SqlServerLsn.from_int(head):
             # fn_cdc_get_max_lsn() never moves back on a live database: it was restored from a
             # backup (or the connector points at another database), the offset's log is gone.
@@ -183,6 +185,9 @@ class SqlServerSource(ChangeSource):
     def offset_at(self, lsn: int, window: Any, previous: dict[str, Any] | None) -> dict[str, Any]:
         offset = window_offset({self.database: SqlServerLsn.from_int(lsn)}, self.epoch)
         offset["capture_instances"] = sorted(self._states)
+        # an instance whose start is unchanged since the offset lost nothing, even when it starts
+        # after the offset's LSN (enabled after the last change the database had)
+        offset["capture_instance_starts"] = {ci.name: str(ci.start_lsn) for ci in self.instances}
         return offset
 
     def acknowledge(self, offset: dict[str, Any]) -> None:
@@ -270,17 +275,25 @@ class SqlServerSource(ChangeSource):
         segments = window_segments(self.instances, low, high)
         times = self._commit_times(low, high)
         skipped = skipped_ops(self.config)
+        provide_txn = self.config["provide.transaction.metadata"]
         for txn in read_window(self.conn, segments):
             commit = int(txn[0].commit_lsn)
             ts_ms = times.get(txn[0].commit_lsn, 0)
+            orders: dict[str, int] | None = {} if provide_txn else None
             for ev in txn:
-                self._stage(writer, tracker, ev, commit, ts_ms, skipped, result)
+                self._stage(writer, tracker, ev, (commit, ts_ms, orders), skipped, result)
             result.transactions += 1
             result.last_commit_lsn = commit
             failpoint("mid_window")  # crash tests: a window with at least one transaction staged
             if result.events >= max_events and commit < upto_lsn:
                 result.end_lsn = commit  # whole transactions: resume after this one
                 break
+        if self.config["include.schema.changes"]:
+            constants = {s.name: s.constants for s in self._states.values()}
+            changes = switch_events(
+                self.instances, low, SqlServerLsn.from_int(result.end_lsn), constants, now_us() // 1000
+            )
+            result.manifest_extra = {"schema_changes": changes} if changes else {}
         return result
 
     def _stage(
@@ -288,11 +301,13 @@ class SqlServerSource(ChangeSource):
         writer: BatchWriter,
         tracker: ChunkTracker | None,
         ev: ChangeEvent,
-        commit: int,
-        ts_ms: int,
+        txn: tuple[int, int, dict[str, int] | None],
         skipped: frozenset[str],
         result: WindowResult,
     ) -> None:
+        """Stage one event; ``txn`` is (commit LSN, ``source.ts_ms``, per-table event counts of the
+        transaction so far, or None without ``provide.transaction.metadata``)."""
+        commit, ts_ms, orders = txn
         state = self._states[ev.instance.name]
         if tracker is not None and state.name in tracker.tables():
             # both images: an update may change the key, and a chunk row under either key is stale
@@ -303,7 +318,12 @@ class SqlServerSource(ChangeSource):
             return
         position = SqlServerPosition(self.epoch, ev.commit_lsn, ev.change_lsn, ev.event_serial_no).sort_key()
         src = (ts_ms, str(ev.change_lsn), str(ev.commit_lsn), ev.event_serial_no)
-        state.sink(writer, "stream").append(ev.op, ev.before, ev.after, position, src)
+        block = None
+        if orders is not None:  # Debezium: id = the commit LSN; orders count emitted events only
+            orders[state.name] = orders.get(state.name, 0) + 1
+            orders[""] = orders.get("", 0) + 1
+            block = (str(ev.commit_lsn), orders[""], orders[state.name])
+        state.sink(writer, "stream").append(ev.op, ev.before, ev.after, position, src, block)
         result.events += 1
         counts = result.per_table.setdefault(state.name, {})
         counts[ev.op] = counts.get(ev.op, 0) + 1
