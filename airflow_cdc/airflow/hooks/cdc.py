@@ -147,7 +147,9 @@ class CdcHook(BaseHook):
         return Capture(build_source(config), config, build_store(config))
 
     def changes_after(self, offset: dict[str, Any] | None, check: str = "wal") -> bool:
-        """Whether the source may hold changes past ``offset`` (cheap; see the source's docs)."""
+        """Whether the source may hold changes past ``offset`` (cheap; see the source's docs).
+
+        """
         return _source_changes_after(build_source(self.get_conn()), offset, check)
 
     async def achanges_after(self, offset: dict[str, Any] | None, check: str = "wal") -> bool:
