@@ -34,7 +34,7 @@ from airflow_cdc.sources.sqlserver.schema import CaptureInstance, load_capture_i
 from airflow_cdc.sources.sqlserver.schema_changes import switch_events
 from airflow_cdc.sources.sqlserver.snapshot import read_chunk
 from airflow_cdc.sources.sqlserver.stream import ChangeEvent, read_window
-from airflow_cdc.sources.sqlserver.tables import TableState, key_value
+from airflow_cdc.sources.sqlserver.tables import TableState, key_text, key_value
 from airflow_cdc.sources.sqlserver.types import Modes
 
 log = logging.getLogger(__name__)
@@ -212,36 +212,43 @@ class SqlServerSource(ChangeSource):
         return read_budgeted(pending, self._current, max_rows, chunk_size, self._read_chunk)
 
     def _read_chunk(self, snap: TableSnapshot, cursor: list | None, limit: int) -> ChunkRead:
-        if snap.condition or snap.surrogate_key:
-            raise ConfigError(
-                f"snapshot of {snap.table}: conditions and surrogate keys are not supported yet"
-            )
+        """A chunk in key order, or in an ad hoc snapshot's surrogate-key order, with its
+        additional condition; key texts first, then the surrogate key's text as the cursor."""
         state = self._current[snap.table]
         ci = state.instance
+        order = _surrogate(snap, state) if snap.surrogate_key else list(ci.key)
+        by_name = {c.name: c for c in ci.columns}
         after = None
         if cursor is not None:
-            after = [key_value(ci.columns[i], v) for i, v in zip(state.key_index, cursor, strict=True)]
+            after = [key_value(by_name[k], v) for k, v in zip(order, cursor, strict=True)]
         chunk = read_chunk(
             self.conn,
             self.config["snapshot.isolation.mode"],
             (ci.database, ci.schema, ci.table),
             ci.columns,
-            ci.key,
+            order,
             after,
             limit,
+            snap.condition,
+            unique=not snap.surrogate_key,
         )
         keys = list(ci.key)
         texts = [state.key_text(r) for r in chunk.rows]
         data = {k: pa.array([t[n] for t in texts], pa.string()) for n, k in enumerate(keys)}
+        cursor_index = None
+        if snap.surrogate_key:
+            i = next(n for n, c in enumerate(ci.columns) if c.name == order[0])
+            data["__cursor"] = pa.array([key_text(ci.columns[i], r[i]) for r in chunk.rows], pa.string())
+            cursor_index = [len(keys)]
         data["__row"] = pa.array(range(len(chunk.rows)), pa.int64())
         return SqlServerChunk(
             snap,
-            [*keys, "__row"],
+            list(data),
             pa.table(data),
             list(range(len(keys))),
             Watermark(int(chunk.low), int(chunk.high)),
             chunk.last,
-            None,
+            cursor_index,
             chunk.rows,
             state,
         )
@@ -336,6 +343,26 @@ class SqlServerSource(ChangeSource):
         finally:
             cur.close()
         return {SqlServerLsn.of(r[0]): _epoch_ms(r[1]) for r in rows}
+
+
+def _surrogate(snap: TableSnapshot, state: TableState) -> list[str]:
+    """The ad hoc snapshot's surrogate key as the chunk order.
+
+    :raises ConfigError: not a captured column of the table, or NULL-able (SQL Server sorts NULLs
+        first and no range predicate reaches them, so their rows would be skipped).
+    """
+    column = next((c for c in state.instance.columns if c.name == snap.surrogate_key), None)
+    if column is None:
+        raise ConfigError(
+            f"snapshot of {snap.table}: surrogate-key {snap.surrogate_key!r} is not a captured column "
+            f"of capture instance {state.instance.name}"
+        )
+    if column.nullable:
+        raise ConfigError(
+            f"snapshot of {snap.table}: surrogate-key {snap.surrogate_key!r} allows NULLs; "
+            "choose a NOT NULL column (rows with NULL there could not be chunked)"
+        )
+    return [column.name]
 
 
 def _epoch_ms(value: Any) -> int:
