@@ -15,6 +15,7 @@ instance's key without ad hoc conditions or surrogate keys.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +27,13 @@ from airflow_cdc.core.errors import ConfigError
 from airflow_cdc.core.events import now_us
 from airflow_cdc.core.failpoints import failpoint
 from airflow_cdc.core.filters import TableFilter, TableId
-from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot, read_budgeted
+from airflow_cdc.core.snapshot import (
+    ChunkRead,
+    ChunkTracker,
+    TableSnapshot,
+    key_ordered_chunks,
+    read_budgeted,
+)
 from airflow_cdc.core.source import Capabilities, ChangeSource
 from airflow_cdc.sources.sqlserver import checks, client, sql
 from airflow_cdc.sources.sqlserver.offsets import SqlServerLsn, SqlServerPosition, window_offset
@@ -252,6 +259,23 @@ class SqlServerSource(ChangeSource):
             chunk.rows,
             state,
         )
+
+    def encoded_chunks(self, table: str, chunk_size: int) -> Iterator[pa.Table]:
+        """The live table in key order, ``chunk_size`` rows at a time, encoded like captured rows
+        (for ``verify``): the snapshot chunk reader, no state stored, nothing written.
+
+        :raises ConfigError: ``table`` (``database.schema.table``) is not captured.
+        """
+        if table not in self._current:
+            raise ConfigError(
+                f"table {table} is not captured by connector {self.name} (check the table filters)"
+            )
+        for chunk in key_ordered_chunks(self, table, chunk_size):
+            assert isinstance(chunk, SqlServerChunk) and chunk.state is not None
+            if chunk.rows:
+                codecs = chunk.state.codecs
+                arrays = [c.convert_values([r[i] for r in chunk.rows]) for i, c in enumerate(codecs)]
+                yield pa.Table.from_arrays(arrays, schema=pa.schema([c.field for c in codecs]))
 
     def reflects(self, watermark: Watermark, txn: int) -> bool:
         """A chunk reflects every transaction captured before it was read (commit LSN <= low)."""
