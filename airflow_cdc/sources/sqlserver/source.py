@@ -140,6 +140,10 @@ class SqlServerSource(ChangeSource):
     def tables(self) -> list[str]:
         return sorted(self._current)
 
+    def table_state(self, table: str) -> TableState:
+        """The newest capture instance's state of ``table`` (``database.schema.table``)."""
+        return self._current[table]
+
     # -- offsets ----------------------------------------------------------------------------
     def _max_lsn(self) -> SqlServerLsn:
         return SqlServerLsn.of(client.scalar(self.conn, sql.MAX_LSN))

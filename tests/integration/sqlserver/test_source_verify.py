@@ -26,6 +26,7 @@ def test_encoded_chunks_equal_the_captured_rows(sqlserver_emulator: SqlServerCdc
     source.open()
     try:
         chunks = list(source.encoded_chunks(table, 6))
+        assert source.table_state(table).key_columns == ["id"]  # what verify joins silver on
         with pytest.raises(ConfigError, match="dbo.nope is not captured"):
             list(source.encoded_chunks(f"{mssql_db}.dbo.nope", 6))
     finally:
