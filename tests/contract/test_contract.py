@@ -57,11 +57,7 @@ def _snapshot_with_changes(h: Harness, config: dict[str, Any], table: str) -> in
     return runs
 
 
-def test_snapshot_and_every_op_converge(harness: Harness, request: pytest.FixtureRequest) -> None:
-    if harness.name == "postgresql":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "open in issue 10: a primary-key change that leaves a TOASTed column unchanged stages the "
-            "placeholder and the new key's value is lost (the key-change work carries the old key's value)")))
+def test_snapshot_and_every_op_converge(harness: Harness) -> None:
     h = harness
     h.create_items("items", 60)
     config = h.config(**{"incremental.snapshot.chunk.size": 7, "snapshot.max.rows.per.run": 15})
