@@ -342,7 +342,13 @@ class PostgresSource(ChangeSource):
         return encoded_chunks(self, table, chunk_size)
 
     def read_chunks(self, pending: list[TableSnapshot], max_rows: int, chunk_size: int) -> list[ChunkRead]:
-        """Read chunks of pending table snapshots, in order, up to ``max_rows`` rows in total."""
+        """Read chunks of pending table snapshots, in order, up to ``max_rows`` rows in total.
+
+        :raises MissingPrivilege: synchronous replication is on and the user cannot see waiting commits.
+        """
+        if pending:
+            assert self.conn is not None
+            client.check_commit_visibility(self.conn)
         return read_budgeted(pending, self._tables, max_rows, chunk_size, self._read_chunk)
 
     def _read_chunk(self, snap: TableSnapshot, after: list | None, limit: int) -> ChunkRead:

@@ -88,6 +88,11 @@ HIDDEN_COMMITS = (
     "WHERE wait_event_type = 'IPC' AND wait_event = 'SyncRep' AND backend_xid IS NOT NULL"
 )
 
+SYNC_VISIBILITY_CHECK = (
+    "SELECT current_setting('synchronous_standby_names'), pg_has_role('pg_read_all_stats', 'USAGE'), "
+    "current_user"
+)
+
 INSERT_LSN = "SELECT pg_current_wal_insert_lsn()::text"
 
 

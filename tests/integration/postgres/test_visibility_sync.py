@@ -170,3 +170,28 @@ def test_without_the_reread_the_stale_chunk_row_wins(
     }
     with psycopg.connect(db.server.dsn(db.name)) as conn:  # the server itself agrees: committed
         assert conn.execute("SELECT v FROM items WHERE id = %s", (HIDDEN_ID,)).fetchone() == ("new",)
+
+
+def test_a_user_blind_to_waiting_commits_is_refused_under_synchronous_replication(db: OwnPgDb) -> None:
+    """Without superuser or pg_read_all_stats the SyncRep waiters are invisible to the check: refuse
+    (naming the grant) rather than read chunks that may be stale."""
+    from airflow_cdc.core.errors import MissingPrivilege
+    from airflow_cdc.sources.postgres.client import check_commit_visibility
+
+    role = f"cap_{db.name}"
+    server = db.server
+    server.execute(f'CREATE ROLE "{role}" LOGIN REPLICATION PASSWORD \'pw\'')
+    try:
+        with psycopg.connect(server.dsn(db.name, user=role, password="pw"), autocommit=True) as conn:
+            check_commit_visibility(conn)  # no synchronous standby: nothing to see
+            server.set_config("synchronous_standby_names", "ghost")
+            with pytest.raises(MissingPrivilege, match=f"{role}.*synchronous_standby_names = 'ghost'") as e:
+                check_commit_visibility(conn)
+            assert f'GRANT pg_read_all_stats TO "{role}"' in str(e.value)
+            server.set_config("synchronous_standby_names", "")  # a GRANT would wait for the ghost
+            server.execute(f'GRANT pg_read_all_stats TO "{role}"')
+            server.set_config("synchronous_standby_names", "ghost")
+            check_commit_visibility(conn)
+    finally:
+        server.set_config("synchronous_standby_names", "")
+        server.execute(f'DROP ROLE "{role}"')
