@@ -26,8 +26,9 @@ from airflow_cdc.core.config import ConnectorConfig, skipped_ops
 from airflow_cdc.core.errors import ConfigError, OffsetUnavailable, ServerMisconfigured, UnsupportedType
 from airflow_cdc.core.filters import TableFilter, TableId
 from airflow_cdc.core.position import PgPosition, format_pg_lsn, parse_pg_lsn
-from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot, read_budgeted
+from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot, read_budgeted, read_when_visible
 from airflow_cdc.core.source import Capabilities, ChangeSource
+from airflow_cdc.core.table_sink import SnapshotSinks
 from airflow_cdc.sources.postgres import client, replication
 from airflow_cdc.sources.postgres import sql as q
 from airflow_cdc.sources.postgres.offsets import PgOffset, ServerIdentity, restart_problem, server_identity
@@ -91,7 +92,7 @@ class PostgresSource(ChangeSource):
         )
         self.slot, self.publication = config["slot.name"], config["publication.name"]
         self.conn: psycopg.Connection | None = None
-        self._snapshot_sinks: dict[tuple, Any] = {}
+        self._snapshot_sinks = SnapshotSinks()
         self._table_states: dict[str, RelationState] = {}
         self._tables: dict[str, tuple[TableId, int]] = {}
         self.epoch = 0  # PgPosition.epoch of this run's events
@@ -104,7 +105,8 @@ class PostgresSource(ChangeSource):
     def open(self) -> None:
         """Connect, check the server, list tables and ensure the publication exists."""
         self.conn = client.connect(self.config)
-        self._snapshot_sinks, self._table_states = {}, {}
+        self._snapshot_sinks.clear()
+        self._table_states = {}
         self.server = client.check_server(self.conn)
         self.catalog = client.Catalog(self.conn)
         via_root = self.config["publish.via.partition.root"]
@@ -361,20 +363,18 @@ class PostgresSource(ChangeSource):
 
         :raises ServerMisconfigured: a committed transaction stayed invisible for ``timeout`` seconds.
         """
-        deadline = time.monotonic() + VISIBILITY_TIMEOUT
-        while True:
+
+        def attempt() -> tuple[ChunkRead | None, str]:
             # checked before the chunk's snapshot is taken, not in it: a transaction an earlier
             # window emitted is either still waiting now, or visible to the snapshot taken next
             hidden = self._hidden_commits()
-            if not hidden:
-                return self._read_chunk_once(snap, after, limit)
-            if time.monotonic() > deadline:
-                raise ServerMisconfigured(
-                    f"snapshot chunk of {snap.table}: transaction(s) {', '.join(hidden)} committed but "
-                    f"stayed invisible for {VISIBILITY_TIMEOUT:.0f}s",
-                    hint="check synchronous_standby_names: a synchronous standby is not confirming",
-                )
-            time.sleep(0.02)
+            if hidden:
+                return None, f"transaction(s) {', '.join(hidden)} committed but stayed invisible"
+            return self._read_chunk_once(snap, after, limit), ""
+
+        return read_when_visible(
+            snap.table, attempt, "check synchronous_standby_names: a synchronous standby is not confirming"
+        )
 
     def _hidden_commits(self) -> list[str]:
         """Xids of transactions committed in the WAL that no snapshot sees yet (waiting for a
@@ -498,12 +498,7 @@ class PostgresSource(ChangeSource):
         return PgPosition(self.epoch, 0, 0).sort_key()
 
     def _snapshot_sink(self, writer: BatchWriter, table: str) -> Any:
-        state = self.table_state(table)
-        key = (id(writer), state.name, state.signature)
-        sink = self._snapshot_sinks.get(key)
-        if sink is None or sink.closed:
-            sink = self._snapshot_sinks[key] = state.open_sink(writer, kind="snapshot")
-        return sink
+        return self._snapshot_sinks.get(writer, self.table_state(table))
 
     def write_purge(self, writer: BatchWriter, table: str, position: bytes, end: int) -> None:
         ts = time.time_ns() // 1000
@@ -525,9 +520,6 @@ class PostgresSource(ChangeSource):
             at or self.snapshot_position(end_lsn),
             (ts // 1000, ts, ts * 1000, None, None, lsn),
         )
-
-
-VISIBILITY_TIMEOUT = 30.0
 
 
 def _resume_facts(offset: dict[str, Any] | None) -> tuple[int | None, int | None]:
