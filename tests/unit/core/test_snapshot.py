@@ -1,4 +1,5 @@
 import pyarrow as pa
+import pytest
 
 from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, SnapshotContext, TableSnapshot
 
