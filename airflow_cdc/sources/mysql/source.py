@@ -20,12 +20,12 @@ from airflow_cdc.core.config import ConnectorConfig, skipped_ops
 from airflow_cdc.core.errors import OffsetUnavailable, SchemaError
 from airflow_cdc.core.events import now_us
 from airflow_cdc.core.filters import IncludeExclude, TableFilter
-from airflow_cdc.core.position import MySqlPosition, binlog_file_number
 from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot, read_budgeted, read_when_visible
 from airflow_cdc.core.source import Capabilities, ChangeSource
 from airflow_cdc.core.table_sink import SnapshotSinks
 from airflow_cdc.sources.mysql import chunk_keys, client, offsets, snapshot
 from airflow_cdc.sources.mysql.flavour import GtidSet
+from airflow_cdc.sources.mysql.position import MySqlPosition, binlog_file_number
 from airflow_cdc.sources.mysql.schema import SchemaHistory, load_tables
 from airflow_cdc.sources.mysql.stream import WindowReader, WindowResult
 from airflow_cdc.sources.mysql.tables import TableResolver, TableState, source_constants

@@ -25,13 +25,13 @@ from airflow_cdc.core.batch import BatchWriter
 from airflow_cdc.core.config import ConnectorConfig, skipped_ops
 from airflow_cdc.core.errors import ConfigError, OffsetUnavailable, ServerMisconfigured, UnsupportedType
 from airflow_cdc.core.filters import TableFilter, TableId
-from airflow_cdc.core.position import PgPosition, format_pg_lsn, parse_pg_lsn
 from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot, read_budgeted, read_when_visible
 from airflow_cdc.core.source import Capabilities, ChangeSource
 from airflow_cdc.core.table_sink import SnapshotSinks
 from airflow_cdc.sources.postgres import client, replication
 from airflow_cdc.sources.postgres import sql as q
 from airflow_cdc.sources.postgres.offsets import PgOffset, ServerIdentity, restart_problem, server_identity
+from airflow_cdc.sources.postgres.position import PgPosition, format_pg_lsn, parse_pg_lsn
 from airflow_cdc.sources.postgres.stream import WindowReader, WindowResult, prefix_filter
 from airflow_cdc.sources.postgres.tables import RelationState, build_state, source_constants
 from airflow_cdc.sources.postgres.types import HandlingModes

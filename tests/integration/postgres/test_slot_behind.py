@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from airflow_cdc.core.pipeline import build_config, build_store
-from airflow_cdc.core.position import parse_pg_lsn
+from airflow_cdc.sources.postgres.position import parse_pg_lsn
 from airflow_cdc.sources.postgres.source import PostgresSource
 from tests.integration.postgres import support as pg
 
