@@ -27,18 +27,31 @@ from spark_jobs.cdc_apply.layout import table_path
 log = logging.getLogger(__name__)
 
 
+SAMPLE = 20  # example keys kept per kind of difference (the counts cover every difference)
+
+
 @dataclass
 class TableReport:
+    """One table's comparison: counts of every difference, and up to :data:`SAMPLE` example keys."""
+
     table: str
     source_rows: int = 0
     silver_rows: int = 0
     missing: list[Any] = field(default_factory=list)  # keys in the source, not in silver
     extra: list[Any] = field(default_factory=list)  # keys in silver, not in the source
     different: list[Any] = field(default_factory=list)  # same key, different values
+    missing_count: int = 0
+    extra_count: int = 0
+    different_count: int = 0
 
     @property
     def ok(self) -> bool:
-        return not (self.missing or self.extra or self.different) and self.source_rows == self.silver_rows
+        counted = self.missing_count or self.extra_count or self.different_count
+        return not counted and self.source_rows == self.silver_rows
+
+    def add_sample(self, kind: str, keys: list[Any]) -> None:
+        sample: list[Any] = getattr(self, kind)
+        sample += keys[: max(0, SAMPLE - len(sample))]
 
 
 @dataclass
@@ -54,11 +67,16 @@ class VerifyReport:
     def differences(self) -> dict[str, dict[str, Any]]:
         return {
             t.table: {
-                "missing": t.missing[:20],
-                "extra": t.extra[:20],
-                "different": t.different[:20],
+                "missing": t.missing,
+                "extra": t.extra,
+                "different": t.different,
                 "source_rows": t.source_rows,
                 "silver_rows": t.silver_rows,
+                "counts": {
+                    "missing": t.missing_count,
+                    "extra": t.extra_count,
+                    "different": t.different_count,
+                },
             }
             for t in self.tables
             if not t.ok
@@ -73,9 +91,9 @@ class VerifyReport:
                     "ok": t.ok,
                     "source_rows": t.source_rows,
                     "silver_rows": t.silver_rows,
-                    "missing": len(t.missing),
-                    "extra": len(t.extra),
-                    "different": len(t.different),
+                    "missing": t.missing_count,
+                    "extra": t.extra_count,
+                    "different": t.different_count,
                 }
                 for t in self.tables
             },
@@ -126,19 +144,20 @@ def _verify_table(
         for rows in _source_chunks(source, table, chunk):
             result = compare.compare_chunk(spark, silver, rows, keys, seen)
             report.source_rows += rows.num_rows
-            report.missing += result.missing
-            report.different += result.different
+            report.missing_count += result.missing_count
+            report.different_count += result.different_count
+            report.add_sample("missing", result.missing)
+            report.add_sample("different", result.different)
             log.info(
                 "verify %s: %d source rows compared, %d missing, %d different so far",
                 table,
                 report.source_rows,
-                len(report.missing),
-                len(report.different),
+                report.missing_count,
+                report.different_count,
             )
         count, sample, report.silver_rows = compare.extra_keys(
             spark, silver, keys, seen, report.source_rows > 0
         )
-        report.extra = sample
-        if count and not sample:
-            report.extra = [f"{count} rows"]
+        report.extra_count = count
+        report.add_sample("extra", sample)
     return report

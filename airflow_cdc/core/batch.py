@@ -136,6 +136,7 @@ class BatchWriter:
             self.piece_rows,
             metadata,
             expand=expand,
+            key_columns=table_info.get("key_columns") or (),
         )
         self._open[table] = sink
         self._tables.setdefault(table, {}).update(table_info)

@@ -287,6 +287,8 @@ class Capture:
             rows = tracker.survivors(chunk)
             if rows.num_rows:
                 self.source.write_snapshot_rows(writer, chunk, rows, end_lsn)
+            for at, pre in tracker.pre_images(chunk):
+                self.source.write_snapshot_rows(writer, chunk, pre, end_lsn, at)
             snap = chunk.snapshot
             snap.last_key = chunk.next_cursor()
             snap.rows += rows.num_rows

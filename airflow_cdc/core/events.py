@@ -11,10 +11,14 @@ Every staged table file has these columns (SPEC §4):
 ``source``        the connector's ``source`` block (fields exactly as Debezium documents them).
 ``transaction``   ``{id, total_order, data_collection_order}`` when
                   ``provide.transaction.metadata`` is on, else null.
-``__position``    fixed-width bytes whose byte order is the event order (see ``core.position``).
+``__position``    fixed-width bytes whose byte order is the event order (see ``core.source``).
 ``__unavailable`` names of ``after`` columns whose value the source did not send (PostgreSQL
                   unchanged TOAST); the column holds ``unavailable.value.placeholder`` where
                   its type can, and apply must keep the stored value.
+``__old_key``     on the ``c`` event of a primary-key change (Debezium's ``__debezium.oldkey``
+                  header): the old key's columns, so apply can fill the new row's unchanged-TOAST
+                  columns from the old key's value; null on every other event.  Only tables
+                  with key columns have it.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ MESSAGE_TYPE = pa.struct([pa.field("prefix", pa.string()), pa.field("content", p
 
 POSITION_COLUMN = "__position"
 UNAVAILABLE_COLUMN = "__unavailable"
+OLD_KEY_COLUMN = "__old_key"
 
 
 def row_struct(fields: list[pa.Field]) -> pa.StructType:
@@ -45,10 +50,16 @@ def row_struct(fields: list[pa.Field]) -> pa.StructType:
 
 
 def envelope_schema(
-    columns: list[pa.Field], source_type: pa.StructType, metadata: dict[bytes, bytes] | None = None
+    columns: list[pa.Field],
+    source_type: pa.StructType,
+    metadata: dict[bytes, bytes] | None = None,
+    key_columns: list[str] | None = None,
 ) -> pa.Schema:
-    """Arrow schema of one staged table file."""
+    """Arrow schema of one staged table file (with ``__old_key`` when ``key_columns`` are given)."""
     row = row_struct(columns)
+    by_name = {f.name: f for f in columns}
+    key_fields = [by_name[k] for k in key_columns or () if k in by_name]
+    old_key = [pa.field(OLD_KEY_COLUMN, pa.struct(key_fields))] if key_fields else []
     return pa.schema(
         [
             pa.field("op", pa.string(), nullable=False),
@@ -61,6 +72,7 @@ def envelope_schema(
             pa.field("transaction", TRANSACTION_TYPE),
             pa.field(POSITION_COLUMN, pa.binary(), nullable=False),
             pa.field(UNAVAILABLE_COLUMN, pa.list_(pa.string())),
+            *old_key,
         ],
         metadata=metadata,
     )

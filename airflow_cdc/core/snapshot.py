@@ -23,9 +23,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_cdc.core.errors import ServerMisconfigured
 from airflow_cdc.core.filters import any_full_match, compile_patterns
 
 log = logging.getLogger(__name__)
+
+#: How long a chunk read waits for transactions the log already holds to become visible to it.
+VISIBILITY_TIMEOUT = 30.0
 COMPLETED_KEPT = 50
 
 
@@ -143,6 +147,32 @@ class ChunkRead:
         return [self.data.column(i)[row].as_py() for i in (self.cursor_index or self.key_index)]
 
 
+def read_when_visible(
+    table: str,
+    attempt: Callable[[], tuple[ChunkRead | None, str]],
+    hint: str,
+    timeout: float | None = None,
+) -> ChunkRead:
+    """Read a chunk whose snapshot sees every transaction the log may already have handed out.
+
+    With synchronous replication a commit is in the log (and maybe emitted by an earlier window)
+    before snapshots see it; a chunk read then could not be reconciled.  ``attempt()`` returns
+    ``(chunk, "")``, or ``(None, what is still hidden)`` and is retried every 20 ms.
+
+    :raises ServerMisconfigured: still hidden after ``timeout`` seconds (default
+        :data:`VISIBILITY_TIMEOUT`); the message names the table and what stayed hidden.
+    """
+    limit = VISIBILITY_TIMEOUT if timeout is None else timeout
+    deadline = time.monotonic() + limit
+    while True:
+        chunk, hidden = attempt()
+        if chunk is not None:
+            return chunk
+        if time.monotonic() > deadline:
+            raise ServerMisconfigured(f"snapshot chunk of {table}: {hidden} for {limit:.0f}s", hint=hint)
+        time.sleep(0.02)
+
+
 def read_budgeted(
     pending: list[TableSnapshot],
     captured: Iterable[str],
@@ -207,6 +237,7 @@ class ChunkTracker:
         self._touched: dict[str, dict[tuple, int]] = {}
         self._truncated: dict[str, int] = {}
         self._first: dict[Any, int] = {}
+        self._steps: dict[str, dict[tuple, list[tuple[int, bytes | None]]]] = {}
 
     def tables(self) -> frozenset[str]:
         return self._tables
@@ -224,13 +255,21 @@ class ChunkTracker:
             self._first[txn] = first = lo
         return first
 
-    def observe(self, table: str, key: tuple, txn: Any) -> None:
-        """Record that ``txn`` changed the row with ``key`` (text values) in ``table``."""
+    def observe(self, table: str, key: tuple, txn: Any, pre_image: bytes | None = None) -> None:
+        """Record that ``txn`` changed the row with ``key`` (text values) in ``table``.
+
+        :param pre_image: the change left values unsent (PostgreSQL unchanged TOAST) and the
+            position just before the transaction's events: a chunk that drops the key because of
+            this (first unreflected) change emits its row there, so the unsent values resolve.
+        """
         first = self._first_reflecting(txn)
         if first:
             keys = self._touched.setdefault(table, {})
             if keys.get(key, 0) < first:
                 keys[key] = first
+                # the window is in commit order and, for one row, a chunk reflects a prefix of its
+                # changes (PostgreSQL row locks): this is the first change some chunks miss
+                self._steps.setdefault(table, {}).setdefault(key, []).append((first, pre_image))
 
     def observe_truncate(self, table: str, txn: Any) -> None:
         """A truncate by ``txn``: every row of chunks that do not reflect it is stale."""
@@ -256,3 +295,30 @@ class ChunkTracker:
             cols = [chunk.data.column(i).to_pylist() for i in chunk.key_index]
             mask = pa.array([key not in wanted for key in zip(*cols, strict=True)])
         return chunk.data.filter(mask)
+
+    def pre_images(self, chunk: ChunkRead) -> list[tuple[bytes, pa.Table]]:
+        """Dropped rows of ``chunk`` to emit just before their key's first unreflected change.
+
+        A chunk row is the row's state right before the first change the chunk does not reflect
+        (for one row, visibility order is commit order); when that change left values unsent,
+        the row is emitted at the position given to :meth:`observe` so apply fills them from it.
+        Returns ``(position, rows)`` groups; empty for truncated chunks and without such changes.
+        """
+        index = next(i for i, c in enumerate(self.chunks) if c is chunk)
+        table = chunk.snapshot.table
+        if self._truncated.get(table, 0) > index:
+            return []
+        wanted: dict[tuple, bytes] = {}
+        for key, steps in self._steps.get(table, {}).items():
+            step = next((s for s in steps if s[0] > index), None)
+            if step is not None and step[1] is not None:
+                wanted[key] = step[1]
+        if not wanted:
+            return []
+        cols = [chunk.data.column(i).to_pylist() for i in chunk.key_index]
+        groups: dict[bytes, list[int]] = {}
+        for row, key in enumerate(zip(*cols, strict=True)):
+            at = wanted.get(key)
+            if at is not None:
+                groups.setdefault(at, []).append(row)
+        return [(at, chunk.data.take(pa.array(rows))) for at, rows in sorted(groups.items())]

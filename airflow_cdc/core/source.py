@@ -145,8 +145,14 @@ class ChangeSource(abc.ABC):
         """Whether a chunk read at ``watermark`` contains transaction ``txn``."""
         raise NotImplementedError(f"{self.kind} does not read snapshot chunks")
 
-    def write_snapshot_rows(self, writer: Any, chunk: Any, rows: Any, end: Any) -> None:
-        """Stage a chunk's surviving rows as ``op=r`` positioned at window end ``end``."""
+    def write_snapshot_rows(
+        self, writer: Any, chunk: Any, rows: Any, end: Any, at: bytes | None = None
+    ) -> None:
+        """Stage a chunk's surviving rows as ``op=r`` positioned at window end ``end``.
+
+        :param at: stage the rows at this exact ``__position`` instead (pre-images: the row as it
+            was just before a change the chunk did not reflect, positioned right below it).
+        """
         raise NotImplementedError(f"{self.kind} does not read snapshot chunks")
 
     @abc.abstractmethod

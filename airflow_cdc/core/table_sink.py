@@ -6,6 +6,9 @@ Conversion to the Debezium encoding happens column-wise per piece, through the c
 so the per-event cost in Python is a few list appends.  Memory is bounded by the piece size.
 Compiled decoders hand over whole pieces column-wise instead (:class:`ColumnarPiece`); both
 routes meet in the same conversion and produce identical rows.
+
+A ``c`` event handed over *with* a before image is the create half of a primary-key change: the
+sink writes its before image as null and keeps the old key's columns in ``__old_key``.
 """
 
 from __future__ import annotations
@@ -15,10 +18,17 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_cdc.core.errors import ProtocolError
-from airflow_cdc.core.events import POSITION_COLUMN, TRANSACTION_TYPE, envelope_schema, now_us
+from airflow_cdc.core.events import (
+    OLD_KEY_COLUMN,
+    POSITION_COLUMN,
+    TRANSACTION_TYPE,
+    envelope_schema,
+    now_us,
+)
 
 
 class Codec(Protocol):
@@ -148,13 +158,16 @@ class TableSink:
         piece_rows: int,
         schema_metadata: dict[bytes, bytes] | None = None,
         expand: Callable[[list[tuple]], tuple[list[bytes], list[tuple], list | None]] | None = None,
+        key_columns: Sequence[str] = (),
     ) -> None:
         self._expand = expand or _expand_plain
         self.rel_path, self.kind, self.schema_version = rel_path, kind, schema_version
         self._codecs, self._select, self._source = list(codecs), list(select), source
         self._piece_rows = piece_rows
         self._fields = [relax(c.field) for c in codecs]
-        self.schema = envelope_schema(self._fields, source.type, schema_metadata)
+        self.schema = envelope_schema(self._fields, source.type, schema_metadata, list(key_columns))
+        names = [f.name for f in self._fields]
+        self._key_slots = [names.index(k) for k in key_columns] if OLD_KEY_COLUMN in self.schema.names else []
         # dictionary-encode only the low-cardinality envelope columns and keep statistics only for
         # the position: both cost ~35% of write time on high-cardinality row data for no gain
         dictionary = ["op"] + [f"source.{f.name}" for f in source.type if pa.types.is_string(f.type)]
@@ -295,6 +308,7 @@ class TableSink:
     ) -> None:
         n = len(ops)
         ts_us = now_us()
+        before, old_key = self._old_key(ops, before)
         txn_arr = (
             pa.array(
                 [
@@ -325,6 +339,7 @@ class TableSink:
                 txn_arr,
                 positions,
                 unavail_arr,
+                *old_key,
             ],
             schema=self.schema,
         )
@@ -335,6 +350,22 @@ class TableSink:
         if self.first_position is None:
             self.first_position = positions[0].as_py()
         self.last_position = positions[n - 1].as_py()
+
+    def _old_key(self, ops: pa.Array, before: pa.Array) -> tuple[pa.Array, list[pa.Array]]:
+        """Move the before image of key-change ``c`` events into ``__old_key`` (null elsewhere)."""
+        if not self._key_slots:
+            return before, []
+        key_type = self.schema.field(OLD_KEY_COLUMN).type
+        carriers = pc.and_(pc.equal(ops, "c"), before.is_valid())
+        if not pc.any(carriers).as_py():
+            return before, [pa.nulls(len(ops), key_type)]
+        old_key = pa.StructArray.from_arrays(
+            [before.field(i) for i in self._key_slots], fields=list(key_type), mask=pc.invert(carriers)
+        )
+        children = [before.field(i) for i in range(before.type.num_fields)]
+        kept = pc.and_(before.is_valid(), pc.invert(carriers))
+        before = pa.StructArray.from_arrays(children, fields=list(before.type), mask=pc.invert(kept))
+        return before, [old_key]
 
     def write_columnar(
         self, op: str, columns: Sequence[pa.Array], position: bytes, source_values: tuple
@@ -377,3 +408,25 @@ class TableSink:
             self.last_position.hex() if self.last_position else None,
             dict(self.ops),
         )
+
+
+class SnapshotSinks:
+    """The open snapshot sink of each (batch, table, table structure).
+
+    A table's chunks, pre-images and purges of one batch share one part; a structure change inside
+    the run (a new ``signature``) opens a new part, as the stream side does.  States are the
+    sources' table states: anything with ``name``, ``signature`` and ``open_sink(writer, kind)``.
+    """
+
+    def __init__(self) -> None:
+        self._open: dict[tuple, TableSink] = {}
+
+    def get(self, writer: Any, state: Any) -> TableSink:
+        key = (id(writer), state.name, state.signature)
+        sink = self._open.get(key)
+        if sink is None or sink.closed:
+            sink = self._open[key] = state.open_sink(writer, "snapshot")
+        return sink
+
+    def clear(self) -> None:
+        self._open.clear()

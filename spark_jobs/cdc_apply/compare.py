@@ -23,9 +23,13 @@ SAMPLE = 20
 
 @dataclass
 class ChunkResult:
+    """Counts of every difference in the chunk; ``missing``/``different`` are samples of them."""
+
     matched: int = 0
     missing: list[Any] = field(default_factory=list)
     different: list[Any] = field(default_factory=list)
+    missing_count: int = 0
+    different_count: int = 0
 
 
 def load_silver(spark: SparkSession, path: str) -> DataFrame | None:
@@ -63,7 +67,8 @@ def compare_chunk(
     src = src.select(*(F.col(quoted(k)) for k in keys), _row_hash(columns).alias("__src_hash"))
     src.select(*(F.col(quoted(k)) for k in keys)).write.mode("append").parquet(seen_keys)
     if silver is None:
-        return ChunkResult(0, [list(r) for r in src.select(*keys).limit(SAMPLE).collect()], [])
+        sample = [list(r) for r in src.select(*keys).limit(SAMPLE).collect()]
+        return ChunkResult(0, sample, [], missing_count=rows.num_rows)
     dst = silver.select(*(F.col(quoted(k)) for k in keys), _row_hash(columns).alias("__dst_hash"))
     joined = src.join(dst, on=keys, how="left")
     stats = joined.agg(
@@ -75,7 +80,11 @@ def compare_chunk(
         ).alias("different"),
         F.count(F.col("__dst_hash")).alias("matched"),
     ).collect()[0]
-    result = ChunkResult(int(stats["matched"] or 0))
+    result = ChunkResult(
+        int(stats["matched"] or 0),
+        missing_count=int(stats["missing"] or 0),
+        different_count=int(stats["different"] or 0),
+    )
     if stats["missing"]:
         result.missing = [
             list(r) for r in joined.where("__dst_hash IS NULL").select(*keys).limit(SAMPLE).collect()

@@ -1,10 +1,11 @@
 """Turn a staged table's events into key actions in natural Spark types.
 
 Every event becomes one or two *actions* on a key: ``upsert`` (c, u, r: the after image),
-``delete`` (d: the before key; and u whose key changed: the old key).  Truncates are returned
-separately (their positions); ``m`` messages never reach a table.  Schema versions inside one
-batch are read group by group and unified by name onto the widest types, so a batch that spans an
-``ALTER TABLE`` reads as one frame.
+``delete`` (d: the before key; and, in batches staged before key changes became d + c pairs, u
+whose key changed: the old key).  A key change's ``c`` keeps its old key in ``__old_key``.
+Truncates are returned separately (their positions); ``m`` messages never reach a table.
+Schema versions inside one batch are read group by group and unified by name onto the widest
+types, so a batch that spans an ``ALTER TABLE`` reads as one frame.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ ACTION = "__action"
 OP = "__op"
 TS_MS = "__ts_ms"
 UNAVAILABLE = "__unavailable"
+OLD_KEY = "__old_key"  # on the c of a key change: the old key (natural types); see toast.py
 BATCH = "__batch_id"
 DELETED = "__deleted"
 META = (POSITION, OP, TS_MS, BATCH)
@@ -89,7 +91,11 @@ def _group_actions(
         else F.array().cast("array<string>")
     )
     after = events.where(F.col("op") != "d").select(
-        F.lit("upsert").alias(ACTION), *meta, unavailable.alias(UNAVAILABLE), *_image(conv, columns, "after")
+        F.lit("upsert").alias(ACTION),
+        *meta,
+        unavailable.alias(UNAVAILABLE),
+        *_image(conv, columns, "after"),
+        _old_key(group, conv, columns, keys).alias(OLD_KEY),
     )
     if not removes:
         return after
@@ -100,8 +106,27 @@ def _group_actions(
         *meta,
         F.array().cast("array<string>").alias(UNAVAILABLE),
         *_image(conv, columns, "before"),
+        F.lit(None).cast(_old_key_type(columns, keys)).alias(OLD_KEY),
     )
     return after.unionByName(removed.select(*after.columns))
+
+
+def _old_key_type(columns: dict[str, T.DataType], keys: list[str]) -> T.DataType:
+    if not keys:
+        return T.BooleanType()  # keyless tables have no key changes: an always-null column
+    return T.StructType([T.StructField(k, columns[k], True) for k in keys])
+
+
+def _old_key(
+    group: SchemaGroup, conv: dict[str, Natural], columns: dict[str, T.DataType], keys: list[str]
+) -> Column:
+    """The staged ``__old_key`` in natural types (null for parts staged without it)."""
+    kind = _old_key_type(columns, keys)
+    if not keys or "__old_key" not in group.schema.names:
+        return F.lit(None).cast(kind)
+    staged = F.col("__old_key")
+    fields = [conv[k].convert(staged.getField(k)).cast(columns[k]).alias(k) for k in keys]
+    return F.when(staged.isNotNull(), F.struct(*fields)).cast(kind)
 
 
 def _key_changed(conv: dict[str, Natural], keys: list[str]) -> Column:
@@ -146,40 +171,6 @@ def truncate_positions(spark: SparkSession, table: StagedTable) -> list[bytes]:
 def has_deletes(frame: TableFrame) -> bool:
     """Whether any action removes a key (a scan that stops at the first one; no shuffle)."""
     return frame.actions.where(F.col(ACTION) == "delete").limit(1).count() > 0
-
-
-def fill_unavailable(frame: TableFrame) -> DataFrame:
-    """Fill unchanged-TOAST columns from the key's previous action in the same batch.
-
-    A column listed in ``__unavailable`` takes the newest earlier value of that key in this batch;
-    where the batch has none, it stays listed, and the MERGE keeps the value already stored.
-    """
-    actions = frame.actions
-    if not frame.toast or actions.where(F.size(UNAVAILABLE) > 0).limit(1).count() == 0:
-        return actions
-    from pyspark.sql.window import Window  # only needed when a batch has TOAST placeholders
-
-    window = (
-        Window.partitionBy(*(F.col(quoted(k)) for k in frame.keys))
-        .orderBy(POSITION)
-        .rowsBetween(Window.unboundedPreceding, 0)
-    )
-    still: list[Column] = []
-    for name in frame.columns:
-        if name in frame.keys:
-            continue
-        missing = F.array_contains(UNAVAILABLE, name)
-        known = F.last(F.when(~missing, F.struct(F.col(quoted(name)).alias("v"))), ignorenulls=True).over(
-            window
-        )
-        slot = f"__known_{len(still)}"
-        actions = actions.withColumn(slot, known)
-        still.append(F.when(missing & F.col(slot).isNull(), F.lit(name)))
-        actions = actions.withColumn(
-            name, F.when(missing, F.col(slot).getField("v")).otherwise(F.col(quoted(name)))
-        )
-    actions = actions.withColumn(UNAVAILABLE, F.filter(F.array(*still), lambda x: x.isNotNull()))
-    return actions.drop(*[c for c in actions.columns if c.startswith("__known_")])
 
 
 def latest_per_key(actions: DataFrame, keys: list[str]) -> DataFrame:

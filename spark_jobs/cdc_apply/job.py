@@ -16,7 +16,7 @@ from typing import Any
 from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 
-from . import bronze, delta_log, frames, silver
+from . import bronze, delta_log, frames, silver, toast
 from .crash import crash_point
 from .layout import table_path
 from .staged import StagedBatch, StagedTable
@@ -95,10 +95,11 @@ def _apply_table(
     actions = silver.drop_superseded(
         spark, frame.actions, _path(target, "tombstones", staged, table), table.key_columns
     )
-    actions = frames.fill_unavailable(replace(frame, actions=actions))
+    stored = spark.read.format("delta").load(silver_path) if silver_log.files else None
+    actions = toast.fill_unavailable(replace(frame, actions=actions), stored)
     latest = frames.latest_per_key(actions, table.key_columns)
-    # deletes (d, or an update that moved its key) are stored as tombstones, then merged: only
-    # then is the newest action per key read twice and worth keeping
+    # deletes (d; in older batches also an update that moved its key) are stored as tombstones,
+    # then merged: only then is the newest action per key read twice and worth keeping
     deletes = not soft and table.may_remove and frames.has_deletes(frame)
     if deletes:
         latest = latest.persist(StorageLevel.MEMORY_AND_DISK)
@@ -112,6 +113,7 @@ def _apply_table(
         )
     finally:
         latest.unpersist()
+        actions.unpersist()  # kept by the TOAST fill when key changes needed it
     return out
 
 

@@ -5,6 +5,12 @@ action applies only if its position is greater, so replays, retries and batches 
 order converge on the same state.  Deletes leave a tombstone (key + position) in a side table so
 that an older upsert arriving later cannot resurrect the row; a truncate leaves a table-wide
 tombstone.  Unchanged-TOAST columns never overwrite a stored value.
+
+A column still unresolved after the batch's own fills (``toast.py``) is kept *pending* in the row's
+``__pending`` map (column -> position of the event that last filled it, null for none): an
+older batch applied later fills it from its newest action of the key when that action is newer
+than the last filler (a delete there only blocks older fillers), so batches applied out of order
+converge on the values of the in-order apply.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from .types import refused
 from .writes import Commit, create_table, ensure_columns
 
 TRUNCATE = "__truncate"
+PENDING = "__pending"
+PENDING_TYPE = T.MapType(T.StringType(), T.BinaryType())
 TABLE_PROPERTIES = {"delta.enableTypeWidening": "true", "delta.columnMapping.mode": "name"}
 
 
@@ -40,6 +48,7 @@ def _meta_fields(soft: bool) -> list[T.StructField]:
         T.StructField(OP, T.StringType(), True),
         T.StructField(TS_MS, T.LongType(), True),
         T.StructField(BATCH, T.StringType(), True),
+        T.StructField(PENDING, PENDING_TYPE, True),
     ]
     return [*fields, T.StructField(DELETED, T.BooleanType(), True)] if soft else fields
 
@@ -170,8 +179,15 @@ def merge_silver(
         F.lit(commit.batch_id).alias(BATCH),
     )
     meta = {POSITION: f"s.{POSITION}", OP: f"s.{OP}", TS_MS: f"s.{TS_MS}", BATCH: f"s.{BATCH}"}
+    fresh = {quoted(n): f"CASE WHEN {_unsent(n)} THEN NULL ELSE s.{quoted(n)} END" for n in data}
+    new_pending = fresh_pending()
     if not soft and not stored_log.files:
-        rows = source.where(f"{ACTION} = 'upsert'").select(*(F.col(quoted(n)) for n in data), *meta)
+        rows = source.alias("s").where(f"{ACTION} = 'upsert'")
+        rows = rows.select(
+            *(F.expr(e).alias(n) for n, e in zip(data, fresh.values(), strict=True)),
+            *meta,
+            F.expr(new_pending).alias(PENDING),
+        )
         commit.append(rows, path)  # nothing to match: a MERGE would only re-read an empty table
         return "appended"
     if _dense(stored_log, frame.events, rewrite_ratio):
@@ -186,12 +202,15 @@ def merge_silver(
             table.delete(F.col(POSITION) < F.lit(frame.truncate_at))
     newer = f"s.{POSITION} > t.{POSITION}"
     values = {
-        quoted(n): f"CASE WHEN array_contains(s.{UNAVAILABLE}, '{_lit(n)}') THEN t.{quoted(n)} "
-        f"ELSE s.{quoted(n)} END"
-        for n in data
+        quoted(n): f"CASE WHEN {_unsent(n)} THEN t.{quoted(n)} ELSE s.{quoted(n)} END" for n in data
     }
-    inserts = {quoted(n): f"s.{quoted(n)}" for n in data} | meta
+    values[PENDING] = values_pending()
+    inserts = fresh | meta | {PENDING: new_pending}
     builder = table.alias("t").merge(source.alias("s"), _key_match(frame.keys, "t", "s"))
+    older = f"s.{POSITION} < t.{POSITION} AND t.{PENDING} IS NOT NULL" + (
+        f" AND NOT coalesce(t.{DELETED}, false)" if soft else ""
+    )
+    builder = builder.whenMatchedUpdate(condition=older, set=_older_fill(data))
     if soft:
         flag = {**meta, DELETED: "true"}
         builder = builder.whenMatchedUpdate(condition=f"s.{ACTION} = 'delete' AND {newer}", set=flag)
@@ -231,20 +250,59 @@ def rewritten(stored: DataFrame, source: DataFrame, keys: list[str], soft: bool)
     if not soft:
         joined = joined.where(~wins | ~delete)
     carried = set(source.columns)
+    pending = F.col(f"t.{PENDING}")
+    older = s_pos.isNotNull() & stored_row & (s_pos < t_pos) & pending.isNotNull()
+    if soft:
+        older = older & ~F.coalesce(F.col(f"t.{DELETED}"), F.lit(False))
     out = []
     for field in stored.schema.fields:
         name, t, s = field.name, F.col(f"t.{quoted(field.name)}"), F.col(f"s.{quoted(field.name)}")
         if name == DELETED:
             value = F.when(wins, delete).otherwise(t) if soft else t
+        elif name == PENDING:
+            value = (
+                F.when(wins & stored_row & ~delete, F.expr(values_pending()))
+                .when(wins & ~stored_row & ~delete, F.expr(fresh_pending()))
+                .when(older, F.expr(older_pending()))
+                .otherwise(t)
+            )
         elif name not in carried:
             value = t
         elif name in (POSITION, OP, TS_MS, BATCH):
             value = F.when(wins, s).otherwise(t)
         else:
-            kept = F.array_contains(F.col(f"s.{UNAVAILABLE}"), name) | (delete if soft else F.lit(False))
-            value = F.when(wins & stored_row & kept, t).when(wins, s).otherwise(t)
+            unsent = F.array_contains(F.col(f"s.{UNAVAILABLE}"), name)
+            kept = unsent | (delete if soft else F.lit(False))
+            refill = older & F.expr(_refills(name)) & ~delete & ~unsent
+            value = (
+                F.when(wins & stored_row & kept, t)
+                .when(wins & unsent, F.lit(None))
+                .when(wins | refill, s)
+                .otherwise(t)
+            )
         out.append(value.cast(field.dataType).alias(name))
     return joined.select(*out)
+
+
+def values_pending() -> str:
+    """SQL: a newer upsert's pending columns over a stored row (those it keeps unresolved)."""
+    return _nonempty(f"map_filter(t.{PENDING}, (k, v) -> array_contains(s.{UNAVAILABLE}, k))")
+
+
+def fresh_pending() -> str:
+    """SQL: a new row's pending columns (no value to fill them from yet)."""
+    return (
+        f"CASE WHEN size(s.{UNAVAILABLE}) > 0 THEN map_from_arrays(s.{UNAVAILABLE}, "
+        f"transform(s.{UNAVAILABLE}, x -> CAST(NULL AS BINARY))) END"
+    )
+
+
+def older_pending() -> str:
+    """SQL: the pending map after an older action (newest filler so far per column)."""
+    return (
+        f"transform_values(t.{PENDING}, (k, v) -> CASE WHEN (v IS NULL OR s.{POSITION} > v) AND "
+        f"(s.{ACTION} = 'delete' OR NOT array_contains(s.{UNAVAILABLE}, k)) THEN s.{POSITION} ELSE v END)"
+    )
 
 
 def append_keyless(spark: SparkSession, path: str, frame: TableFrame, commit: Commit) -> None:
@@ -258,9 +316,38 @@ def append_keyless(spark: SparkSession, path: str, frame: TableFrame, commit: Co
         OP,
         TS_MS,
         F.lit(commit.batch_id).alias(BATCH),
+        F.lit(None).cast(PENDING_TYPE).alias(PENDING),
     )
     commit.append(rows, path)
 
 
 def _lit(name: str) -> str:
     return name.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def _unsent(name: str) -> str:
+    return f"array_contains(s.{UNAVAILABLE}, '{_lit(name)}')"
+
+
+def _nonempty(expr: str) -> str:
+    return f"CASE WHEN size({expr}) > 0 THEN {expr} END"
+
+
+def _refills(name: str) -> str:
+    """SQL: the older action ``s`` is the newest so far to fix ``t``'s pending column ``name``."""
+    key = f"'{_lit(name)}'"
+    return (
+        f"map_contains_key(t.{PENDING}, {key}) AND (t.{PENDING}[{key}] IS NULL "
+        f"OR s.{POSITION} > t.{PENDING}[{key}])"
+    )
+
+
+def _older_fill(data: list[str]) -> dict[str, str]:
+    """MERGE set clause for an action older than the stored row: fill its pending columns only."""
+    values = {
+        quoted(n): f"CASE WHEN {_refills(n)} AND s.{ACTION} = 'upsert' AND NOT {_unsent(n)} "
+        f"THEN s.{quoted(n)} ELSE t.{quoted(n)} END"
+        for n in data
+    }
+    values[PENDING] = older_pending()
+    return values

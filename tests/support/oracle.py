@@ -2,8 +2,10 @@
 
 Keyed by the table's key columns, ordered by ``__position``: an event older than what a key
 already reflects is ignored; deletes leave a tombstone with their position; truncate clears the
-table (at its position); unavailable (unchanged-TOAST) columns keep the stored value.
-Deliberately simple and slow: it is the definition of "correct" the capture is checked against.
+table (at its position); unavailable (unchanged-TOAST) columns keep the stored value -- on the
+``c`` of a primary-key change (``__old_key`` set), the value the *old* key's row had when it
+moved.  Deliberately simple and slow: it is the definition of "correct" the capture is checked
+against.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ class ReferenceApplier:
     def __init__(self) -> None:
         self.tables: dict[str, dict[tuple, tuple[bytes, dict[str, Any] | None]]] = {}
         self.truncated_at: dict[str, bytes] = {}
+        # the newest live row of every key, kept through its delete: a key change's c takes the
+        # unsent values of the row that moved from there
+        self.last_live: dict[str, dict[tuple, dict[str, Any]]] = {}
         self.events = 0
 
     def apply_batches(self, batches: Iterable[Batch]) -> None:
@@ -55,9 +60,17 @@ class ReferenceApplier:
             return
         after = dict(row["after"])
         current = rows.get(key)
+        live = self.last_live.setdefault(table, {})
+        old_key = row.get("__old_key")
+        if old_key is not None:  # the row moved here: its unsent values are the old key's
+            source = live.get(tuple(old_key[k] for k in key_cols))
+        else:
+            source = current[1] if current else None
         for col in row.get("__unavailable") or []:
-            after[col] = current[1][col] if current and current[1] else None
+            after[col] = source[col] if source else None
         self._put(rows, key, pos, after)
+        if rows[key][0] == pos:
+            live[key] = after
 
     @staticmethod
     def _put(rows: dict, key: tuple, pos: bytes, value: dict[str, Any] | None) -> None:

@@ -17,18 +17,18 @@ from typing import Any
 
 from airflow_cdc.core.batch import BatchWriter
 from airflow_cdc.core.failpoints import failpoint
-from airflow_cdc.core.position import binlog_file_number
 from airflow_cdc.core.progress import Progress
 from airflow_cdc.core.snapshot import ChunkTracker
 from airflow_cdc.sources.mysql import protocol as p
 from airflow_cdc.sources.mysql.client import BinlogStream
 from airflow_cdc.sources.mysql.flavour import Flavour, GtidSet
+from airflow_cdc.sources.mysql.position import binlog_file_number
 from airflow_cdc.sources.mysql.tables import TableResolver, TableState
 from airflow_cdc.sources.mysql.types import key_text
 
 log = logging.getLogger(__name__)
 _HEADER = p.HEADER.unpack_from
-_POS = struct.Struct(">QII").pack  # (epoch << 32 | file number), pos, row: core.position.MySqlPosition
+_POS = struct.Struct(">QII").pack  # (epoch << 32 | file number), pos, row: MySqlPosition
 _ROWS = p.ROWS_TYPES
 _BEGIN, _COMMIT = "BEGIN", "COMMIT"
 
@@ -70,13 +70,19 @@ class _Txn:
         return (self.id, self.seq, n)
 
 
+def _key_changed(before: Any, after: Any, key_index: list[int]) -> bool:
+    return any(before[i] != after[i] for i in key_index)
+
+
 def expand_events(rows: list[tuple]) -> tuple[list[bytes], list[tuple], list | None]:
     """Positions, ``source`` values and transaction blocks for a piece of buffered events.
 
-    A row is ``(op, before, after, info, pos, row, block)``; ``info`` is shared by a transaction's
-    events: ``(ts_ms, server_id, gtid, file, epoch << 32 | file_no, thread, query)``.
+    A row is ``(op, before, after, info, pos, row, block, ordinal)``; ``info`` is shared by a
+    transaction's events: ``(ts_ms, server_id, gtid, file, epoch << 32 | file_no, thread, query)``.
+    ``row`` is the row's index in its rows event (``source.row``); ``ordinal`` numbers the
+    *events* of the rows event, so the d + c pair of a key change gets two consecutive positions.
     """
-    positions = [_POS(r[3][4], r[4], r[5]) for r in rows]
+    positions = [_POS(r[3][4], r[4], r[7]) for r in rows]
     # ts_us/ts_ns: Debezium derives all three from the binlog event's time (whole seconds)
     source = [
         (i[0], i[1], i[2], i[3], r[4], r[5], i[5], i[6], i[0] * 1000, i[0] * 1_000_000)
@@ -272,7 +278,7 @@ class WindowReader:
                 txn.seq += 1
                 block = txn.block(table) if self.provide_txn else None
                 state.stream_sink(self.writer, expand_events).add(
-                    ("t", None, None, txn.info, start & 0xFFFFFFFF, 0, block)
+                    ("t", None, None, txn.info, start & 0xFFFFFFFF, 0, block, 0)
                 )
 
     # -- rows --------------------------------------------------------------------------------
@@ -283,23 +289,32 @@ class WindowReader:
         if state is None:
             return 0
         op = _ROWS[etype]
-        if op in self.skipped and state.name not in self.tracked:
+        # an update that changes the key is emitted as d + c, which skipping u does not skip
+        wanted = {"u", "d", "c"} if op == "u" else {op}
+        if wanted <= self.skipped and state.name not in self.tracked:
             return 0
         _, _, o, present, present_after = p.rows_body_start(etype, body)
         images = state.decode(body, o, op, present, present_after, pos)
-        emit = op not in self.skipped
-        sink = state.stream_sink(self.writer, expand_events) if emit else None
+        sink: Any = None
         info, track = txn.info, state.name in self.tracked
-        row = 0
-        for before, after in images:
-            if sink is not None:
+        emitted = 0
+        for row, (before, after) in enumerate(images):
+            if op == "u" and _key_changed(before, after, state.key_index):
+                # Debezium: d for the old key, c for the new one carrying the old image as old key
+                events: tuple = (("d", before, None), ("c", before, after))
+            else:
+                events = ((op, before, after),)
+            for event_op, b, a in events:
+                if event_op in self.skipped:
+                    continue
+                sink = sink or state.stream_sink(self.writer, expand_events)
                 txn.seq += 1
                 block = txn.block(state.name) if self.provide_txn else None
-                sink.add((op, before, after, info, pos, row, block))
+                sink.add((event_op, b, a, info, pos, row, block, emitted))
+                emitted += 1
             if track:
                 self._observe(state, before, after, txn.start)
-            row += 1
-        return row if emit else 0
+        return emitted
 
     def _observe(self, state: TableState, before: Any, after: Any, txn_start: int) -> None:
         for image in (before, after):

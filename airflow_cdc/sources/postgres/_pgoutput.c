@@ -87,13 +87,42 @@ unregister_rel(Decoder *d, uint32_t relid)
     return 0;
 }
 
+/* The key's tuple column indexes as captured column slots (each must be captured). */
+static int
+register_key(Rel *r, PyObject *key)
+{
+    PyObject *seq = PySequence_Fast(key, "key must be a sequence of column indexes");
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    r->key = PyMem_Malloc(sizeof(int) * (size_t)(n ? n : 1));
+    if (r->key == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        long idx = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, j));
+        if (idx < 0 || idx >= r->need || r->map[idx] < 0) {
+            Py_DECREF(seq);
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "key column index not among the captured columns");
+            return -1;
+        }
+        r->key[j] = r->map[idx];
+    }
+    r->nkey = (int)n;
+    Py_DECREF(seq);
+    return 0;
+}
+
 static PyObject *
 Decoder_register(Decoder *d, PyObject *args)
 {
     unsigned long relid;
-    PyObject *select;
+    PyObject *select, *key = NULL;
     int ignore = 0;
-    if (!PyArg_ParseTuple(args, "kO|p", &relid, &select, &ignore))
+    if (!PyArg_ParseTuple(args, "kO|pO", &relid, &select, &ignore, &key))
         return NULL;
     PyObject *seq = PySequence_Fast(select, "select must be a sequence of column indexes");
     if (seq == NULL)
@@ -132,6 +161,8 @@ Decoder_register(Decoder *d, PyObject *args)
         }
         r->map[idx] = (int)j;
     }
+    if (key != NULL && key != Py_None && register_key(r, key) < 0)
+        goto fail;
     if (unregister_rel(d, r->relid) < 0) {
         PyErr_SetString(PyExc_RuntimeError, "relation re-registered with events not taken");
         goto fail;
@@ -358,8 +389,9 @@ Decoder_get_events(Decoder *d, void *closure)
 
 static PyMethodDef Decoder_methods[] = {
     {"register", (PyCFunction)Decoder_register, METH_VARARGS,
-     "register(relid, select, ignore=False): decode this relation's changes, capturing the tuple\n"
-     "columns select; with ignore, consume its changes without reading them (not captured)."},
+     "register(relid, select, ignore=False, key=None): decode this relation's changes, capturing\n"
+     "the tuple columns select; with ignore, consume its changes without reading them (not\n"
+     "captured); an update that changes the key columns becomes a d + c pair."},
     {"unregister", (PyCFunction)Decoder_unregister, METH_O,
      "unregister(relid): stop decoding a relation (its events must have been taken)."},
     {"set_txn", (PyCFunction)Decoder_set_txn, METH_VARARGS,

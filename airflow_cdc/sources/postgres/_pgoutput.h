@@ -37,6 +37,8 @@ typedef struct {
     int ignore;  /* a relation not captured: its changes are consumed unread, as in Python */
     int nsel, need;
     int *map;  /* tuple column index -> captured column slot, or -1; ``need`` entries */
+    int nkey;
+    int *key;  /* captured column slots of the key: an update that changes them is a d + c pair */
     Py_ssize_t n, bytes;
     Py_ssize_t counts[3];  /* c, u, d */
     Image img[2];          /* before, after */
@@ -48,7 +50,7 @@ typedef struct {
     int skip[3];  /* c, u, d not emitted */
     int active, has_prev;
     uint64_t final_lsn, prev;
-    uint32_t epoch; /* position epoch: prefixes every position (see core.position.PgPosition) */
+    uint32_t epoch; /* position epoch: prefixes every position (see sources/postgres/position.py) */
     int64_t ts_us, xid, seq;
     Py_ssize_t events;
 } Txn;

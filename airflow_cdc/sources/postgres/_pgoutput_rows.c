@@ -106,6 +106,7 @@ rel_free(Rel *r)
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         buf_free(bufs[i]);
     PyMem_Free(r->map);
+    PyMem_Free(r->key);
     PyMem_Free(r);
 }
 
@@ -274,8 +275,96 @@ has_toast(const Rel *r, const Image *img, Py_ssize_t row)
     return 0;
 }
 
+/* Forget every trace of rows ``row`` and later: column buffers and envelope buffers. */
+static void
+rel_cut(Rel *r, Py_ssize_t row)
+{
+    rel_rollback(r, row);
+    r->ops.len = row;
+    r->pos.len = row * POS_LEN;
+    r->ts.len = r->xid.len = r->lsn.len = row * 8;
+    r->seqoff.len = row ? (row + 1) * 4 : 0;
+    r->seqdata.len = row ? ((int32_t *)r->seqoff.p)[row] : 0;
+}
+
+/* Whether row ``row``'s after image has other key values than its before image (the text as
+ * sent; an unchanged-TOAST key value did not change) -- as stream.key_changed. */
+static int
+key_moved(Rel *r, Py_ssize_t row)
+{
+    for (int k = 0; k < r->nkey; k++) {
+        Col *a = &r->img[0].cols[r->key[k]], *b = &r->img[1].cols[r->key[k]];
+        if ((b->toast.p[row >> 3] >> (row & 7)) & 1)
+            continue;
+        int va = (a->valid.p[row >> 3] >> (row & 7)) & 1, vb = (b->valid.p[row >> 3] >> (row & 7)) & 1;
+        if (va != vb)
+            return 1;
+        if (!va)
+            continue;
+        int32_t *oa = (int32_t *)a->off.p, *ob = (int32_t *)b->off.p;
+        int32_t la = oa[row + 1] - oa[row], lb = ob[row + 1] - ob[row];
+        if (la != lb || (la && memcmp(a->data.p + oa[row], b->data.p + ob[row], (size_t)la) != 0))
+            return 1;
+    }
+    return 0;
+}
+
+/* The envelope of the row just decoded at ``r->n`` (op 0/1/2 = c/u/d): 0, or -1/-2 as change_put. */
+static int
+row_done(Txn *tx, Rel *r, int op, int64_t change_lsn)
+{
+    tx->seq++;
+    int rc = meta_put(tx, r, op, change_lsn);
+    if (rc < 0) {
+        tx->seq--;
+        return rc;
+    }
+    r->n++;
+    r->counts[op]++;
+    tx->events++;
+    return 0;
+}
+
+/* A key-changing update: Debezium's d (before = old image) then c (after = new image), at
+ * consecutive sequence numbers; the c row keeps the old image as its before image, which the
+ * table sink turns into ``__old_key``.  ``newpos`` is the new tuple's offset.  Either both
+ * (unskipped) rows are added or none: returns the rows added, -1 or -2. */
+static int
+key_change_put(Txn *tx, Rel *r, const unsigned char *buf, Py_ssize_t len, Py_ssize_t newpos,
+               int64_t change_lsn)
+{
+    Py_ssize_t row = r->n;
+    int64_t seq = tx->seq;
+    Py_ssize_t p = 0, added = 0;
+    rel_rollback(r, row);
+    for (int half = 0; half < 2 && p >= 0; half++) {
+        int op = half == 0 ? 2 : 0;
+        if (tx->skip[op])
+            continue;
+        p = tuple_put(r, &r->img[0], buf, len, 6, r->n);
+        if (p >= 0)
+            p = op == 2 ? image_absent(r, &r->img[1], r->n) : tuple_put(r, &r->img[1], buf, len, newpos, r->n);
+        if (p >= 0)
+            p = row_done(tx, r, op, change_lsn);
+        if (p >= 0)
+            added++;
+    }
+    if (p < 0) {
+        for (Py_ssize_t i = row; i < r->n; i++)
+            r->counts[r->ops.p[i] == 'c' ? 0 : 2]--;
+        tx->events -= r->n - row;
+        tx->seq = seq;
+        r->n = row;
+        rel_cut(r, row);
+        return (int)p;
+    }
+    if (added)
+        r->bytes += len;
+    return (int)added;
+}
+
 /* Decode one I/U/D message into the relation's buffers.
- * Returns 1 (event added), 0 (skipped op), -1 (leave the row to Python) or -2 (error set). */
+ * Returns 1 or 2 (events added), 0 (skipped op), -1 (leave the row to Python) or -2 (error set). */
 int
 change_put(Txn *tx, Rel *r, const unsigned char *buf, Py_ssize_t len, int64_t change_lsn)
 {
@@ -297,11 +386,14 @@ change_put(Txn *tx, Rel *r, const unsigned char *buf, Py_ssize_t len, int64_t ch
         }
         else if (marker == 'K' || marker == 'O') {
             p = tuple_put(r, &r->img[0], buf, len, 6, row);
+            Py_ssize_t newpos = p + 1;
             if (p >= 0)
-                p = (p < len && buf[p] == 'N') ? tuple_put(r, &r->img[1], buf, len, p + 1, row) : -1;
+                p = (p < len && buf[p] == 'N') ? tuple_put(r, &r->img[1], buf, len, newpos, row) : -1;
             /* unchanged TOAST next to an old image: Python fills it from the old values */
             if (p >= 0 && has_toast(r, &r->img[1], row))
                 p = -1;
+            if (p >= 0 && key_moved(r, row))
+                return key_change_put(tx, r, buf, len, newpos, change_lsn);
         }
         else {
             p = -1;
@@ -317,27 +409,15 @@ change_put(Txn *tx, Rel *r, const unsigned char *buf, Py_ssize_t len, int64_t ch
         rel_rollback(r, row);
         return 0;
     }
-    if (p >= 0) {
-        tx->seq++;
-        p = meta_put(tx, r, op, change_lsn);
-        if (p < 0)
-            tx->seq--;
-    }
+    if (p >= 0)
+        p = row_done(tx, r, op, change_lsn);
     if (p < 0) {
-        rel_rollback(r, row);
-        if (p == -1) {  /* the envelope buffers may hold part of this row: cut them back */
-            r->ops.len = row;
-            r->pos.len = row * POS_LEN;
-            r->ts.len = r->xid.len = r->lsn.len = row * 8;
-            r->seqoff.len = row ? (row + 1) * 4 : 0;
-            r->seqdata.len = row ? ((int32_t *)r->seqoff.p)[row] : 0;
-        }
+        if (p == -1)  /* the envelope buffers may hold part of this row: cut them back */
+            rel_cut(r, row);
+        else
+            rel_rollback(r, row);
         return (int)p;
     }
-    r->n++;
-    r->counts[op]++;
     r->bytes += len;
-    tx->events++;
     return 1;
 }
-

@@ -25,13 +25,13 @@ from airflow_cdc.core.errors import ProtocolError
 from airflow_cdc.core.events import message_schema, now_us
 from airflow_cdc.core.failpoints import failpoint
 from airflow_cdc.core.filters import IncludeExclude
-from airflow_cdc.core.position import PgPosition, format_pg_lsn
 from airflow_cdc.core.progress import Progress
 from airflow_cdc.core.snapshot import ChunkTracker
 from airflow_cdc.sources.postgres import protocol as proto
 from airflow_cdc.sources.postgres import sql as q
 from airflow_cdc.sources.postgres.client import prefetch
 from airflow_cdc.sources.postgres.columnar import native_decoder, to_piece
+from airflow_cdc.sources.postgres.position import PgPosition, format_pg_lsn
 from airflow_cdc.sources.postgres.tables import SOURCE_TYPE, RelationState, source_constants
 
 log = logging.getLogger(__name__)
@@ -240,7 +240,7 @@ class WindowReader:
         if not state.included:  # changes of tables not captured are skipped unread either way
             self.native.register(rel.relid, (), True)
         elif state.name not in self.tracked:
-            self.native.register(rel.relid, state.select)
+            self.native.register(rel.relid, state.select, False, state.key_index)
             self.native_rels[rel.relid] = state
 
     def _change(self, data: bytes, kind: int, change_lsn: int, st: _TxnState) -> int:
@@ -273,19 +273,38 @@ class WindowReader:
                 f"truncated pgoutput {chr(data[0])!r} message of {len(data)} bytes "
                 f"at {format_pg_lsn(change_lsn)}"
             ) from None
-        if op in self.skipped:
+        emitted: list[tuple[str, tuple | None, tuple | None]]
+        if op == "u" and before is not None and key_changed(before, after, rs.key_index):
+            # Debezium: a key change is a delete of the old key, then a create of the new one
+            # (consecutive sequence numbers); the create carries the old image as its old key
+            emitted = [("d", before, None), ("c", before, after)]
+        else:
+            emitted = [(op, before, after)]
+        emitted = [e for e in emitted if e[0] not in self.skipped]
+        if not emitted:
             return 0
-        self._emit(relid, rs, op, before, after, change_lsn, st)
+        for event in emitted:
+            self._emit(relid, rs, *event, change_lsn, st)
         if rs.name in self.tracked:
             # a NULL key column of a full image (new row, or REPLICA IDENTITY FULL old row) is the
             # row's real key (NULL-able message.key.columns); in a key-only old row it is unknown
-            full_before = kind != _I and data[5] == _O
-            for image, full in ((before, full_before), (after, True)):
-                if image is not None:
-                    key = tuple(_text(image[i]) for i in rs.key_index)
-                    if full or None not in key:
-                        self.tracker.observe(rs.name, key, st.xid)  # type: ignore[union-attr]
-        return 1
+            self._observe(rs, before, after, st, full_before=kind != _I and data[5] == _O)
+        return len(emitted)
+
+    def _observe(
+        self, rs: RelationState, before: tuple | None, after: tuple | None, st: _TxnState, full_before: bool
+    ) -> None:
+        """Tell the chunk tracker which keys the change touched; a change that leaves TOAST values
+        unsent asks for the dropped chunk row of its (old) key as a pre-image (see ChunkTracker)."""
+        unsent = after is not None and any(v is UNCHANGED_TOAST for v in after)
+        old = before if before is not None else after
+        for image, full in ((before, full_before), (after, True)):
+            if image is not None:
+                key = tuple(_text(image[i]) for i in rs.key_index)
+                if full or None not in key:
+                    # (commit LSN, 0): after every earlier transaction, before this one's events
+                    pre = st.commit_key + bytes(8) if unsent and image is old else None
+                    self.tracker.observe(rs.name, key, st.xid, pre_image=pre)  # type: ignore[union-attr]
 
     def _emit(
         self,
@@ -463,6 +482,18 @@ def _fill_unchanged(after: tuple, before: tuple) -> tuple:
         old if new is UNCHANGED_TOAST and old is not None and old is not UNCHANGED_TOAST else new
         for new, old in zip(after, before, strict=True)
     )
+
+
+def key_changed(before: tuple, after: tuple | None, key_index: list[int]) -> bool:
+    """Whether an update moved the row to another key (text values compared as sent; an
+    unchanged-TOAST key value did not change).  The compiled decoder compares alike."""
+    if after is None:
+        return False
+    for i in key_index:
+        new = after[i]
+        if new is not proto.UNCHANGED_TOAST and before[i] != new:
+            return True
+    return False
 
 
 def _bad(data: bytes, change_lsn: int) -> Any:

@@ -286,13 +286,14 @@ class SqlServerSource(ChangeSource):
         return txn <= watermark.low
 
     def write_snapshot_rows(
-        self, writer: BatchWriter, chunk: ChunkRead, rows: pa.Table, end_lsn: int
+        self, writer: BatchWriter, chunk: ChunkRead, rows: pa.Table, end_lsn: int, at: bytes | None = None
     ) -> None:
-        """Append a chunk's surviving rows as ``op=r`` positioned at the window end."""
+        """Append a chunk's surviving rows as ``op=r`` positioned at the window end (``at``:
+        pre-images, which change tables' full row images never ask for)."""
         assert isinstance(chunk, SqlServerChunk) and chunk.state is not None
         sink = chunk.state.sink(writer, "snapshot")
         end = SqlServerLsn.from_int(end_lsn)
-        position = SqlServerPosition.snapshot_at(self.epoch, end).sort_key()
+        position = at or SqlServerPosition.snapshot_at(self.epoch, end).sort_key()
         src = (now_us() // 1000, None, str(end), None)
         for i in rows.column("__row").to_pylist():
             sink.append("r", None, chunk.rows[i], position, src)

@@ -99,15 +99,24 @@ def test_ops_source_block_and_transactions(mariadb_db, shape):
     )
     result = run_capture(config)
     d, e = _events(result, f"{db}.d"), _events(result, f"{db}.e")
-    assert [x["op"] for x in d] == ["c", "c", "u", "u", "d", "u"]
+    assert [x["op"] for x in d] == ["c", "c", "u", "d", "c", "d", "u"]
     assert [x["op"] for x in e] == ["c", "t"]
-    ins, ins2, upd, key_change, delete, after_ddl = d
+    ins, ins2, upd, moved_from, moved_to, delete, after_ddl = d
     assert ins["before"] is None and ins["after"] == {"id": 2, "v": "two"}
     assert upd["before"] == {"id": 2, "v": "two"} and upd["after"] == {
         "id": 2,
         "v": "TWO",
     }  # full before images
-    assert key_change["before"]["id"] == 3 and key_change["after"]["id"] == 4
+    # key change (Debezium): d of the old row, then c of the new one (before null), same source
+    # block (same rows event and row), consecutive positions; the c names the old key
+    assert moved_from["before"] == {"id": 3, "v": "three"} and moved_from["after"] is None
+    assert moved_to["before"] is None and moved_to["after"] == {"id": 4, "v": "three"}
+    assert moved_to["__old_key"] == {"id": 3} and moved_from["__old_key"] is None
+    assert moved_from["source"] == moved_to["source"] and moved_to["source"]["row"] == 0
+    assert moved_from["transaction"]["id"] == moved_to["transaction"]["id"]
+    assert [x["transaction"]["total_order"] for x in (moved_from, moved_to)] == [1, 2]
+    assert moved_from["__position"][:12] == moved_to["__position"][:12]
+    assert int.from_bytes(moved_to["__position"][12:], "big") == int.from_bytes(moved_from["__position"][12:], "big") + 1
     assert delete["before"] == {"id": 4, "v": "three"} and delete["after"] is None
     assert after_ddl["after"] == {"id": 1, "v": "one", "extra": 7}  # decoded with the structure after the DDL
     src = ins["source"]
@@ -263,9 +272,9 @@ def test_snapshot_and_binlog_encode_alike(mariadb_db, tmp_path):
     config = pipeline(mariadb_db, tmp_path / "alike")
     snap_row = _events(run_capture(config), f"{mariadb_db.name}.v")[0]["after"]
     execute(mariadb_db, "UPDATE v SET id = 2")
-    stream_row = [e for e in _events(run_capture(config), f"{mariadb_db.name}.v") if e["op"] == "u"][0][
+    stream_row = [e for e in _events(run_capture(config), f"{mariadb_db.name}.v") if e["op"] == "c"][0][
         "after"
-    ]
+    ]  # the key change's c event
     assert {**snap_row, "id": 2} == stream_row
 
 
@@ -289,3 +298,38 @@ def test_source_connector_follows_the_configured_connector(mariadb_db, tmp_path,
     assert [x["op"] for x in snap + streamed] == ["r", "c", "t"]
     assert {x["source"]["connector"] for x in snap + streamed} == {expected}
     assert streamed[1]["source"]["thread"] is None
+
+
+@pytest.mark.parametrize(
+    ("skipped", "ops"),
+    [
+        ("none", ["d", "c", "d", "c", "u"]),
+        ("u", ["d", "c", "d", "c"]),  # the pair is a d and a c, not an update
+        ("d", ["c", "c", "u"]),
+        ("c", ["d", "d", "u"]),
+    ],
+)
+def test_key_changes_in_one_rows_event(mariadb_db, tmp_path, skipped, ops):
+    """Two rows of one rows event change their keys (and a third does not): each becomes d + c,
+    ``source.row`` stays the row's index, positions number the events (unique, ordered), and
+    ``skipped.operations`` applies to the d and the c as Debezium's dispatcher does."""
+    execute(mariadb_db, "CREATE TABLE k (id int PRIMARY KEY, g int, v varchar(10))",
+            "INSERT INTO k VALUES (1, 1, 'a'), (2, 1, 'b'), (3, 2, 'c')")
+    config = pipeline(mariadb_db, tmp_path / "staging",
+                      **{"skipped.operations": skipped, "provide.transaction.metadata": "true"})
+    run_capture(config)
+    execute(mariadb_db, "UPDATE k SET id = id + 10, v = concat(v, '!') WHERE g = 1 ORDER BY id",
+            "UPDATE k SET v = 'same key' WHERE id = 3")
+    events = _events(run_capture(config), f"{mariadb_db.name}.k")
+    assert [e["op"] for e in events] == ops
+    positions = [e["__position"] for e in events]
+    assert positions == sorted(positions) and len(set(positions)) == len(positions)
+    moved = [e for e in events if e["op"] in "dc"]
+    assert [e["source"]["row"] for e in moved] == [row for row in (0, 1) for op in "dc" if op not in skipped]
+    for e in moved:
+        if e["op"] == "d":
+            assert e["after"] is None and e["before"]["id"] in (1, 2) and e["__old_key"] is None
+        else:
+            assert e["before"] is None and e["after"]["id"] == e["__old_key"]["id"] + 10
+            assert e["after"]["v"].endswith("!")
+    assert [e["transaction"]["total_order"] for e in moved] == list(range(1, len(moved) + 1))

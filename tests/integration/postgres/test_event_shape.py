@@ -62,16 +62,28 @@ def test_ops_envelope_and_replica_identity(pg_db, shape):
           "TRUNCATE f", "SELECT pg_logical_emit_message(true, 'audit', 'hello')")
     result = run_capture(config)
     d, f = _events(result, "public.d"), _events(result, "public.f")
-    assert [e["op"] for e in d] == ["c", "u", "u", "d"]
+    assert [e["op"] for e in d] == ["c", "u", "d", "c", "d"]
     assert [e["op"] for e in f] == ["c", "u", "d", "t"]
-    insert, update, key_change, delete = d
+    insert, update, moved_from, moved_to, delete = d
     assert insert["before"] is None and insert["after"]["big"] == big
     # REPLICA IDENTITY DEFAULT: no before image on update; unchanged TOAST gets the placeholder
     assert update["before"] is None
     assert update["after"]["big"] == "__debezium_unavailable_value"
     assert update["__unavailable"] == ["big"]
-    # key change: before holds the old key only
-    assert key_change["before"] == {"id": 2, "v": None, "big": None} and key_change["after"]["id"] == 3
+    # key change (Debezium): d of the old key (before = the old key only, as the server sends it
+    # under REPLICA IDENTITY DEFAULT), then c of the new key (before null; the unchanged TOAST
+    # value is the placeholder), consecutive in one transaction; the c names the old key
+    assert moved_from["before"] == {"id": 2, "v": None, "big": None} and moved_from["after"] is None
+    assert moved_to["before"] is None and moved_to["after"]["id"] == 3 and moved_to["after"]["v"] == "TWO"
+    assert moved_to["after"]["big"] == "__debezium_unavailable_value" and moved_to["__unavailable"] == ["big"]
+    assert moved_to["__old_key"] == {"id": 2} and moved_from["__old_key"] is None
+    assert moved_from["source"] == moved_to["source"]
+    assert moved_from["transaction"]["id"] == moved_to["transaction"]["id"]
+    assert [e["transaction"]["total_order"] for e in (moved_from, moved_to)] == [1, 2]
+    assert [e["transaction"]["data_collection_order"] for e in (moved_from, moved_to)] == [1, 2]
+    seqs = [int.from_bytes(e["__position"][8:], "big") for e in (moved_from, moved_to)]
+    assert moved_from["__position"][:8] == moved_to["__position"][:8] and seqs[1] == seqs[0] + 1
+    assert all(e["__old_key"] is None for e in (insert, update, delete))
     assert delete["before"]["id"] == 3 and delete["after"] is None
     # REPLICA IDENTITY FULL: full before images
     assert f[1]["before"] == {"id": 2, "v": "two"} and f[2]["before"] == {"id": 2, "v": "TWO"}
@@ -90,7 +102,7 @@ def test_ops_envelope_and_replica_identity(pg_db, shape):
     assert f[0]["transaction"]["data_collection_order"] == 1
     # positions strictly increase in log order
     positions = [e["__position"] for e in d]
-    assert positions == sorted(positions) and len(set(positions)) == 4
+    assert positions == sorted(positions) and len(set(positions)) == 5
     # logical messages
     batch = Batch(result.batch_path)
     msgs = [r for rb in batch.iter_messages() for r in rb.to_pylist()]
@@ -245,3 +257,21 @@ def test_multidimensional_arrays_do_not_stop_capture(pg_db, tmp_path, txn_metada
     first, second = (json.loads(e["source"]["sequence"]) for e in streamed)
     assert first == [None, str(streamed[0]["source"]["lsn"])]
     assert streamed[0]["source"]["lsn"] < int(second[0]) <= streamed[1]["source"]["lsn"]
+
+
+@pytest.mark.parametrize(("skipped", "ops"), [("none", ["d", "c", "u"]), ("u", ["d", "c"]), ("d", ["c", "u"]),
+                                             ("c", ["d", "u"]), ("c,d", ["u"])])
+def test_key_change_and_skipped_operations(pg_db, tmp_path, skipped, ops):
+    """``skipped.operations`` applies to the d and the c of a key change as Debezium's dispatcher
+    does (skipping u leaves them); the compiled and pure-Python decoders agree."""
+    _exec(pg_db, "CREATE TABLE k (id int PRIMARY KEY, v text)", "INSERT INTO k VALUES (1, 'a'), (2, 'b')")
+    config = pipeline(pg_db, tmp_path / "staging", **{"skipped.operations": skipped})
+    run_capture(config)
+    _exec(pg_db, "UPDATE k SET id = 10, v = 'moved' WHERE id = 1", "UPDATE k SET v = 'same' WHERE id = 2")
+    events = _events(run_capture(config), "public.k")
+    assert [e["op"] for e in events] == ops
+    for e in events:
+        if e["op"] == "d":
+            assert e["before"]["id"] == 1 and e["after"] is None
+        elif e["op"] == "c":
+            assert e["before"] is None and e["after"] == {"id": 10, "v": "moved"} and e["__old_key"] == {"id": 1}

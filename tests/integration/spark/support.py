@@ -18,7 +18,7 @@ from spark_jobs.cdc_apply.layout import table_path
 
 EPOCH = dt.datetime(1970, 1, 1)
 EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-META = {"__position", "__op", "__ts_ms", "__batch_id", "__deleted"}
+META = {"__position", "__op", "__ts_ms", "__batch_id", "__deleted", "__pending"}
 
 
 def _micros(delta: dt.timedelta) -> int:

@@ -75,7 +75,8 @@ def assert_bronze_exact(spark, target, config, batches):
 
 def _state(spark, target, config, table):
     frame = spark.read.format("delta").load(table_path(target, "silver", config["name"], table))
-    return sorted(tuple(r) for r in frame.drop("__batch_id").collect())
+    # __pending records which older events filled a value: it differs between apply orders
+    return sorted(tuple(r) for r in frame.drop("__batch_id", "__pending").collect())
 
 
 def test_out_of_order_and_repeated_applies_converge(spark, pg_db, tmp_path):
@@ -90,17 +91,24 @@ def test_out_of_order_and_repeated_applies_converge(spark, pg_db, tmp_path):
     for table in ("public.o", "public.t"):
         assert_silver_matches(spark, config, in_order, table, ["id"])
     shuffled = str(tmp_path / "shuffled")
-    # older after newer (1 after 4, 2 after 3) and repeats.  Batch 0 (the snapshot) lands first:
-    # later batches carry unchanged-TOAST placeholders, and a placeholder for a key silver has never
-    # seen cannot be resolved out of order (README, limitations)
-    # and through the other silver write: a rewrite of the table instead of MERGE
+    # older after newer (the snapshot after the TOAST batch, 1 after 4, 2 after 3) and repeats:
+    # unchanged-TOAST placeholders for keys silver has not seen yet stay pending until the older
+    # batch fills them; and through the other silver write: a rewrite of the table instead of MERGE
     ways = [
         apply_batch(spark, str(batches[i].path), shuffled, ALWAYS_REWRITE)["tables"].get("public.o", {})
-        for i in (0, 4, 1, 3, 2, 3, 0, 1)
+        for i in (3, 4, 1, 0, 2, 3, 0, 1)
     ]
     assert "rewritten" in {w.get("silver") for w in ways}
     for table in ("public.o", "public.t"):
         assert _state(spark, shuffled, config, table) == _state(spark, in_order, config, table), table
+    # the MERGE fills pending columns from older batches the same way
+    merged = str(tmp_path / "shuffled_merge")
+    for i in (3, 1, 0):
+        apply_batch(spark, str(batches[i].path), merged, ALWAYS_MERGE)
+    rows = {r["id"]: r for r in spark.read.format("delta").load(
+        table_path(merged, "silver", config["name"], "public.o")).collect()}
+    assert rows[30]["big"] == BIG and rows[40]["big"] == BIG and rows[40]["__pending"] is not None
+    assert rows[30]["v"] == "toast" and rows[31]["big"] is None and rows[31]["__pending"] is None
     big = spark.read.format("delta").load(table_path(in_order, "silver", config["name"], "public.o"))
     assert big.where("id = 30").collect()[0]["big"] == BIG, "unchanged TOAST value must be kept"
     assert_bronze_exact(spark, shuffled, config, batches)

@@ -90,8 +90,11 @@ def window() -> list[tuple[int, bytes]]:
     key_only = tupledata(text_col(b"4"), *([NULL] * 7))
     msgs += [
         change(b"U", 1, b"N", order_row(1, attrs=TOAST, blob=TOAST, label=TOAST)),
-        change(b"U", 1, b"K", key_only, b"N", order_row(40)),
+        change(b"U", 1, b"K", key_only, b"N", order_row(40)),  # key change: d + c
         change(b"U", 1, b"O", order_row(5), b"N", order_row(5, price=text_col(b"NaN"))),
+        # key change leaving TOAST unsent (FULL identity), and a K tuple whose key did not change
+        change(b"U", 1, b"O", order_row(6), b"N", order_row(60, attrs=TOAST, blob=TOAST)),
+        change(b"U", 1, b"K", key_only, b"N", order_row(4, id=TOAST, attrs=TOAST)),
         message_msg(1, 510, "app", b"payload"),
         change(b"D", 1, b"K", key_only),
         change(b"D", 2, b"O", tupledata(text_col(b"2"), TOAST)),
@@ -140,7 +143,9 @@ def capture(tmp_path, monkeypatch, rows, native: bool, piece_rows: int = 4, skip
 
 @needs_native
 @pytest.mark.parametrize("piece_rows", [1, 4, 1000])
-@pytest.mark.parametrize("skipped", [frozenset(), frozenset({"d"}), frozenset({"c", "u"})])
+@pytest.mark.parametrize(
+    "skipped", [frozenset(), frozenset({"d"}), frozenset({"c", "u"}), frozenset({"u"}), frozenset({"c"})]
+)
 def test_native_and_python_write_identical_batches(tmp_path, monkeypatch, piece_rows, skipped):
     rows = window()
     native = capture(tmp_path, monkeypatch, rows, True, piece_rows, skipped)
@@ -158,7 +163,23 @@ def test_native_and_python_write_identical_batches(tmp_path, monkeypatch, piece_
 def test_fixture_window_has_the_expected_shape(tmp_path, monkeypatch):
     out = capture(tmp_path, monkeypatch, window(), True)
     first, second = out["public.orders"]
-    assert first.column("op").to_pylist() == ["c"] * 11 + ["u", "u", "u", "d", "c"]
+    ops = first.column("op").to_pylist() + second.column("op").to_pylist()
+    assert ops == ["c"] * 11 + ["u", "d", "c", "u", "d", "c", "u", "d", "c", "c", "u"]
+    rows = first.to_pylist()
+    # a key change is Debezium's d (before = the old image as sent) then c (after = new row,
+    # before null), consecutive sequence numbers; the c names the old key in __old_key
+    d, c = rows[12], rows[13]
+    assert d["before"]["id"] == 4 and d["after"] is None and d["__old_key"] is None
+    assert c["before"] is None and c["after"]["id"] == 40 and c["__old_key"] == {"id": 4}
+    assert d["source"] == c["source"]
+    assert int.from_bytes(c["__position"][12:], "big") == int.from_bytes(d["__position"][12:], "big") + 1
+    d, c = rows[15], rows[16]
+    assert d["before"]["id"] == 6 and d["before"]["attrs"] == '{"k": 1}' and d["after"] is None
+    # REPLICA IDENTITY FULL: the unchanged TOAST values come from the old image (as Debezium)
+    assert c["after"]["id"] == 60 and c["__unavailable"] is None and c["__old_key"] == {"id": 6}
+    assert c["after"]["attrs"] == d["before"]["attrs"] and c["after"]["blob"] == d["before"]["blob"]
+    assert rows[17]["op"] == "u" and rows[17]["before"]["id"] == 4 and rows[17]["__old_key"] is None
+    assert all(r["__old_key"] is None for r in rows if r["op"] != "c" or r["before"] is not None)
     row = first.slice(11, 1).to_pylist()[0]
     assert row["__unavailable"] == ["label", "attrs", "blob"]
     assert row["after"]["attrs"] == "__debezium_unavailable_value"
@@ -168,8 +189,8 @@ def test_fixture_window_has_the_expected_shape(tmp_path, monkeypatch):
     assert "secret" not in first.schema.field("after").type.names
     assert second.column("op").to_pylist() == ["c", "u"]
     # the last commit LSN is the commit record's end (the Commit message's LSN), not its start
-    assert second.slice(0, 1).to_pylist()[0]["source"]["sequence"] == '["600","454"]'
-    assert out["result"] == (2, 800, 31)
+    assert second.slice(0, 1).to_pylist()[0]["source"]["sequence"] == '["600","456"]'
+    assert out["result"] == (2, 800, 35)
 
 
 @needs_native
@@ -186,7 +207,8 @@ def test_unchanged_toast_next_to_an_old_image_takes_the_old_value(tmp_path, monk
     rows = [(400 + i, m) for i, m in enumerate(msgs)]
     native, python = (capture(tmp_path, monkeypatch, rows, n) for n in (True, False))
     assert [t.to_pylist() for t in native["public.orders"]] == [t.to_pylist() for t in python["public.orders"]]
-    _, full, key_change, default = [r for t in python["public.orders"] for r in t.to_pylist()]
+    _, full, key_delete, key_change, default = [r for t in python["public.orders"] for r in t.to_pylist()]
+    assert (key_delete["op"], key_change["op"]) == ("d", "c")  # a key change is Debezium's d + c
     assert full["after"]["attrs"] == '{"k": 1}' and full["after"]["label"] == "label-6-é"
     assert full["__unavailable"] is None
     assert key_change["after"]["attrs"] == "__debezium_unavailable_value" and key_change["__unavailable"] == ["attrs"]
