@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.contract.test_contract import (
+    test_concurrent_runs_are_refused,
     test_crash_at_every_failpoint,
     test_lost_offset_is_an_error_unless_when_needed,
     test_new_tables_mid_run_are_captured_and_snapshotted,
@@ -19,6 +20,7 @@ from tests.integration.sqlserver_real.harness_real import RealDb, RealSqlServerH
 pytestmark = pytest.mark.integration
 
 __all__ = [
+    "test_concurrent_runs_are_refused",
     "test_crash_at_every_failpoint",
     "test_lost_offset_is_an_error_unless_when_needed",
     "test_new_tables_mid_run_are_captured_and_snapshotted",
