@@ -84,7 +84,17 @@ def get_provider_info() -> dict[str, Any]:
                 "CDC source: SQL Server",
                 "CdcSqlServerHook",
                 1433,
-                {"database_names": _field("Databases", "database.names (comma-separated)")},
+                {
+                    "database_names": _field("Databases", "database.names (comma-separated)"),
+                    "encrypt": _field("Encrypt", "database.encrypt (TLS)", True, kind="boolean"),
+                    "trust_server_certificate": _field(
+                        "Trust server certificate", "database.trustServerCertificate", False, kind="boolean"
+                    ),
+                    "application_intent": _field(
+                        "Application intent", "database.applicationIntent (ReadWrite / ReadOnly)"
+                    ),
+                    "odbc_driver": _field("ODBC driver", "database.odbc.driver (FreeTDS by default)"),
+                },
             ),
         ],
     }

@@ -233,7 +233,7 @@ COMMON_PROPERTIES: tuple[Property, ...] = (
     Property(
         "connector",
         "str",
-        doc="Source kind (also accepts `connector.class`); supported: postgresql, mysql, mariadb.",
+        doc="Source kind (also accepts `connector.class`): postgresql, mysql, mariadb, sqlserver, ...",
     ),
     Property("topic.prefix", "str", doc="Logical server name used in `source.name`; defaults to `name`."),
     Property("database.hostname", "str", "127.0.0.1", "Database server host."),

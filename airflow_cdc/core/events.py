@@ -11,7 +11,7 @@ Every staged table file has these columns (SPEC §4):
 ``source``        the connector's ``source`` block (fields exactly as Debezium documents them).
 ``transaction``   ``{id, total_order, data_collection_order}`` when
                   ``provide.transaction.metadata`` is on, else null.
-``__position``    fixed-width bytes whose byte order is the event order (see ``core.position``).
+``__position``    fixed-width bytes whose byte order is the event order (see ``core.source``).
 ``__unavailable`` names of ``after`` columns whose value the source did not send (PostgreSQL
                   unchanged TOAST); the column holds ``unavailable.value.placeholder`` where
                   its type can, and apply must keep the stored value.

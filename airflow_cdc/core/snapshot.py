@@ -23,9 +23,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_cdc.core.errors import ServerMisconfigured
 from airflow_cdc.core.filters import any_full_match, compile_patterns
 
 log = logging.getLogger(__name__)
+
+#: How long a chunk read waits for transactions the log already holds to become visible to it.
+VISIBILITY_TIMEOUT = 30.0
 COMPLETED_KEPT = 50
 
 
@@ -141,6 +145,32 @@ class ChunkRead:
             return self.snapshot.last_key
         row = self.data.num_rows - 1
         return [self.data.column(i)[row].as_py() for i in (self.cursor_index or self.key_index)]
+
+
+def read_when_visible(
+    table: str,
+    attempt: Callable[[], tuple[ChunkRead | None, str]],
+    hint: str,
+    timeout: float | None = None,
+) -> ChunkRead:
+    """Read a chunk whose snapshot sees every transaction the log may already have handed out.
+
+    With synchronous replication a commit is in the log (and maybe emitted by an earlier window)
+    before snapshots see it; a chunk read then could not be reconciled.  ``attempt()`` returns
+    ``(chunk, "")``, or ``(None, what is still hidden)`` and is retried every 20 ms.
+
+    :raises ServerMisconfigured: still hidden after ``timeout`` seconds (default
+        :data:`VISIBILITY_TIMEOUT`); the message names the table and what stayed hidden.
+    """
+    limit = VISIBILITY_TIMEOUT if timeout is None else timeout
+    deadline = time.monotonic() + limit
+    while True:
+        chunk, hidden = attempt()
+        if chunk is not None:
+            return chunk
+        if time.monotonic() > deadline:
+            raise ServerMisconfigured(f"snapshot chunk of {table}: {hidden} for {limit:.0f}s", hint=hint)
+        time.sleep(0.02)
 
 
 def read_budgeted(

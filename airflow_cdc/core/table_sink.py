@@ -167,9 +167,7 @@ class TableSink:
         self._fields = [relax(c.field) for c in codecs]
         self.schema = envelope_schema(self._fields, source.type, schema_metadata, list(key_columns))
         names = [f.name for f in self._fields]
-        self._key_slots = (
-            [names.index(k) for k in key_columns] if OLD_KEY_COLUMN in self.schema.names else []
-        )
+        self._key_slots = [names.index(k) for k in key_columns] if OLD_KEY_COLUMN in self.schema.names else []
         # dictionary-encode only the low-cardinality envelope columns and keep statistics only for
         # the position: both cost ~35% of write time on high-cardinality row data for no gain
         dictionary = ["op"] + [f"source.{f.name}" for f in source.type if pa.types.is_string(f.type)]
@@ -410,3 +408,25 @@ class TableSink:
             self.last_position.hex() if self.last_position else None,
             dict(self.ops),
         )
+
+
+class SnapshotSinks:
+    """The open snapshot sink of each (batch, table, table structure).
+
+    A table's chunks, pre-images and purges of one batch share one part; a structure change inside
+    the run (a new ``signature``) opens a new part, as the stream side does.  States are the
+    sources' table states: anything with ``name``, ``signature`` and ``open_sink(writer, kind)``.
+    """
+
+    def __init__(self) -> None:
+        self._open: dict[tuple, TableSink] = {}
+
+    def get(self, writer: Any, state: Any) -> TableSink:
+        key = (id(writer), state.name, state.signature)
+        sink = self._open.get(key)
+        if sink is None or sink.closed:
+            sink = self._open[key] = state.open_sink(writer, "snapshot")
+        return sink
+
+    def clear(self) -> None:
+        self._open.clear()

@@ -160,7 +160,12 @@ class OwnMariaDb:
 @contextmanager
 def own_server(kind: str) -> Iterator[Any]:
     """A database on a server of its own (it will be stopped and restored from a backup)."""
-    if kind == "postgresql":
+    if kind == "sqlserver":
+        from tests.contract.harness_sqlserver import own_sqlserver
+
+        with own_sqlserver() as db:
+            yield db
+    elif kind == "postgresql":
         pserver = PostgresServer().start()
         try:
             pserver.execute("CREATE DATABASE restored")
@@ -191,3 +196,10 @@ def restore_backup(server: Any, backup: Path) -> None:
     shutil.rmtree(server.data_dir)
     subprocess.run(["cp", "-a", str(backup), str(server.data_dir)], check=True)
     server._launch()
+
+
+# Last: the SQL Server harness subclasses Harness (and imports BIG) from this module.
+from tests.contract.harness_sqlserver import SqlServerHarness  # noqa: E402
+
+HARNESSES["sqlserver"] = SqlServerHarness
+DB_FIXTURES["sqlserver"] = "mssql_contract_db"

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -57,11 +58,7 @@ def _snapshot_with_changes(h: Harness, config: dict[str, Any], table: str) -> in
     return runs
 
 
-def test_snapshot_and_every_op_converge(harness: Harness, request: pytest.FixtureRequest) -> None:
-    if harness.name == "postgresql":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "open in issue 10: a primary-key change that leaves a TOASTed column unchanged stages the "
-            "placeholder and the new key's value is lost (the key-change work carries the old key's value)")))
+def test_snapshot_and_every_op_converge(harness: Harness) -> None:
     h = harness
     h.create_items("items", 60)
     config = h.config(**{"incremental.snapshot.chunk.size": 7, "snapshot.max.rows.per.run": 15})
@@ -213,3 +210,107 @@ def test_restore_with_lower_positions(kind: str, writes_first: bool, tmp_path: P
             run_capture(config)
         run_capture(config)
         h.assert_converged(config, [h.table("items")])
+
+
+# -- concurrent runs -------------------------------------------------------------------------------
+_STUCK_HOLDER = """
+import json, pathlib, sys, time
+from airflow_cdc.core.pipeline import build_capture
+
+config, ready = sys.argv[1], pathlib.Path(sys.argv[2])
+capture = build_capture(json.loads(pathlib.Path(config).read_text()))
+
+def stuck(*args, **kwargs):  # the run holds the lease and its in-progress batch, mid-window
+    ready.write_text("stuck")
+    time.sleep(600)
+
+capture.source.read_window = stuck
+capture.run(commit=True)
+"""
+
+
+def _tree(path: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(path)): (p.stat().st_size, p.stat().st_mtime_ns) for p in path.rglob("*")}
+
+
+def _cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    from airflow_cdc.cli import main
+
+    code = main(args)
+    return code, capsys.readouterr().err
+
+
+def test_concurrent_runs_are_refused(
+    harness: Harness, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a capture holds the connector's lease (stuck mid-window), a second capture, an apply
+    and a commit are refused with a retryable error naming the holder, and the holder's in-progress
+    batch is untouched; once the holder is SIGKILLed a new run takes over, removes its leftovers and
+    the replay still equals the source.  A holder that died on another host (not provably dead)
+    blocks runs until its lease expires (``lease.timeout.ms``)."""
+    from airflow_cdc.core.batch import Batch, batches_root
+    from airflow_cdc.core.errors import LeaseHeld
+    from airflow_cdc.core.pipeline import build_capture
+
+    h = harness
+    h.create_items("items", 20)
+    config = h.config(**{"lease.timeout.ms": 1500})
+    while _pending(config):
+        run_capture(config)
+    h.execute(f"UPDATE {h.q('items')} SET n = n + 1 WHERE id <= 5")
+    staged = run_capture(config, commit=False)  # published, not committed: the commit to refuse
+    offset = _offset(config)
+    path, ready = tmp_path / "pipeline.json", tmp_path / "ready"
+    path.write_text(json.dumps(config))
+    holder = subprocess.Popen([sys.executable, "-c", _STUCK_HOLDER, str(path), str(ready)],
+                              stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert holder.poll() is None, holder.stderr.read().decode()[-2000:] if holder.stderr else ""
+            assert time.monotonic() < deadline, "the holder never reached its window"
+            time.sleep(0.05)
+        (inprogress,) = batches_root(config["staging.path"], config["name"]).glob(".inprogress-*")
+        before = _tree(inprogress)
+        with pytest.raises(LeaseHeld, match=f"pid {holder.pid}"):
+            run_capture(config)
+        with pytest.raises(LeaseHeld, match=f"pid {holder.pid}"):
+            build_capture(config).commit(Batch(staged.batch_path))
+        for args in (["capture", "--config", str(path), "--commit"],
+                     ["commit", "--config", str(path), "--batch", staged.batch_path],
+                     ["apply", "--config", str(path), "--target", str(tmp_path / "delta")]):  # fmt: skip
+            code, err = _cli(args, capsys)
+            assert code == 75, f"{args[0]}: exit {code}, {err}"
+            assert "is busy: its lease is held by capture on host" in err and f"pid {holder.pid}" in err, err
+        time.sleep(1.0)  # well past a renewal: the holder keeps its lease while it lives
+        with pytest.raises(LeaseHeld):
+            run_capture(config)
+        assert inprogress.exists() and _tree(inprogress) == before, "the holder's in-progress batch was touched"
+        assert _offset(config) == offset
+        assert holder.poll() is None
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    assert holder.returncode == -signal.SIGKILL
+    h.execute(f"DELETE FROM {h.q('items')} WHERE id = 6")
+    took_over = run_capture(config)  # the dead holder's lease is taken over at once
+    assert took_over.committed and took_over.events >= 2
+    assert not inprogress.exists(), "the dead holder's in-progress batch was left behind"
+    from airflow_cdc.core.errors import StateConflict
+
+    with pytest.raises(StateConflict):  # the batch staged before the holder started is stale now
+        build_capture(config).commit(Batch(staged.batch_path))
+    from airflow_cdc.core import lease as lease_module
+
+    taken = time.monotonic()
+    with monkeypatch.context() as m:  # a run on another worker takes the lease, then that worker dies
+        m.setattr(lease_module.socket, "gethostname", lambda: "other-worker")
+        ghost = lease_module.acquire(build_capture(config).store, config["name"], "capture", 1.5)
+    ghost._stop.set()  # no renewal, no release: only expiry frees it
+    h.execute(f"UPDATE {h.q('items')} SET v = 'after expiry' WHERE id = 7")
+    with pytest.raises(LeaseHeld, match="other-worker"):
+        run_capture(config)
+    time.sleep(max(0.0, taken + ghost.timeout + 0.2 - time.monotonic()))
+    after = run_capture(config)
+    assert after.committed and after.events == 1
+    h.assert_converged(config, [h.table("items")])

@@ -33,6 +33,10 @@ FORM_PROPERTIES = {
     "ssl_mode": "database.ssl.mode",
     "server_id": "database.server.id",
     "database_names": "database.names",
+    "encrypt": "database.encrypt",
+    "trust_server_certificate": "database.trustServerCertificate",
+    "application_intent": "database.applicationIntent",
+    "odbc_driver": "database.odbc.driver",
 }
 #: Where the Connection's *schema* field (the database) goes, per source kind.
 DATABASE_PROPERTY = {
@@ -182,3 +186,16 @@ class CdcSqlServerHook(CdcHook):
     conn_type = "cdc_sqlserver"
     hook_name = "CDC source: SQL Server"
     connector = "sqlserver"
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        return {
+            "hidden_fields": [],
+            "relabeling": {"schema": "Database", "login": "User"},
+            "placeholders": {
+                "host": "sqlserver.example.com",
+                "port": "1433",
+                "schema": "shop",
+                "extra": '{"database_names": "shop", "encrypt": true, "trust_server_certificate": false}',
+            },
+        }

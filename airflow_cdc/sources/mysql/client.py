@@ -25,10 +25,10 @@ from airflow_cdc.core.errors import (
     ProtocolError,
     ServerMisconfigured,
 )
-from airflow_cdc.core.position import binlog_file_number
 from airflow_cdc.sources.mysql import protocol as p
 from airflow_cdc.sources.mysql.config import default_server_id
 from airflow_cdc.sources.mysql.flavour import Flavour, detect
+from airflow_cdc.sources.mysql.position import binlog_file_number
 
 log = logging.getLogger(__name__)
 COM_BINLOG_DUMP = 0x12

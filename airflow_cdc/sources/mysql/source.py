@@ -10,7 +10,6 @@ the binlog is kept by the server's own retention, and a purged offset is detecte
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,14 +17,15 @@ import pyarrow as pa
 
 from airflow_cdc.core.batch import BatchWriter, list_batches
 from airflow_cdc.core.config import ConnectorConfig, skipped_ops
-from airflow_cdc.core.errors import OffsetUnavailable, SchemaError, ServerMisconfigured
+from airflow_cdc.core.errors import OffsetUnavailable, SchemaError
 from airflow_cdc.core.events import now_us
 from airflow_cdc.core.filters import IncludeExclude, TableFilter
-from airflow_cdc.core.position import MySqlPosition, binlog_file_number
-from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot, read_budgeted
+from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot, read_budgeted, read_when_visible
 from airflow_cdc.core.source import Capabilities, ChangeSource
+from airflow_cdc.core.table_sink import SnapshotSinks
 from airflow_cdc.sources.mysql import chunk_keys, client, offsets, snapshot
 from airflow_cdc.sources.mysql.flavour import GtidSet
+from airflow_cdc.sources.mysql.position import MySqlPosition, binlog_file_number
 from airflow_cdc.sources.mysql.schema import SchemaHistory, load_tables
 from airflow_cdc.sources.mysql.stream import WindowReader, WindowResult
 from airflow_cdc.sources.mysql.tables import TableResolver, TableState, source_constants
@@ -65,7 +65,7 @@ class MySqlSource(ChangeSource):
         self._skip: GtidSet | None = None  # stored GTIDs to skip when resuming from a file start
         self.epoch = 0  # MySqlPosition.epoch of this run's events
         self._tables: dict[str, Any] = {}
-        self._snapshot_sinks: dict[tuple, Any] = {}
+        self._snapshot_sinks = SnapshotSinks()
 
     # -- lifecycle --------------------------------------------------------------------------
     def open(self) -> None:
@@ -90,7 +90,7 @@ class MySqlSource(ChangeSource):
         for tdef in self._tables.values():
             # no key / unsupported type / a key without exact chunk order: fail before anything is read
             chunk_keys.check_key(tdef, self.resolver.build(tdef).key_columns)
-        self._snapshot_sinks = {}
+        self._snapshot_sinks.clear()
 
     def restore_state(self, data: Any) -> None:
         """Load the schema history kept in the connector state."""
@@ -333,21 +333,23 @@ class MySqlSource(ChangeSource):
         """
         # no window start when verify reads the live table: nothing to reconcile with
         start = client.coordinate(self._start[0], self._start[1]) if self._start[0] else 0
-        deadline = time.monotonic() + VISIBILITY_TIMEOUT
-        while True:
+
+        def attempt() -> tuple[ChunkRead | None, str]:
             chunk = self._read_chunk_structured(snap, cursor, limit)
             coord = chunk.watermark.coord
             if coord is None or coord >= start:
-                return chunk
-            if time.monotonic() > deadline:
-                raise ServerMisconfigured(
-                    f"snapshot chunk of {snap.table}: the consistent snapshot stayed at binlog "
-                    f"{self.resolver.file_name(coord >> 32)}:{coord & 0xFFFFFFFF}, below the window start "
-                    f"{self._start[0]}:{self._start[1]}, for {VISIBILITY_TIMEOUT:.0f}s",
-                    hint="transactions are logged but not committed: check semi-synchronous replication "
-                    "(rpl_semi_sync_master_wait_point=AFTER_SYNC waiting for a replica's ACK)",
-                )
-            time.sleep(0.02)
+                return chunk, ""
+            return None, (
+                f"the consistent snapshot stayed at binlog {self.resolver.file_name(coord >> 32)}:"
+                f"{coord & 0xFFFFFFFF}, below the window start {self._start[0]}:{self._start[1]},"
+            )
+
+        return read_when_visible(
+            snap.table,
+            attempt,
+            "transactions are logged but not committed: check semi-synchronous replication "
+            "(rpl_semi_sync_master_wait_point=AFTER_SYNC waiting for a replica's ACK)",
+        )
 
     def _read_chunk_structured(self, snap: TableSnapshot, cursor: list | None, limit: int) -> ChunkRead:
         for attempt in range(3):
@@ -384,12 +386,7 @@ class MySqlSource(ChangeSource):
         return watermark.coord is not None and txn_start < watermark.coord
 
     def _snapshot_sink(self, writer: BatchWriter, table: str) -> Any:
-        state = self.table_state(table)
-        key = (id(writer), state.name, state.signature)
-        sink = self._snapshot_sinks.get(key)
-        if sink is None or sink.closed:
-            sink = self._snapshot_sinks[key] = state.open_sink(writer, "snapshot")
-        return sink
+        return self._snapshot_sinks.get(writer, self.table_state(table))
 
     def _snapshot_source(self, end_lsn: int) -> tuple:
         """Varying ``source`` values (``tables.VARYING``) of rows staged at window end ``end_lsn``."""
@@ -451,9 +448,6 @@ class MySqlSource(ChangeSource):
             if name not in self._tables and self.filters.includes_table(_tid(tdef)):
                 log.info("new captured table %s: it will be snapshotted", name)
                 self._tables[name] = tdef
-
-
-VISIBILITY_TIMEOUT = 30.0
 
 
 def next_epoch(offset: dict[str, Any], start: int) -> int:

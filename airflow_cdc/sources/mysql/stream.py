@@ -17,18 +17,18 @@ from typing import Any
 
 from airflow_cdc.core.batch import BatchWriter
 from airflow_cdc.core.failpoints import failpoint
-from airflow_cdc.core.position import binlog_file_number
 from airflow_cdc.core.progress import Progress
 from airflow_cdc.core.snapshot import ChunkTracker
 from airflow_cdc.sources.mysql import protocol as p
 from airflow_cdc.sources.mysql.client import BinlogStream
 from airflow_cdc.sources.mysql.flavour import Flavour, GtidSet
+from airflow_cdc.sources.mysql.position import binlog_file_number
 from airflow_cdc.sources.mysql.tables import TableResolver, TableState
 from airflow_cdc.sources.mysql.types import key_text
 
 log = logging.getLogger(__name__)
 _HEADER = p.HEADER.unpack_from
-_POS = struct.Struct(">QII").pack  # (epoch << 32 | file number), pos, row: core.position.MySqlPosition
+_POS = struct.Struct(">QII").pack  # (epoch << 32 | file number), pos, row: MySqlPosition
 _ROWS = p.ROWS_TYPES
 _BEGIN, _COMMIT = "BEGIN", "COMMIT"
 

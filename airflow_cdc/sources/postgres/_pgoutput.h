@@ -50,7 +50,7 @@ typedef struct {
     int skip[3];  /* c, u, d not emitted */
     int active, has_prev;
     uint64_t final_lsn, prev;
-    uint32_t epoch; /* position epoch: prefixes every position (see core.position.PgPosition) */
+    uint32_t epoch; /* position epoch: prefixes every position (see sources/postgres/position.py) */
     int64_t ts_us, xid, seq;
     Py_ssize_t events;
 } Txn;

@@ -149,6 +149,27 @@ def check_server(conn: psycopg.Connection) -> dict[str, Any]:
     return {"version": version, "user": user, "dbname": dbname, "superuser": is_super}
 
 
+def check_commit_visibility(conn: psycopg.Connection) -> None:
+    """Verify that snapshot chunks can see which commits wait for a synchronous standby.
+
+    Such a commit is in the WAL (an earlier window may have captured it) but invisible to a
+    chunk's snapshot; chunks wait until no backend waits on ``SyncRep``.  Other roles' wait events
+    are only shown to superusers and members of ``pg_read_all_stats``: without that the wait would
+    be blind and a chunk could overwrite a captured change with the row before it.
+
+    :raises MissingPrivilege: ``synchronous_standby_names`` is set and the user cannot see them.
+    """
+    row = conn.execute(q.SYNC_VISIBILITY_CHECK).fetchone()
+    assert row is not None
+    standbys, can_see, user = row
+    if standbys and not can_see:
+        raise MissingPrivilege(
+            f"database user {user!r} cannot see which commits wait for a synchronous standby "
+            f"(synchronous_standby_names = {standbys!r}): a snapshot chunk could miss a captured change",
+            hint=f"GRANT pg_read_all_stats TO {sql.Identifier(user).as_string(conn)}",
+        )
+
+
 @dataclass
 class Column:
     name: str

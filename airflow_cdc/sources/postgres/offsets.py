@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from airflow_cdc.core.position import format_pg_lsn, parse_pg_lsn
+from airflow_cdc.sources.postgres.position import format_pg_lsn, parse_pg_lsn
 
 #: The cluster's identity and the timeline of its current WAL (file names start with the timeline).
 IDENTITY = (

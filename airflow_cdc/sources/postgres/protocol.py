@@ -35,7 +35,7 @@ import struct
 from dataclasses import dataclass, fields
 
 from airflow_cdc.core.errors import ProtocolError
-from airflow_cdc.core.position import format_pg_lsn, parse_pg_lsn
+from airflow_cdc.sources.postgres.position import format_pg_lsn, parse_pg_lsn
 
 __all__ = [
     "UNCHANGED_TOAST",

@@ -17,8 +17,8 @@ from psycopg import sql
 
 from airflow_cdc.core.errors import ConfigError, MissingPrivilege, ServerMisconfigured
 from airflow_cdc.core.filters import TableId
-from airflow_cdc.core.position import format_pg_lsn, parse_pg_lsn
 from airflow_cdc.sources.postgres import sql as q
+from airflow_cdc.sources.postgres.position import format_pg_lsn, parse_pg_lsn
 
 log = logging.getLogger(__name__)
 

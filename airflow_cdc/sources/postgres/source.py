@@ -25,12 +25,13 @@ from airflow_cdc.core.batch import BatchWriter
 from airflow_cdc.core.config import ConnectorConfig, skipped_ops
 from airflow_cdc.core.errors import ConfigError, OffsetUnavailable, ServerMisconfigured, UnsupportedType
 from airflow_cdc.core.filters import TableFilter, TableId
-from airflow_cdc.core.position import PgPosition, format_pg_lsn, parse_pg_lsn
-from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot, read_budgeted
+from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot, read_budgeted, read_when_visible
 from airflow_cdc.core.source import Capabilities, ChangeSource
+from airflow_cdc.core.table_sink import SnapshotSinks
 from airflow_cdc.sources.postgres import client, replication
 from airflow_cdc.sources.postgres import sql as q
 from airflow_cdc.sources.postgres.offsets import PgOffset, ServerIdentity, restart_problem, server_identity
+from airflow_cdc.sources.postgres.position import PgPosition, format_pg_lsn, parse_pg_lsn
 from airflow_cdc.sources.postgres.stream import WindowReader, WindowResult, prefix_filter
 from airflow_cdc.sources.postgres.tables import RelationState, build_state, source_constants
 from airflow_cdc.sources.postgres.types import HandlingModes
@@ -91,7 +92,7 @@ class PostgresSource(ChangeSource):
         )
         self.slot, self.publication = config["slot.name"], config["publication.name"]
         self.conn: psycopg.Connection | None = None
-        self._snapshot_sinks: dict[tuple, Any] = {}
+        self._snapshot_sinks = SnapshotSinks()
         self._table_states: dict[str, RelationState] = {}
         self._tables: dict[str, tuple[TableId, int]] = {}
         self.epoch = 0  # PgPosition.epoch of this run's events
@@ -104,7 +105,8 @@ class PostgresSource(ChangeSource):
     def open(self) -> None:
         """Connect, check the server, list tables and ensure the publication exists."""
         self.conn = client.connect(self.config)
-        self._snapshot_sinks, self._table_states = {}, {}
+        self._snapshot_sinks.clear()
+        self._table_states = {}
         self.server = client.check_server(self.conn)
         self.catalog = client.Catalog(self.conn)
         via_root = self.config["publish.via.partition.root"]
@@ -342,7 +344,13 @@ class PostgresSource(ChangeSource):
         return encoded_chunks(self, table, chunk_size)
 
     def read_chunks(self, pending: list[TableSnapshot], max_rows: int, chunk_size: int) -> list[ChunkRead]:
-        """Read chunks of pending table snapshots, in order, up to ``max_rows`` rows in total."""
+        """Read chunks of pending table snapshots, in order, up to ``max_rows`` rows in total.
+
+        :raises MissingPrivilege: synchronous replication is on and the user cannot see waiting commits.
+        """
+        if pending:
+            assert self.conn is not None
+            client.check_commit_visibility(self.conn)
         return read_budgeted(pending, self._tables, max_rows, chunk_size, self._read_chunk)
 
     def _read_chunk(self, snap: TableSnapshot, after: list | None, limit: int) -> ChunkRead:
@@ -350,23 +358,29 @@ class PostgresSource(ChangeSource):
 
         A snapshot taken while a commit waits for a synchronous standby lists that transaction as
         running although its commit is already in the WAL -- and maybe already emitted by an earlier
-        window, which the chunk could then not be reconciled with.  Such a chunk is read again once
-        the transaction became visible (normally milliseconds).
+        window, which the chunk could then not be reconciled with.  The chunk is read once no such
+        transaction waits any more (normally milliseconds).
 
         :raises ServerMisconfigured: a committed transaction stayed invisible for ``timeout`` seconds.
         """
-        deadline = time.monotonic() + VISIBILITY_TIMEOUT
-        while True:
-            try:
-                return self._read_chunk_once(snap, after, limit)
-            except _HiddenCommits as e:
-                if time.monotonic() > deadline:
-                    raise ServerMisconfigured(
-                        f"snapshot chunk of {snap.table}: transaction(s) {', '.join(e.xids)} committed but "
-                        f"stayed invisible for {VISIBILITY_TIMEOUT:.0f}s",
-                        hint="check synchronous_standby_names: a synchronous standby is not confirming",
-                    ) from None
-                time.sleep(0.02)
+
+        def attempt() -> tuple[ChunkRead | None, str]:
+            # checked before the chunk's snapshot is taken, not in it: a transaction an earlier
+            # window emitted is either still waiting now, or visible to the snapshot taken next
+            hidden = self._hidden_commits()
+            if hidden:
+                return None, f"transaction(s) {', '.join(hidden)} committed but stayed invisible"
+            return self._read_chunk_once(snap, after, limit), ""
+
+        return read_when_visible(
+            snap.table, attempt, "check synchronous_standby_names: a synchronous standby is not confirming"
+        )
+
+    def _hidden_commits(self) -> list[str]:
+        """Xids of transactions committed in the WAL that no snapshot sees yet (waiting for a
+        synchronous standby); always empty without superuser or pg_read_all_stats."""
+        assert self.conn is not None
+        return list(self.conn.execute(q.HIDDEN_COMMITS).fetchone()[0])  # type: ignore[index]
 
     def _read_chunk_once(self, snap: TableSnapshot, after: list | None, limit: int) -> ChunkRead:
         assert self.conn is not None
@@ -386,9 +400,7 @@ class PostgresSource(ChangeSource):
             # planner sorts the whole remaining range per chunk, which makes a snapshot quadratic
             self.conn.execute("SET LOCAL enable_sort = off")
             self.conn.execute("SET LOCAL enable_bitmapscan = off")
-            snap_text, hidden = self.conn.execute(q.SNAPSHOT_WATERMARK).fetchone()  # type: ignore[misc]
-            if hidden:
-                raise _HiddenCommits(hidden)
+            snap_text = self.conn.execute(q.SNAPSHOT_WATERMARK).fetchone()[0]  # type: ignore[index]
             if snap.max_key is None:
                 row = self.conn.execute(q.max_key(tid.schema, tid.table, order, snap.condition)).fetchone()
                 snap.max_key = list(row) if row else []
@@ -486,12 +498,7 @@ class PostgresSource(ChangeSource):
         return PgPosition(self.epoch, 0, 0).sort_key()
 
     def _snapshot_sink(self, writer: BatchWriter, table: str) -> Any:
-        state = self.table_state(table)
-        key = (id(writer), state.name, state.signature)
-        sink = self._snapshot_sinks.get(key)
-        if sink is None or sink.closed:
-            sink = self._snapshot_sinks[key] = state.open_sink(writer, kind="snapshot")
-        return sink
+        return self._snapshot_sinks.get(writer, self.table_state(table))
 
     def write_purge(self, writer: BatchWriter, table: str, position: bytes, end: int) -> None:
         ts = time.time_ns() // 1000
@@ -513,14 +520,6 @@ class PostgresSource(ChangeSource):
             at or self.snapshot_position(end_lsn),
             (ts // 1000, ts, ts * 1000, None, None, lsn),
         )
-
-
-VISIBILITY_TIMEOUT = 30.0
-
-
-class _HiddenCommits(Exception):
-    def __init__(self, xids: list[str]) -> None:
-        self.xids = xids
 
 
 def _resume_facts(offset: dict[str, Any] | None) -> tuple[int | None, int | None]:

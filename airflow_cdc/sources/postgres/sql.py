@@ -77,12 +77,20 @@ FROM pg_type t WHERE t.oid = %s
 
 TABLE_PRIVILEGE = "SELECT has_table_privilege(%s::oid, 'SELECT')"
 
-#: The chunk's snapshot, and the transactions it lists as running although they have committed:
-#: with synchronous replication a commit is logged (and may already be captured by an earlier
-#: window) but stays invisible until the standby confirms.
-SNAPSHOT_WATERMARK = (
-    "SELECT pg_current_snapshot()::text, ARRAY(SELECT x::text FROM pg_snapshot_xip(pg_current_snapshot()) x "
-    "WHERE pg_xact_status(x) = 'committed')"
+SNAPSHOT_WATERMARK = "SELECT pg_current_snapshot()::text"
+
+#: Transactions committed in the WAL (so maybe captured by an earlier window) but invisible to every
+#: snapshot until a synchronous standby confirms: their backends wait on ``SyncRep``.  pg_xact_status
+#: cannot show them (it says "in progress" while the xid is in the proc array), and other roles'
+#: wait events need superuser or pg_read_all_stats.
+HIDDEN_COMMITS = (
+    "SELECT COALESCE(array_agg(backend_xid::text), '{}') FROM pg_stat_activity "
+    "WHERE wait_event_type = 'IPC' AND wait_event = 'SyncRep' AND backend_xid IS NOT NULL"
+)
+
+SYNC_VISIBILITY_CHECK = (
+    "SELECT current_setting('synchronous_standby_names'), pg_has_role('pg_read_all_stats', 'USAGE'), "
+    "current_user"
 )
 
 INSERT_LSN = "SELECT pg_current_wal_insert_lsn()::text"

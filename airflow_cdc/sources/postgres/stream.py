@@ -25,13 +25,13 @@ from airflow_cdc.core.errors import ProtocolError
 from airflow_cdc.core.events import message_schema, now_us
 from airflow_cdc.core.failpoints import failpoint
 from airflow_cdc.core.filters import IncludeExclude
-from airflow_cdc.core.position import PgPosition, format_pg_lsn
 from airflow_cdc.core.progress import Progress
 from airflow_cdc.core.snapshot import ChunkTracker
 from airflow_cdc.sources.postgres import protocol as proto
 from airflow_cdc.sources.postgres import sql as q
 from airflow_cdc.sources.postgres.client import prefetch
 from airflow_cdc.sources.postgres.columnar import native_decoder, to_piece
+from airflow_cdc.sources.postgres.position import PgPosition, format_pg_lsn
 from airflow_cdc.sources.postgres.tables import SOURCE_TYPE, RelationState, source_constants
 
 log = logging.getLogger(__name__)

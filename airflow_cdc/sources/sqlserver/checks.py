@@ -62,10 +62,16 @@ def check_permissions(conn: Any, database: str, instances: list[CaptureInstance]
 
 
 def check_offset(
-    conn: Any, database: str, instances: list[CaptureInstance], committed: SqlServerLsn, known: set[str]
+    conn: Any,
+    database: str,
+    instances: list[CaptureInstance],
+    committed: SqlServerLsn,
+    known: set[str],
+    starts: dict[str, SqlServerLsn] | None = None,
 ) -> list[str]:
     """Problems with resuming ``database`` after ``committed``: capture instances known at that
-    offset whose changes right after it were purged by the cleanup job.
+    offset whose changes right after it were purged by the cleanup job.  ``starts``: the start
+    LSNs the instances had when the offset was stored; a start that has not moved purged nothing.
 
     :returns: one message per purged capture instance (empty: resuming is safe).
     """
@@ -75,7 +81,7 @@ def check_offset(
         if ci.name not in known:
             continue  # created after the offset: it starts where it starts
         low = SqlServerLsn.of(scalar(conn, sql.MIN_LSN, ci.name))
-        if low > wanted:
+        if low > wanted and (starts or {}).get(ci.name) != low:
             problems.append(
                 f"capture instance {database}.{ci.name} (table {ci.table_id}) starts at LSN {low}, after the "
                 f"stored offset {committed}: the cleanup job purged changes not yet captured"

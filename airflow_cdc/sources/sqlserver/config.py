@@ -62,6 +62,12 @@ SQLSERVER_PROPERTIES: tuple[Property, ...] = tuple(
     ),
     Property("time.precision.mode", "enum", "adaptive", choices=("adaptive", "connect")),
     Property("heartbeat.action.query", "str", None, "SQL run at the start of each capture run."),
+    Property(
+        "include.schema.changes",
+        "bool",
+        True,
+        "Record schema change events (a newer capture instance taking over a table) in batch manifests.",
+    ),
 )
 
 

@@ -42,28 +42,43 @@ def read_chunk(
     isolation: str,
     target: tuple[str, str, str],
     columns: Sequence[Column],
-    key: Sequence[str],
+    order: Sequence[str],
     after: Sequence[Any] | None,
     limit: int,
+    condition: str | None = None,
+    unique: bool = True,
 ) -> Chunk:
     """Read one chunk of ``target`` (database, schema, table) between two watermarks.
 
-    ``after`` holds the key values (as the client returns them) of the last row already read.
-    A failed read rolls its transaction back and raises the driver's error; nothing is kept.
+    ``order`` is the key, or an ad hoc snapshot's surrogate key (``unique`` false: values may
+    repeat, so a full chunk is re-read up to and including its last value and a run of equal values
+    never straddles two chunks).  ``after`` holds the order values (as the client returns them) of
+    the last row already read.  A failed read rolls its transaction back and raises the driver's
+    error; nothing is kept.
     """
     db, schema, table = target
     names = [c.name for c in columns]
     by_name = {c.name: c for c in columns}
-    query = sql.chunk_select(db, schema, table, names, key, limit, after is not None)
-    params = (
-        sql.chunk_params([key_param(by_name[k], v) for k, v in zip(key, after, strict=True)]) if after else []
+    bound = (
+        sql.chunk_params([key_param(by_name[k], v) for k, v in zip(order, after, strict=True)])
+        if after
+        else []
     )
     low = SqlServerLsn.of(scalar(conn, sql.MAX_LSN))
     cur = conn.cursor()
     try:
         cur.execute(sql.ISOLATION[isolation])
         cur.execute(sql.BEGIN)
-        rows = [tuple(r) for r in cur.execute(query, *params).fetchall()]
+        query = sql.chunk_select(db, schema, table, names, order, limit, after is not None, condition)
+        rows = [tuple(r) for r in cur.execute(query, *bound).fetchall()]
+        if not unique and len(rows) == limit:
+            last = rows[-1][names.index(order[0])]
+            query = sql.chunk_select(
+                db, schema, table, names, order, None, after is not None, condition, True
+            )
+            rows = [
+                tuple(r) for r in cur.execute(query, *bound, key_param(by_name[order[0]], last)).fetchall()
+            ]
         cur.execute(sql.COMMIT)
     except Exception:
         cur.execute("IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION")

@@ -15,6 +15,7 @@ instance's key without ad hoc conditions or surrogate keys.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,15 +25,23 @@ from airflow_cdc.core.batch import BatchWriter
 from airflow_cdc.core.config import ConnectorConfig, skipped_ops
 from airflow_cdc.core.errors import ConfigError
 from airflow_cdc.core.events import now_us
+from airflow_cdc.core.failpoints import failpoint
 from airflow_cdc.core.filters import TableFilter, TableId
-from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot, read_budgeted
+from airflow_cdc.core.snapshot import (
+    ChunkRead,
+    ChunkTracker,
+    TableSnapshot,
+    key_ordered_chunks,
+    read_budgeted,
+)
 from airflow_cdc.core.source import Capabilities, ChangeSource
 from airflow_cdc.sources.sqlserver import checks, client, sql
 from airflow_cdc.sources.sqlserver.offsets import SqlServerLsn, SqlServerPosition, window_offset
 from airflow_cdc.sources.sqlserver.schema import CaptureInstance, load_capture_instances, window_segments
+from airflow_cdc.sources.sqlserver.schema_changes import switch_events
 from airflow_cdc.sources.sqlserver.snapshot import read_chunk
 from airflow_cdc.sources.sqlserver.stream import ChangeEvent, read_window
-from airflow_cdc.sources.sqlserver.tables import TableState, key_value
+from airflow_cdc.sources.sqlserver.tables import TableState, key_text, key_value
 from airflow_cdc.sources.sqlserver.types import Modes
 
 log = logging.getLogger(__name__)
@@ -131,6 +140,10 @@ class SqlServerSource(ChangeSource):
     def tables(self) -> list[str]:
         return sorted(self._current)
 
+    def table_state(self, table: str) -> TableState:
+        """The newest capture instance's state of ``table`` (``database.schema.table``)."""
+        return self._current[table]
+
     # -- offsets ----------------------------------------------------------------------------
     def _max_lsn(self) -> SqlServerLsn:
         return SqlServerLsn.of(client.scalar(self.conn, sql.MAX_LSN))
@@ -165,7 +178,15 @@ class SqlServerSource(ChangeSource):
         self.epoch = int(offset.get("epoch", 0))
         committed = SqlServerLsn.parse(offset["commit_lsn"])
         known = set(offset.get("capture_instances") or [])
-        problems = checks.check_offset(self.conn, self.database, self.instances, committed, known)
+        starts = {k: SqlServerLsn.parse(v) for k, v in (offset.get("capture_instance_starts") or {}).items()}
+        problems = checks.check_offset(self.conn, self.database, self.instances, committed, known, starts)
+        if committed > SqlServerLsn.from_int(head):
+            # fn_cdc_get_max_lsn() never moves back on a live database: it was restored from a
+            # backup (or the connector points at another database), the offset's log is gone.
+            problems.append(
+                f"database {self.database}: the stored offset {committed} is after fn_cdc_get_max_lsn() "
+                f"{SqlServerLsn.from_int(head)}; the database was restored from a backup or replaced"
+            )
         if checks.raise_purged(problems, when_needed):
             log.warning("%s; snapshot.mode=when_needed: restarting at the head and re-snapshotting", problems)
             self.epoch += 1
@@ -175,6 +196,9 @@ class SqlServerSource(ChangeSource):
     def offset_at(self, lsn: int, window: Any, previous: dict[str, Any] | None) -> dict[str, Any]:
         offset = window_offset({self.database: SqlServerLsn.from_int(lsn)}, self.epoch)
         offset["capture_instances"] = sorted(self._states)
+        # an instance whose start is unchanged since the offset lost nothing, even when it starts
+        # after the offset's LSN (enabled after the last change the database had)
+        offset["capture_instance_starts"] = {ci.name: str(ci.start_lsn) for ci in self.instances}
         return offset
 
     def acknowledge(self, offset: dict[str, Any]) -> None:
@@ -199,39 +223,63 @@ class SqlServerSource(ChangeSource):
         return read_budgeted(pending, self._current, max_rows, chunk_size, self._read_chunk)
 
     def _read_chunk(self, snap: TableSnapshot, cursor: list | None, limit: int) -> ChunkRead:
-        if snap.condition or snap.surrogate_key:
-            raise ConfigError(
-                f"snapshot of {snap.table}: conditions and surrogate keys are not supported yet"
-            )
+        """A chunk in key order, or in an ad hoc snapshot's surrogate-key order, with its
+        additional condition; key texts first, then the surrogate key's text as the cursor."""
         state = self._current[snap.table]
         ci = state.instance
+        order = _surrogate(snap, state) if snap.surrogate_key else list(ci.key)
+        by_name = {c.name: c for c in ci.columns}
         after = None
         if cursor is not None:
-            after = [key_value(ci.columns[i], v) for i, v in zip(state.key_index, cursor, strict=True)]
+            after = [key_value(by_name[k], v) for k, v in zip(order, cursor, strict=True)]
         chunk = read_chunk(
             self.conn,
             self.config["snapshot.isolation.mode"],
             (ci.database, ci.schema, ci.table),
             ci.columns,
-            ci.key,
+            order,
             after,
             limit,
+            snap.condition,
+            unique=not snap.surrogate_key,
         )
         keys = list(ci.key)
         texts = [state.key_text(r) for r in chunk.rows]
         data = {k: pa.array([t[n] for t in texts], pa.string()) for n, k in enumerate(keys)}
+        cursor_index = None
+        if snap.surrogate_key:
+            i = next(n for n, c in enumerate(ci.columns) if c.name == order[0])
+            data["__cursor"] = pa.array([key_text(ci.columns[i], r[i]) for r in chunk.rows], pa.string())
+            cursor_index = [len(keys)]
         data["__row"] = pa.array(range(len(chunk.rows)), pa.int64())
         return SqlServerChunk(
             snap,
-            [*keys, "__row"],
+            list(data),
             pa.table(data),
             list(range(len(keys))),
             Watermark(int(chunk.low), int(chunk.high)),
             chunk.last,
-            None,
+            cursor_index,
             chunk.rows,
             state,
         )
+
+    def encoded_chunks(self, table: str, chunk_size: int) -> Iterator[pa.Table]:
+        """The live table in key order, ``chunk_size`` rows at a time, encoded like captured rows
+        (for ``verify``): the snapshot chunk reader, no state stored, nothing written.
+
+        :raises ConfigError: ``table`` (``database.schema.table``) is not captured.
+        """
+        if table not in self._current:
+            raise ConfigError(
+                f"table {table} is not captured by connector {self.name} (check the table filters)"
+            )
+        for chunk in key_ordered_chunks(self, table, chunk_size):
+            assert isinstance(chunk, SqlServerChunk) and chunk.state is not None
+            if chunk.rows:
+                codecs = chunk.state.codecs
+                arrays = [c.convert_values([r[i] for r in chunk.rows]) for i, c in enumerate(codecs)]
+                yield pa.Table.from_arrays(arrays, schema=pa.schema([c.field for c in codecs]))
 
     def reflects(self, watermark: Watermark, txn: int) -> bool:
         """A chunk reflects every transaction captured before it was read (commit LSN <= low)."""
@@ -263,16 +311,25 @@ class SqlServerSource(ChangeSource):
         segments = window_segments(self.instances, low, high)
         times = self._commit_times(low, high)
         skipped = skipped_ops(self.config)
+        provide_txn = self.config["provide.transaction.metadata"]
         for txn in read_window(self.conn, segments):
             commit = int(txn[0].commit_lsn)
             ts_ms = times.get(txn[0].commit_lsn, 0)
+            orders: dict[str, int] | None = {} if provide_txn else None
             for ev in txn:
-                self._stage(writer, tracker, ev, commit, ts_ms, skipped, result)
+                self._stage(writer, tracker, ev, (commit, ts_ms, orders), skipped, result)
             result.transactions += 1
             result.last_commit_lsn = commit
+            failpoint("mid_window")  # crash tests: a window with at least one transaction staged
             if result.events >= max_events and commit < upto_lsn:
                 result.end_lsn = commit  # whole transactions: resume after this one
                 break
+        if self.config["include.schema.changes"]:
+            constants = {s.name: s.constants for s in self._states.values()}
+            changes = switch_events(
+                self.instances, low, SqlServerLsn.from_int(result.end_lsn), constants, now_us() // 1000
+            )
+            result.manifest_extra = {"schema_changes": changes} if changes else {}
         return result
 
     def _stage(
@@ -280,21 +337,29 @@ class SqlServerSource(ChangeSource):
         writer: BatchWriter,
         tracker: ChunkTracker | None,
         ev: ChangeEvent,
-        commit: int,
-        ts_ms: int,
+        txn: tuple[int, int, dict[str, int] | None],
         skipped: frozenset[str],
         result: WindowResult,
     ) -> None:
+        """Stage one event; ``txn`` is (commit LSN, ``source.ts_ms``, per-table event counts of the
+        transaction so far, or None without ``provide.transaction.metadata``)."""
+        commit, ts_ms, orders = txn
         state = self._states[ev.instance.name]
-        row = ev.after if ev.after is not None else ev.before
-        assert row is not None
         if tracker is not None and state.name in tracker.tables():
-            tracker.observe(state.name, state.key_text(row), commit)
+            # both images: an update may change the key, and a chunk row under either key is stale
+            for image in (ev.before, ev.after):
+                if image is not None:
+                    tracker.observe(state.name, state.key_text(image), commit)
         if ev.op in skipped:
             return
         position = SqlServerPosition(self.epoch, ev.commit_lsn, ev.change_lsn, ev.event_serial_no).sort_key()
         src = (ts_ms, str(ev.change_lsn), str(ev.commit_lsn), ev.event_serial_no)
-        state.sink(writer, "stream").append(ev.op, ev.before, ev.after, position, src)
+        block = None
+        if orders is not None:  # Debezium: id = the commit LSN; orders count emitted events only
+            orders[state.name] = orders.get(state.name, 0) + 1
+            orders[""] = orders.get("", 0) + 1
+            block = (str(ev.commit_lsn), orders[""], orders[state.name])
+        state.sink(writer, "stream").append(ev.op, ev.before, ev.after, position, src, block)
         result.events += 1
         counts = result.per_table.setdefault(state.name, {})
         counts[ev.op] = counts.get(ev.op, 0) + 1
@@ -307,6 +372,26 @@ class SqlServerSource(ChangeSource):
         finally:
             cur.close()
         return {SqlServerLsn.of(r[0]): _epoch_ms(r[1]) for r in rows}
+
+
+def _surrogate(snap: TableSnapshot, state: TableState) -> list[str]:
+    """The ad hoc snapshot's surrogate key as the chunk order.
+
+    :raises ConfigError: not a captured column of the table, or NULL-able (SQL Server sorts NULLs
+        first and no range predicate reaches them, so their rows would be skipped).
+    """
+    column = next((c for c in state.instance.columns if c.name == snap.surrogate_key), None)
+    if column is None:
+        raise ConfigError(
+            f"snapshot of {snap.table}: surrogate-key {snap.surrogate_key!r} is not a captured column "
+            f"of capture instance {state.instance.name}"
+        )
+    if column.nullable:
+        raise ConfigError(
+            f"snapshot of {snap.table}: surrogate-key {snap.surrogate_key!r} allows NULLs; "
+            "choose a NOT NULL column (rows with NULL there could not be chunked)"
+        )
+    return [column.name]
 
 
 def _epoch_ms(value: Any) -> int:

@@ -90,24 +90,41 @@ COMMIT = "COMMIT TRANSACTION"
 
 
 def chunk_select(
-    db: str, schema: str, table: str, columns: Sequence[str], key: Sequence[str], limit: int, after: bool
+    db: str,
+    schema: str,
+    table: str,
+    columns: Sequence[str],
+    key: Sequence[str],
+    limit: int | None,
+    after: bool,
+    condition: str | None = None,
+    upto: bool = False,
 ) -> str:
-    """One snapshot chunk in key order: the first ``limit`` rows, or those after a bound key.
+    """One snapshot chunk in ``key`` order: the first ``limit`` rows (all without a limit), after a
+    bound key and/or up to a bound value of a one-column ``key`` (``upto``), under ``condition``.
 
     The key predicate is the expanded row comparison ``(k1 > ?) OR (k1 = ? AND k2 > ?) ...``
-    (T-SQL has no row constructors); its parameters are :func:`chunk_params` of the last key.
+    (T-SQL has no row constructors); its parameters are :func:`chunk_params` of the last key,
+    then the ``upto`` value.  ``condition`` is an ad hoc snapshot's additional condition: the
+    operator's own T-SQL, parenthesised.
     """
     cols = ", ".join(quote(c) for c in columns)
     target = ".".join(quote(p) for p in (db, schema, table))
-    where = ""
+    where = []
     if after:
         terms = []
         for i, k in enumerate(key):
             eq = [f"{quote(p)} = ?" for p in key[:i]]
             terms.append("(" + " AND ".join([*eq, f"{quote(k)} > ?"]) + ")")
-        where = " WHERE " + " OR ".join(terms)
+        where.append("(" + " OR ".join(terms) + ")")
+    if upto:
+        where.append(f"{quote(key[0])} <= ?")
+    if condition:
+        where.append(f"({condition})")
+    clause = " WHERE " + " AND ".join(where) if where else ""
+    top = f"TOP ({int(limit)}) " if limit is not None else ""
     order = ", ".join(quote(k) for k in key)
-    return f"SELECT TOP ({int(limit)}) {cols} FROM {target}{where} ORDER BY {order}"  # noqa: S608
+    return f"SELECT {top}{cols} FROM {target}{clause} ORDER BY {order}"  # noqa: S608
 
 
 def chunk_params(last_key: Sequence[object]) -> list[object]:

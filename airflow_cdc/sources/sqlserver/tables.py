@@ -87,6 +87,11 @@ class TableState:
     def name(self) -> str:
         return self.instance.table_id
 
+    @property
+    def key_columns(self) -> list[str]:
+        """The key columns (``verify`` joins silver on them)."""
+        return list(self.instance.key)
+
     def table_info(self) -> dict[str, Any]:
         ci = self.instance
         return {

@@ -223,6 +223,21 @@ class SqlServerCdcEmulator:
             ).fetchone()
             self._sys_columns(conn, oid, [(column, t)], set(), start=start[0] if start else 1)
 
+    def rename_table(self, database: str, table: str, new_name: str) -> None:
+        """``sp_rename 'schema.table', 'new_name'``: the object keeps its id, so its capture
+        instances (named after the old table) follow it, as on SQL Server."""
+        schema, name = _split(table)
+        with self.pg_connect(database, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("ALTER TABLE {}.{} RENAME TO {}").format(
+                    sql.Identifier(schema), sql.Identifier(name), sql.Identifier(new_name)
+                )
+            )
+            conn.execute(
+                "UPDATE sys.tables SET name = %s WHERE object_id = %s::regclass::oid::int",
+                (new_name, _qualified(schema, new_name)),
+            )
+
     def _sys_columns(
         self,
         conn: psycopg.Connection,

@@ -25,10 +25,10 @@ from airflow_cdc.core.capture import Capture
 from airflow_cdc.core.errors import LeaseHeld, LeaseLost
 from airflow_cdc.core.lease import acquire, fence_state
 from airflow_cdc.core.pipeline import build_config
-from airflow_cdc.core.position import format_pg_lsn
 from airflow_cdc.core.source import ChangeSource
 from airflow_cdc.core.state import open_state_store
 from airflow_cdc.core.state_file import FileStateStore
+from airflow_cdc.sources.postgres.position import format_pg_lsn
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -1,4 +1,5 @@
 import pyarrow as pa
+import pytest
 
 from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, SnapshotContext, TableSnapshot
 
@@ -65,3 +66,13 @@ def test_context_round_trip_and_restart():
     assert again.stop(["s.b"]) == ["s.b"] and [p.table for p in again.pending] == ["s.a"]
     again.finish(again.pending[0])
     assert again.pending == [] and again.completed[-1]["table"] == "s.a"
+
+
+def test_read_when_visible_retries_then_names_table_and_what_stayed_hidden():
+    from airflow_cdc.core.errors import ServerMisconfigured
+    from airflow_cdc.core.snapshot import read_when_visible
+
+    answers = iter([(None, "xid 7 hidden"), (None, "xid 7 hidden"), ("chunk", "")])
+    assert read_when_visible("public.t", lambda: next(answers), "hint", timeout=5) == "chunk"
+    with pytest.raises(ServerMisconfigured, match=r"snapshot chunk of public\.t: xid 9 hidden for 0s"):
+        read_when_visible("public.t", lambda: (None, "xid 9 hidden"), "check the standby", timeout=0.05)

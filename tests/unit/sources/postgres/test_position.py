@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from airflow_cdc.core.position import PgLsn, PgPosition, parse_pg_lsn
+from airflow_cdc.sources.postgres.position import PgLsn, PgPosition, parse_pg_lsn
 
 
 def test_lsn_text_round_trip():

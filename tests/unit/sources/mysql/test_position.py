@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from airflow_cdc.core.position import MySqlPosition, binlog_file_number
+from airflow_cdc.sources.mysql.position import MySqlPosition, binlog_file_number
 
 
 def test_sort_key_order_equals_typed_order():
