@@ -280,8 +280,8 @@ class Capture:
         self, writer: BatchWriter, ctx: SnapshotContext, window: Any, end: Any, notes: list[str]
     ) -> int:
         """Book the snapshots a natively snapshotting source completed inside its window."""
-        self._snapshot_counts: dict[str, int] = dict(getattr(window, "snapshot_rows", None) or {})
-        for snap in getattr(window, "snapshots_done", None) or []:
+        self._snapshot_counts: dict[str, int] = dict(window.snapshot_rows) if window is not None else {}
+        for snap in window.snapshots_done if window is not None else []:
             if snap.purge_below:
                 self.source.write_purge(writer, snap.table, bytes.fromhex(snap.purge_below), end)
                 notes.append(f"{snap.table}: rows captured before the offset was lost are void")
