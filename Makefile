@@ -19,7 +19,9 @@ SHELL := /bin/bash
 
 VENV        := .venv
 PY          := $(VENV)/bin/python
-PYTEST_ARGS ?=
+# Two workers, whole files per worker (module fixtures stay together); each worker starts its own
+# servers, emulators and Spark session.  PYTEST_ARGS="-p no:xdist" runs serially.
+PYTEST_ARGS ?= -n 2 --dist loadfile
 EXTRAS      ?= dev,mysql,sqlserver,vitess,spark,airflow
 comma       := ,
 # Stamp name: .installed-<sha of pyproject.toml>, plus the extras when they are not the default.
