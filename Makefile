@@ -20,7 +20,7 @@ SHELL := /bin/bash
 VENV        := .venv
 PY          := $(VENV)/bin/python
 # Two workers, whole files per worker (module fixtures stay together); each worker starts its own
-# servers, emulators and Spark session.  PYTEST_ARGS="-p no:xdist" runs serially.
+# servers, emulators and Spark session.  PYTEST_ARGS="" runs serially.
 PYTEST_ARGS ?= -n 2 --dist loadfile
 EXTRAS      ?= dev,mysql,sqlserver,vitess,spark,airflow
 comma       := ,
