@@ -9,6 +9,7 @@ so ``pytest -m "not integration"`` runs the unit tests without starting anything
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -132,6 +133,7 @@ def spark() -> Iterator[object]:
     if not os.environ.get(JARS_ENV) and (REPO / ".jars").is_dir():
         os.environ[JARS_ENV] = str(REPO / ".jars")
     os.environ.setdefault("TZ", "UTC")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers of in-process applies
     spark = session.build(app_name="airflow-cdc-tests")
     try:
         yield spark

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import warnings
 from decimal import Decimal
 from pathlib import Path
@@ -38,19 +37,6 @@ SMALL_SPARK = {
     "spark.sql.shuffle.partitions": "2",
     "spark.databricks.delta.snapshotPartitions": "2",
 }
-
-
-@pytest.fixture(scope="module")
-def spark():
-    pytest.importorskip("pyspark")
-    if (ROOT / ".jars").is_dir():
-        os.environ.setdefault("AIRFLOW_CDC_DELTA_JARS", str(ROOT / ".jars"))
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # for run_apply_job's Python workers
-    from spark_jobs.cdc_apply import session
-
-    s = session.build(app_name="airflow-cdc-e2e-check")
-    yield s
-    s.stop()
 
 
 def _norm(value: Any) -> Any:
