@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Self
 
 from airflow_cdc.core.batch import list_batches
-from airflow_cdc.core.pipeline import build_capture
+from airflow_cdc.core.pipeline import build_capture, build_config, build_store
 from tests.support.oracle import ReferenceApplier
 
 
@@ -50,3 +55,43 @@ def _diff(expected: dict[str, Any] | None, got: dict[str, Any] | None) -> dict[s
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else f"{text[:60]}...({len(text)} chars)"
+
+
+def snapshot_pending(config: dict[str, Any]) -> bool:
+    """Whether the committed state still has a table snapshot to do (or nothing is committed)."""
+    stored = build_store(build_config(config)).load(config["name"])
+    return stored is None or bool(stored.data["snapshot"]["pending"])
+
+
+def capture_process(config_path: Path, failpoints: str) -> subprocess.Popen:
+    """``airflow-cdc capture --commit`` in a child process (to be SIGKILLed), with failpoints armed."""
+    env = dict(os.environ, AIRFLOW_CDC_FAILPOINTS=failpoints)
+    return subprocess.Popen(
+        [sys.executable, "-m", "airflow_cdc.cli", "capture", "--config", str(config_path), "--commit"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+class WriterThreads:
+    """Background writer threads run as a context: started on entry, stopped and joined on exit.
+
+    Subclasses fill ``threads`` (daemon threads watching ``stop``) in their ``__init__``.
+    """
+
+    join_timeout = 30.0
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    def __enter__(self) -> Self:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=self.join_timeout)

@@ -5,11 +5,8 @@ and without SIGKILLs; replayed batches must equal the source."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -17,8 +14,8 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from airflow_cdc.core.pipeline import build_config, build_store
 from tests.integration.mysql.support import assert_converged, execute, pipeline, run_capture
+from tests.support.pipeline import WriterThreads, capture_process, snapshot_pending
 
 pytestmark = pytest.mark.slow
 ODD = "`we``ird tbl ü`"
@@ -113,11 +110,13 @@ def _writer(db, stop: threading.Event, seed: int, next_id: list[int], lock: thre
         conn.close()
 
 
-class Writers:
+class Writers(WriterThreads):
     """Concurrent writers plus, when ``alters``, a thread running ALTER TABLE now and then."""
 
+    join_timeout = 60.0
+
     def __init__(self, db, n: int = 2, alters: bool = True, rows: int = ROWS) -> None:
-        self.stop = threading.Event()
+        super().__init__()
         lock, next_id = threading.Lock(), [rows]
         self.threads = [
             threading.Thread(target=_writer, args=(db, self.stop, i, next_id, lock), daemon=True)
@@ -132,20 +131,7 @@ class Writers:
                 return
             execute(db, statement)
 
-    def __enter__(self) -> Writers:
-        for t in self.threads:
-            t.start()
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=60)
-
-
-def _snapshot_pending(config: dict) -> bool:
-    stored = build_store(build_config(config)).load(config["name"])
-    return stored is None or bool(stored.data["snapshot"]["pending"])
 
 
 def _setup(db, tmp_path: Path) -> tuple[dict, list[str]]:
@@ -166,7 +152,7 @@ def test_converges_under_concurrent_writes_and_alters(mariadb_db, tmp_path):
     config, tables = _setup(mariadb_db, tmp_path)
     runs = 0
     with Writers(mariadb_db):
-        while _snapshot_pending(config) or runs < 3:
+        while snapshot_pending(config) or runs < 3:
             run_capture(config)
             runs += 1
             assert runs < 60, "snapshot did not finish"
@@ -179,15 +165,6 @@ def test_converges_under_concurrent_writes_and_alters(mariadb_db, tmp_path):
     assert len(oracle.rows(tables[0])) > ROWS * 0.8
 
 
-def _capture_process(config_path: Path, failpoints: str) -> subprocess.Popen:
-    env = dict(os.environ, AIRFLOW_CDC_FAILPOINTS=failpoints)
-    return subprocess.Popen(
-        [sys.executable, "-m", "airflow_cdc.cli", "capture", "--config", str(config_path), "--commit"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-
 
 def test_converges_with_sigkill_at_random_points(mariadb_db, tmp_path):
     config, tables = _setup(mariadb_db, tmp_path)
@@ -196,8 +173,8 @@ def test_converges_with_sigkill_at_random_points(mariadb_db, tmp_path):
     rng = random.Random(42)
     kills = clean = 0
     with Writers(mariadb_db):
-        while _snapshot_pending(config) or clean < 3:
-            proc = _capture_process(
+        while snapshot_pending(config) or clean < 3:
+            proc = capture_process(
                 config_path, "after_batch_write:0.25,after_state_commit:0.25,mid_window:0.1"
             )
             if rng.random() < 0.35:
@@ -237,7 +214,7 @@ def test_truncate_during_chunked_snapshot(mariadb_db, tmp_path):
         "TRUNCATE tt",
         "INSERT INTO tt SELECT seq, concat('b', seq) FROM seq_1_to_4000 WHERE seq % 3 = 1",
     )
-    while _snapshot_pending(config):
+    while snapshot_pending(config):
         run_capture(config)
     run_capture(config)
     assert_converged(config, [f"{mariadb_db.name}.tt"])

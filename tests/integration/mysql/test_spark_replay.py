@@ -21,9 +21,10 @@ from airflow_cdc.core.pipeline import build_config
 from spark_jobs.cdc_apply.job import apply_batch
 from spark_jobs.cdc_apply.layout import table_path
 from tests.integration.mysql.support import execute, pipeline, replay, run_capture, source_rows
-from tests.integration.mysql.test_convergence import ALTERS, ODD_NAME, Writers, _snapshot_pending, schema
+from tests.integration.mysql.test_convergence import ALTERS, ODD_NAME, Writers, schema
 from tests.integration.mysql.test_event_shape import TYPES_DDL, TYPES_INSERT
 from tests.integration.spark.support import diff, normalised_rows, semantic_names, silver_rows
+from tests.support.pipeline import snapshot_pending
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -88,7 +89,7 @@ def _capture_scenario(db: Any, tmp_path: Any) -> tuple[dict[str, Any], dict[str,
     )
     runs = 0
     with Writers(db, rows=ROWS):  # two writers, and ALTER TABLE items every 1.5 s during windows
-        while _snapshot_pending(config) or runs < 2:
+        while snapshot_pending(config) or runs < 2:
             run_capture(config)
             _typed_changes(db, runs)
             runs += 1

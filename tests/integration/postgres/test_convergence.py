@@ -4,11 +4,8 @@ delete and change keys; with and without SIGKILLs; replayed batches must equal t
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -16,9 +13,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from airflow_cdc.core.pipeline import build_config, build_store
 from tests.integration.postgres import toast_scenario
 from tests.integration.postgres.support import assert_converged, pipeline, run_capture
+from tests.support.pipeline import WriterThreads, capture_process, snapshot_pending
 
 pytestmark = pytest.mark.slow
 
@@ -102,27 +99,15 @@ def _one_change(conn: psycopg.Connection, rng: random.Random, next_id: list[int]
                      + untoasted.replace(" AND doc IS NULL", ""), (k1, f"k{target % 4}"))
 
 
-class Writers:
+class Writers(WriterThreads):
     def __init__(self, dsn: str, n: int = 2) -> None:
-        self.stop, self.free_moves = threading.Event(), threading.Event()
+        super().__init__()
+        self.free_moves = threading.Event()
         lock, next_id = threading.Lock(), [100_000]
         self.threads = [threading.Thread(target=_writer, args=(dsn, self.stop, i, next_id, lock, self.free_moves),
                                          daemon=True) for i in range(n)]
 
-    def __enter__(self) -> Writers:
-        for t in self.threads:
-            t.start()
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=30)
-
-
-def _snapshot_pending(config: dict) -> bool:
-    stored = build_store(build_config(config)).load(config["name"])
-    return stored is None or bool(stored.data["snapshot"]["pending"])
 
 
 def _setup(pg_db, tmp_path: Path) -> dict:
@@ -137,7 +122,7 @@ def test_converges_under_concurrent_writes(pg_db, tmp_path):
     config = _setup(pg_db, tmp_path)
     runs = 0
     with Writers(pg_db.dsn) as writers:
-        while _snapshot_pending(config) or runs < 3:
+        while snapshot_pending(config) or runs < 3:
             run_capture(config)
             runs += 1
             assert runs < 60, "snapshot did not finish"
@@ -151,11 +136,6 @@ def test_converges_under_concurrent_writes(pg_db, tmp_path):
     assert len(oracle.rows("public.items")) > 90_000
 
 
-def _capture_process(config_path: Path, failpoints: str) -> subprocess.Popen:
-    env = dict(os.environ, AIRFLOW_CDC_FAILPOINTS=failpoints)
-    return subprocess.Popen([sys.executable, "-m", "airflow_cdc.cli", "capture", "--config", str(config_path),
-                             "--commit"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
 
 def test_converges_with_sigkill_at_random_points(pg_db, tmp_path):
     config = _setup(pg_db, tmp_path)
@@ -164,10 +144,10 @@ def test_converges_with_sigkill_at_random_points(pg_db, tmp_path):
     rng = random.Random(42)
     kills = clean = 0
     with Writers(pg_db.dsn) as writers:
-        while _snapshot_pending(config) or clean < 3:
-            if not _snapshot_pending(config):
+        while snapshot_pending(config) or clean < 3:
+            if not snapshot_pending(config):
                 writers.free_moves.set()
-            proc = _capture_process(config_path, "after_batch_write:0.25,after_state_commit:0.25,mid_window:0.1")
+            proc = capture_process(config_path, "after_batch_write:0.25,after_state_commit:0.25,mid_window:0.1")
             if rng.random() < 0.35:
                 time.sleep(rng.random() * 1.5)
                 proc.send_signal(signal.SIGKILL)
@@ -195,7 +175,7 @@ def test_truncate_during_chunked_snapshot(pg_db, tmp_path):
     with psycopg.connect(pg_db.dsn, autocommit=True) as conn:
         conn.execute("BEGIN; TRUNCATE tt; INSERT INTO tt SELECT g, 'b' || g FROM generate_series(1, 4000, 3) g; "
                      "COMMIT")
-    while _snapshot_pending(config):
+    while snapshot_pending(config):
         run_capture(config)
     run_capture(config)
     assert_converged(config, ["public.tt"])
@@ -223,7 +203,7 @@ def toast_scenario_run(pg_db, tmp_path: Path, monkeypatch, identity: str) -> toa
     writers = toast_scenario.ChunkWriters(pg_db.dsn, monkeypatch)
     try:
         runs = 0
-        while _snapshot_pending(config):
+        while snapshot_pending(config):
             run_capture(config)
             runs += 1
             assert runs < 20, "snapshot did not finish"
@@ -243,6 +223,6 @@ def test_key_change_ahead_of_the_snapshot_keeps_toast_values(pg_db, tmp_path):
     run_capture(config)  # rows 1-100 read
     with psycopg.connect(pg_db.dsn, autocommit=True) as conn:
         conn.execute("UPDATE docs SET id = 100250 WHERE id = 250")  # not read yet; beyond the end
-    while _snapshot_pending(config):
+    while snapshot_pending(config):
         run_capture(config)
     assert_converged(config, ["public.docs"])

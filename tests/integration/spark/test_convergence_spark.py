@@ -28,15 +28,13 @@ from tests.integration.postgres.test_convergence import (
     ODD,
     TABLES,
     Writers,
-    _capture_process,
     _setup,
-    _snapshot_pending,
     config_of,
     toast_scenario_run,
 )
 from tests.integration.spark.support import diff, normalised_rows, semantic_names, silver_rows
 from tests.integration.spark.test_apply_basic import assert_silver_matches
-from tests.support.pipeline import replay
+from tests.support.pipeline import capture_process, replay, snapshot_pending
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -46,7 +44,7 @@ def test_concurrent_capture_replayed_through_spark(spark, pg_db, tmp_path):
     config["snapshot.max.rows.per.run"] = 30_000  # fewer, larger batches: Spark pays per batch
     runs = 0
     with Writers(pg_db.dsn) as writers:
-        while _snapshot_pending(config) or runs < 3:
+        while snapshot_pending(config) or runs < 3:
             run_capture(config)
             runs += 1
         writers.free_moves.set()  # TOASTed rows change keys too once the snapshot is done
@@ -170,9 +168,9 @@ def test_sigkilled_captures_with_writers_replayed_through_spark(kind, request, s
         for w in writers:
             w.start()
         try:
-            while _snapshot_pending(config) or clean < 3:
+            while snapshot_pending(config) or clean < 3:
                 # mid_window fires per staged transaction: a low rate still kills some windows
-                proc = _capture_process(config_path, "after_batch_write:0.1,after_state_commit:0.1,mid_window:0.002")
+                proc = capture_process(config_path, "after_batch_write:0.1,after_state_commit:0.1,mid_window:0.002")
                 if rng.random() < 0.3:
                     time.sleep(rng.random() * 1.0)
                     proc.send_signal(signal.SIGKILL)

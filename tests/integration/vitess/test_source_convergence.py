@@ -5,11 +5,8 @@ after the commit, mid-window); the replay of every published batch equals the un
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -17,21 +14,27 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from airflow_cdc.core.pipeline import build_config, build_store
 from tests.integration.vitess.capture_support import SCHEMA, order_values, shard_rows, vitess_props
-from tests.support.pipeline import assert_rows_equal, replay, run_capture
+from tests.support.pipeline import (
+    WriterThreads,
+    assert_rows_equal,
+    capture_process,
+    replay,
+    run_capture,
+    snapshot_pending,
+)
 
 pytestmark = pytest.mark.slow
 INSERT = "INSERT INTO orders VALUES (%s, %s, %s, %s, %s, %s, %s)"
 KEYS = 400
 
 
-class Writers:
+class Writers(WriterThreads):
     """Two threads changing random keys on whichever shard owns them, until stopped."""
 
     def __init__(self, vtgate, keyspace: str) -> None:
         self.vtgate, self.keyspace = vtgate, keyspace
-        self.stop = threading.Event()
+        super().__init__()
         self.errors: list[BaseException] = []
         self.threads = [threading.Thread(target=self._run, args=(seed,), daemon=True) for seed in (1, 2)]
 
@@ -58,28 +61,8 @@ class Writers:
         except pymysql.MySQLError as e:
             self.errors.append(e)
 
-    def __enter__(self) -> Writers:
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=30)
 
 
-def _snapshot_pending(props: dict) -> bool:
-    stored = build_store(build_config(props)).load(props["name"])
-    return stored is None or bool(stored.data["snapshot"]["pending"])
-
-
-def _capture_process(config_path: Path, failpoints: str) -> subprocess.Popen:
-    env = dict(os.environ, AIRFLOW_CDC_FAILPOINTS=failpoints)
-    return subprocess.Popen(
-        [sys.executable, "-m", "airflow_cdc.cli", "capture", "--config", str(config_path), "--commit"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
 
 
 def sigkill_scenario(vtgate, shard_servers, keyspace: str, tmp_path: Path) -> dict:
@@ -95,9 +78,9 @@ def sigkill_scenario(vtgate, shard_servers, keyspace: str, tmp_path: Path) -> di
     rng = random.Random(7)
     kills = clean = copy_runs = 0
     with Writers(vtgate, ks) as writers:
-        while _snapshot_pending(props) or clean < 3:
-            copy_runs += _snapshot_pending(props)
-            proc = _capture_process(
+        while snapshot_pending(props) or clean < 3:
+            copy_runs += snapshot_pending(props)
+            proc = capture_process(
                 config_path, "after_batch_write:0.25,after_state_commit:0.2,mid_window:0.1"
             )
             if rng.random() < 0.3:
