@@ -19,7 +19,7 @@ from typing import Any
 
 from airflow_cdc.core.batch import Batch, BatchWriter, clean_incomplete, expire_batches
 from airflow_cdc.core.config import ConnectorConfig
-from airflow_cdc.core.errors import ServerMisconfigured
+from airflow_cdc.core.errors import ConfigError, ServerMisconfigured
 from airflow_cdc.core.failpoints import failpoint
 from airflow_cdc.core.lease import Lease, Leases, fence_state
 from airflow_cdc.core.signals import SnapshotSignal, apply_signals, parse_signal
@@ -99,7 +99,7 @@ class Capture:
 
     def __init__(self, source: ChangeSource, config: ConnectorConfig, store: StateStore) -> None:
         self.source, self.config, self.store = source, config, store
-        self.name = config["name"]
+        self.name = config.state_name  # the partition's own state, lease and batches
         self.leases = Leases(store, self.name, config["lease.timeout.ms"] / 1000)
 
     def _offset_json(self, coord: Any) -> dict[str, Any]:
@@ -162,6 +162,8 @@ class Capture:
                 piece_rows=self.config["staging.piece.rows"],
                 owner=lease.owner_json(),
                 before_publish=lease.check,
+                target=self.config["name"],
+                partition=self.config.partition,
             )
             try:
                 version = stored.version if stored else None
@@ -340,6 +342,11 @@ class Capture:
 
     def _commit(self, batch: Batch, lease: Lease) -> int:
         m = batch.manifest
+        if batch.partition != self.config.partition:
+            raise ConfigError(
+                f"batch {batch.batch_id} was captured by partition {batch.partition!r} of connector "
+                f"{self.config['name']!r}, not by {self.config.partition!r}: commit it with its own partition"
+            )
         stored = self.store.load(self.name)
         if stored is not None and stored.data.get("last_batch") == batch.batch_id:
             version = stored.version

@@ -13,6 +13,7 @@ Secret values are wrapped in :class:`Secret`, whose ``repr``/``str`` never show 
 
 from __future__ import annotations
 
+import copy
 import difflib
 import logging
 import os
@@ -176,7 +177,16 @@ def _expand_env(name: str, raw: Any) -> Any:
 
 
 class ConnectorConfig:
-    """Validated configuration: ``config["slot.name"]`` returns the typed value or default."""
+    """Validated configuration: ``config["slot.name"]`` returns the typed value or default.
+
+    A *partitioned* connector (several SQL Server databases, Vitess offset storage per task) is
+    captured as independent partitions, each with a config of its own (:meth:`for_partition`):
+    same ``name`` (its Delta tables and Assets are the connector's), but its own stored state,
+    lease and staged batches, kept under :attr:`state_name`.
+    """
+
+    #: the partition this config captures; None for an unpartitioned connector
+    partition: str | None = None
 
     def __init__(self, properties: Iterable[Property], raw: Mapping[str, Any]) -> None:
         self._props = {p.name: p for p in properties}
@@ -206,6 +216,24 @@ class ConnectorConfig:
             raise KeyError(name)
         value = self._values.get(name)
         return self._props[name].default if value is None else value
+
+    @property
+    def state_name(self) -> str:
+        """The key of the stored state, the lease and the staged batches: the connector's
+        ``name``, or ``<name>.<partition>`` for one partition."""
+        return self["name"] if self.partition is None else f"{self['name']}.{self.partition}"
+
+    def for_partition(self, partition: str, overrides: Mapping[str, Any]) -> ConnectorConfig:
+        """A copy of this config that captures one partition, with ``overrides`` applied.
+
+        :raises ConfigError: an override is not a property of this connector.
+        """
+        part = copy.copy(self)
+        part._values = dict(self._values)
+        for key, value in overrides.items():
+            part._set(key, value)
+        part.partition = partition
+        return part
 
     def is_set(self, name: str) -> bool:
         return self._values.get(name) is not None

@@ -197,6 +197,12 @@ class SourceSpec:
         the connector name it stands for (often ``kind``; MariaDB maps to ``mariadb``).
     :param build_config: validate raw properties into a :class:`ConnectorConfig`.
     :param build_source: make the source of a validated config.
+    :param partitions: split a validated config into the configs of its partitions
+        (:meth:`ConnectorConfig.for_partition`), each captured, committed and resumed on its own
+        with an offset of its own (Debezium's source partitions: a SQL Server database, a Vitess
+        task's shards).  Partitions of one connector must never capture the same row: their
+        events go to the connector's Delta tables side by side.  ``None``, or one config that is
+        the given one: the connector is not partitioned.
     """
 
     kind: str
@@ -204,6 +210,7 @@ class SourceSpec:
     build_config: Callable[[Mapping[str, Any]], ConnectorConfig]
     build_source: Callable[[ConnectorConfig], ChangeSource]
     names: tuple[str, ...] = ()  # further canonical connector names served (e.g. mariadb)
+    partitions: Callable[[ConnectorConfig], list[ConnectorConfig]] | None = None
 
 
 _SPECS: dict[str, SourceSpec] = {}

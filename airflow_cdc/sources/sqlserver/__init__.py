@@ -21,6 +21,16 @@ def _source(config: ConnectorConfig) -> ChangeSource:
     return SqlServerSource(config)
 
 
+def _partitions(config: ConnectorConfig) -> list[ConnectorConfig]:
+    from airflow_cdc.sources.sqlserver.config import sqlserver_partitions
+
+    return sqlserver_partitions(config)
+
+
 SOURCE = SourceSpec(
-    "sqlserver", {"io.debezium.connector.sqlserver.SqlServerConnector": "sqlserver"}, _config, _source
+    "sqlserver",
+    {"io.debezium.connector.sqlserver.SqlServerConnector": "sqlserver"},
+    _config,
+    _source,
+    partitions=_partitions,
 )
