@@ -102,6 +102,10 @@ class Capture:
         self.name = config.state_name  # the partition's own state, lease and batches
         self.leases = Leases(store, self.name, config["lease.timeout.ms"] / 1000)
 
+    def _stored_data(self, name: str) -> dict[str, Any] | None:
+        stored = self.store.load(name)
+        return None if stored is None else dict(stored.data)
+
     def _offset_json(self, coord: Any) -> dict[str, Any]:
         """The source's JSON offset of a coordinate outside a window."""
         return self.source.offset_at(coord, None, None)
@@ -136,10 +140,12 @@ class Capture:
         clean_incomplete(staging, self.name, lease.token, grace=lease.timeout)
         stored = self.store.load(self.name)
         data = dict(stored.data) if stored else {}
-        ctx = SnapshotContext.from_json(data.get("snapshot"))
         mode = self.config["snapshot.mode"]
         self.source.open()
         try:
+            if stored is None:
+                data = self.source.inherit_state(self._stored_data) or {}
+            ctx = SnapshotContext.from_json(data.get("snapshot"))
             self.source.restore_state(data)
             self.source.heartbeat()
             from_lsn, reason = self.source.start_offset(data.get("offset"), mode == "when_needed")

@@ -106,6 +106,12 @@ class ChangeSource(abc.ABC):
         """State to commit besides the offset (only with ``capabilities.keeps_state``)."""
         return {}
 
+    def inherit_state(self, load: Callable[[str], dict[str, Any] | None]) -> dict[str, Any] | None:
+        """The state a partition without a stored state of its own starts from, taken from other
+        stored states (``load(state_name)``), e.g. a Vitess task's shards from the previous task
+        generation; None: start fresh.  Called after :meth:`open`; never writes anything."""
+        return None
+
     # -- offsets ------------------------------------------------------------------------------
     @abc.abstractmethod
     def start_offset(self, offset: dict[str, Any] | None, when_needed: bool) -> tuple[Any, str | None]:

@@ -77,7 +77,8 @@ def _apply_table(
     out: dict[str, Any] = {"events": table.rows, "ops": table.ops}
     bronze_path = _path(target, "bronze", staged, table)
     for layer in ("bronze", "silver"):
-        delta_log.check_fence(_path(target, layer, staged, table), settings.fence)
+        path = _path(target, layer, staged, table)
+        delta_log.check_fence(path, settings.fence, staged.manifest.get("partition"))
     if settings.bronze and not delta_log.has_applied(bronze_path, commit.app_id):
         bronze.append_bronze(spark, bronze_path, table, commit)
         out["bronze"] = "appended"
