@@ -21,7 +21,13 @@ import airflow_cdc.airflow.state_variable  # noqa: F401  (registers the airflow-
 from airflow_cdc.airflow.pipeline import PipelineSpec, load_pipeline
 from airflow_cdc.core.capture import Capture
 from airflow_cdc.core.config import ConnectorConfig, Secret
-from airflow_cdc.core.pipeline import build_config, build_source, build_store
+from airflow_cdc.core.pipeline import (
+    build_capture,
+    build_config,
+    build_source,
+    build_store,
+    partition_config,
+)
 from airflow_cdc.core.redact import secrets_in
 from airflow_cdc.core.state import StateStore
 
@@ -142,20 +148,31 @@ class CdcHook(BaseHook):
     def get_store(self, config: ConnectorConfig | None = None) -> StateStore:
         return build_store(config or self.get_conn())
 
-    def get_capture(self, config: ConnectorConfig | None = None) -> Capture:
-        config = config or self.get_conn()
-        return Capture(build_source(config), config, build_store(config))
+    def get_capture(self, config: ConnectorConfig | None = None, partition: str | None = None) -> Capture:
+        """The capture runner (of ``partition`` for a partitioned connector).
 
-    def changes_after(self, offset: dict[str, Any] | None, check: str = "wal") -> bool:
+        :raises ConfigError: no such partition, or none named for a partitioned connector.
+        """
+        return build_capture(config or self.get_conn(), partition)
+
+    def get_partition(self, partition: str | None) -> ConnectorConfig:
+        """The config of one partition (``None``: the unpartitioned connector)."""
+        return partition_config(self.get_conn(), partition)
+
+    def changes_after(
+        self, offset: dict[str, Any] | None, check: str = "wal", partition: str | None = None
+    ) -> bool:
         """Whether the source may hold changes past ``offset`` (cheap; see the source's docs).
 
         """
-        return _source_changes_after(build_source(self.get_conn()), offset, check)
+        return _source_changes_after(build_source(self.get_partition(partition)), offset, check)
 
-    async def achanges_after(self, offset: dict[str, Any] | None, check: str = "wal") -> bool:
+    async def achanges_after(
+        self, offset: dict[str, Any] | None, check: str = "wal", partition: str | None = None
+    ) -> bool:
         """:meth:`changes_after` without blocking the event loop: PostgreSQL through psycopg's
         ``AsyncConnection``; other sources through a worker thread."""
-        config = build_config(await self.aproperties())
+        config = partition_config(build_config(await self.aproperties()), partition)
         if config["connector"] != "postgresql":
             source = build_source(config)
             return await asyncio.to_thread(_source_changes_after, source, offset, check)

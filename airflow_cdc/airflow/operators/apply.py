@@ -13,7 +13,7 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Context
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from airflow_cdc.airflow.errors import airflow_errors
 from airflow_cdc.airflow.hooks.cdc import CdcHook
@@ -95,6 +95,8 @@ class CdcApplyOperator(SparkSubmitOperator):
         self.skip_empty = skip_empty
 
     def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
+        if not self.batch_path:  # a partition whose capture was skipped, in a row of applies
+            raise AirflowSkipException("no batch to apply: the capture did not run")
         with airflow_errors("apply"):
             batch = Batch(self.batch_path)
             if self.skip_empty and not batch.tables() and not batch.manifest.get("messages"):
@@ -104,8 +106,9 @@ class CdcApplyOperator(SparkSubmitOperator):
                 self.log.warning("no pipeline given: applying without the connector lease")
                 self._submit(context, batch, None)
             else:
-                config = CdcHook(pipeline=self.pipeline, cdc_conn_id=self.cdc_conn_id).get_conn()
-                leases = Leases(build_store(config), config["name"], config["lease.timeout.ms"] / 1000)
+                hook = CdcHook(pipeline=self.pipeline, cdc_conn_id=self.cdc_conn_id)
+                config = hook.get_partition(batch.partition)  # the lease of the partition that captured it
+                leases = Leases(build_store(config), config.state_name, config["lease.timeout.ms"] / 1000)
                 with leases.hold("apply") as lease:
                     self._submit(context, batch, lease.token)
         return {"batch_id": batch.batch_id, "applied": True}

@@ -54,7 +54,8 @@ class CdcCommitOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         with airflow_errors("commit"):
             batch = Batch(self.batch_path)
-            capture = CdcHook(pipeline=self.pipeline, cdc_conn_id=self.cdc_conn_id).get_capture()
+            hook = CdcHook(pipeline=self.pipeline, cdc_conn_id=self.cdc_conn_id)
+            capture = hook.get_capture(partition=batch.partition)  # the partition that captured it
             with capture.leases.hold("commit"):
                 ensure_applied(batch, capture.config, self.target)
                 version = capture.commit(batch)
