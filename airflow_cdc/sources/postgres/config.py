@@ -38,6 +38,14 @@ PG_PROPERTIES: tuple[Property, ...] = COMMON_PROPERTIES + (
     Property("heartbeat.action.query", "str", None, "SQL run at the start of each capture run."),
     Property("message.prefix.include.list", "list", (), "Regexes of logical-message prefixes to capture."),
     Property("message.prefix.exclude.list", "list", (), "Regexes of logical-message prefixes to skip."),
+    Property(
+        "window.reader",
+        "enum",
+        "stream",
+        "How the change window is read: 'stream' (the streaming replication protocol, "
+        "START_REPLICATION ... LOGICAL, as Debezium) or 'peek' (pg_logical_slot_peek_binary_changes).",
+        choices=("stream", "peek"),
+    ),
 )
 
 
