@@ -41,9 +41,10 @@ PG_PROPERTIES: tuple[Property, ...] = COMMON_PROPERTIES + (
     Property(
         "window.reader",
         "enum",
-        "stream",
-        "How the change window is read: 'stream' (the streaming replication protocol, "
-        "START_REPLICATION ... LOGICAL, as Debezium) or 'peek' (pg_logical_slot_peek_binary_changes).",
+        "peek",
+        "How the change window is read: 'peek' (pg_logical_slot_peek_binary_changes, the faster "
+        "here) or 'stream' (the streaming replication protocol, START_REPLICATION ... LOGICAL, as "
+        "Debezium: nothing materialised on the server, no open transaction).",
         choices=("stream", "peek"),
     ),
 )
