@@ -479,8 +479,12 @@ class PostgresSource(ChangeSource):
                 stream = ReplicationStream(
                     self.config, self.slot, self.publication, from_lsn, upto_lsn, max_events
                 )
-                with stream:
-                    res = reader.read_stream(stream)
+                try:
+                    with stream:
+                        res = reader.read_stream(stream)
+                finally:
+                    if stream.backend_pid:
+                        replication.wait_slot_released(self.conn, self.slot, stream.backend_pid)
             else:
                 res = reader.read(self.conn, self.slot, self.publication, from_lsn, upto_lsn, max_events)
         except psycopg.errors.ObjectInUse as e:

@@ -91,6 +91,7 @@ class ReplicationStream:
         #: the highest flush position this stream ever reported to the server
         self.reported: int | None = None
         self._pg: PGconn | None = None
+        self.backend_pid = 0
         self._last_status = 0.0
 
     # -- connection ---------------------------------------------------------------------------
@@ -117,6 +118,8 @@ class ReplicationStream:
             pg.finish()
             client.raise_connect_error(self.config, psycopg.OperationalError(message))
         self._pg = pg
+        #: the walsender serving this stream (see :func:`replication.wait_slot_released`)
+        self.backend_pid = pg.backend_pid
         command = (
             f'START_REPLICATION SLOT "{self.slot.replace(chr(34), chr(34) * 2)}" LOGICAL '
             f"{format_pg_lsn(self.from_lsn)} (proto_version '1', publication_names "
