@@ -43,6 +43,7 @@ _TEMPLATES = (
     (re.compile(r"^column\.truncate\.to\._length_\.chars$"), "column.truncate.to.<length>.chars"),
     (re.compile(r"^column\.mask\.with\.(\d+|_length_|<length>)\.chars$"), "column.mask.with.<length>.chars"),
     (re.compile(r"^column\.mask\.hash\..*"), "column.mask.hash.<algorithm>.with.salt.<salt>"),
+    (re.compile(r"^bigint\.unsigned\.handling\.mode\.mode$"), "bigint.unsigned.handling.mode"),  # doc typo
     (re.compile(r"^snapshot\.select\.statement\.overrides\..+"), _OVERRIDE),
 )
 
@@ -50,7 +51,7 @@ _TEMPLATES = (
 #: Quoted in the upstream pages but not properties: example tables, server settings, event fields.
 _NOT_PROPERTIES = re.compile(
     r"^(customers?|fulfillment|inventory|dbo|john|payload|quay|pg_hba|postgresql|rds|cloudsql|azure)\."
-    r"|^(transaction\.id|source\.vgtid|bigint\.unsigned\.handling\.mode\.mode)$"
+    r"|^(transaction\.id|source\.vgtid)$"
 )
 
 
