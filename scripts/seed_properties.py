@@ -23,11 +23,13 @@ import re
 import sys
 from pathlib import Path
 
-#: seed file -> (connector list name, upstream page)
+#: seed file -> (connector list name, upstream page); the MySQL seeds are versioned, so their
+#: pages are those of the same Debezium branch (``git show 1.9:.../mysql.adoc``), plus the newest
 SEEDS = {
     "debezium-postgresql.zh.txt": ("postgresql", "postgresql.adoc"),
-    "debezium-mysql-1.9.zh.txt": ("mysql", "mysql.adoc"),
-    "debezium-mysql-2.3.zh.txt": ("mysql", "mysql.adoc"),
+    "debezium-mysql-1.9.zh.txt": ("mysql", "mysql-1.9.adoc"),
+    "debezium-mysql-2.3.zh.txt": ("mysql", "mysql-2.3.adoc"),
+    "debezium-mysql.zh.txt": ("mysql", "mysql.adoc"),
     "debezium-sqlserver.zh.txt": ("sqlserver", "sqlserver.adoc"),
     "debezium-vitess.zh.txt": ("vitess", "vitess.adoc"),
 }
@@ -84,7 +86,8 @@ def seed_names(seed: str, page: str) -> set[str]:
 def main(seeds_dir: str, upstream_dir: str, out_dir: str = "docs/seed_properties") -> None:
     found: dict[str, set[str]] = {}
     for seed_file, (connector, page_file) in SEEDS.items():
-        seed = (Path(seeds_dir) / seed_file).read_text(encoding="utf-8")
+        seed_path = Path(seeds_dir) / seed_file
+        seed = seed_path.read_text(encoding="utf-8") if seed_path.exists() else ""
         page = (Path(upstream_dir) / page_file).read_text(encoding="utf-8")
         found.setdefault(connector, set()).update(seed_names(seed, page))
     Path(out_dir).mkdir(parents=True, exist_ok=True)
