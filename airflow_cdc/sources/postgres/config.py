@@ -16,6 +16,10 @@ PG_PROPERTIES: tuple[Property, ...] = COMMON_PROPERTIES + (
         "libpq sslmode.",
         choices=("disable", "allow", "prefer", "require", "verify-ca", "verify-full"),
     ),
+    Property("database.sslcert", "str", None, "Client certificate file (libpq sslcert)."),
+    Property("database.sslkey", "str", None, "Client private key file (libpq sslkey)."),
+    Property("database.sslrootcert", "str", None, "CA certificates checked by `verify-ca`/`verify-full`."),
+    Property("database.sslpassword", "secret", None, "Password of an encrypted `database.sslkey`."),
     Property("slot.name", "str", "debezium", "Logical replication slot."),
     Property("publication.name", "str", "dbz_publication", "Publication read by pgoutput."),
     Property(
