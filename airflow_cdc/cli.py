@@ -115,9 +115,12 @@ def cmd_apply(args: argparse.Namespace) -> int:
         batches = mine if given else list_batches(config["staging.path"], capture.name)
         if not batches:
             continue
+        conf = _spark_conf(args)
         with capture.leases.hold("apply") as lease:  # one lease over every apply and commit of this call
             for batch in batches:
-                job = build_apply_job(batch.path, target, options=options, fence=lease.token)
+                job = build_apply_job(
+                    batch.path, target, options=options, conf=conf, fence=lease.token, master=args.master
+                )
                 run_apply_job(job, master=args.master, lease=lease)
                 if args.commit:
                     ensure_applied(batch, config, target)
@@ -127,11 +130,29 @@ def cmd_apply(args: argparse.Namespace) -> int:
     return 0
 
 
+def _spark_conf(args: argparse.Namespace) -> dict[str, str]:
+    """``--conf KEY=VALUE`` options (over the job's defaults, e.g. ``spark.driver.memory=8g``)."""
+    out = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--conf {item!r}: expected KEY=VALUE, e.g. spark.driver.memory=4g")
+        out[key.strip()] = value
+    return out
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     from airflow_cdc.apply.verify import verify
 
     config = build_config(read_pipeline_file(args.config))
-    report = verify(config, _target(args, config), tables=args.table or None, chunk=args.chunk)
+    report = verify(
+        config,
+        _target(args, config),
+        tables=args.table or None,
+        chunk=args.chunk,
+        chunk_bytes=args.chunk_bytes,
+        conf=_spark_conf(args),
+    )
     _print(report.to_json())
     return 0 if report.ok else 1
 
@@ -176,12 +197,15 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     a.add_argument("--commit", action="store_true", help="commit each batch after it is applied")
     a.add_argument("--partition", help=_PARTITION_HELP)
+    a.add_argument("--conf", action="append", default=[], help="Spark conf KEY=VALUE over the defaults")
     a.set_defaults(func=cmd_apply)
     v = sub.add_parser("verify", help="compare silver tables with the live source (counts + row hashes)")
     v.add_argument("--config", required=True)
     v.add_argument("--target", help="Delta root (default: delta.root)")
     v.add_argument("--table", action="append", default=[], help="only this table (repeatable)")
-    v.add_argument("--chunk", type=int, default=50_000, help="source rows compared per chunk")
+    v.add_argument("--chunk", type=int, default=50_000, help="at most this many source rows per chunk")
+    v.add_argument("--chunk-bytes", type=int, default=64 << 20, help="about this many source bytes per chunk")
+    v.add_argument("--conf", action="append", default=[], help="Spark conf KEY=VALUE over the defaults")
     v.set_defaults(func=cmd_verify)
     return p
 

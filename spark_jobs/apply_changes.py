@@ -9,7 +9,8 @@ do; ``airflow_cdc.apply.submit.build_apply_job`` builds the call)::
 Re-running it for a batch that is already (fully or partly) applied is safe and changes nothing
 that is already there.  Exit code 0 on success (the last stdout line is a JSON report); 3: a staged
 file is missing or unreadable; 4: a column type change Delta cannot take; 5: a newer run of the
-connector (higher ``--fence`` token) already wrote a table; 1: anything else.  The last stderr line
+connector (higher ``--fence`` token) already wrote a table; 6: the driver ran out of memory (the
+batch is fine: give it more ``spark.driver.memory``); 1: anything else.  The last stderr line
 then says ``airflow-cdc apply: <what>: <message>``.
 """
 
@@ -26,7 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cdc_apply.delta_log import StaleFence  # noqa: E402
 from cdc_apply.frames import SchemaChangeError  # noqa: E402
 from cdc_apply.job import ApplySettings, apply_batch  # noqa: E402
-from cdc_apply.layout import EXIT_DAMAGED, EXIT_FENCED, EXIT_SCHEMA  # noqa: E402
+from cdc_apply.layout import EXIT_DAMAGED, EXIT_FENCED, EXIT_MEMORY, EXIT_SCHEMA  # noqa: E402
+from cdc_apply.session import tune  # noqa: E402
 from cdc_apply.staged import StagedBatchError  # noqa: E402
 
 #: error class -> (exit code, what it is), most specific first
@@ -55,7 +57,13 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.appName(f"airflow-cdc-apply {os.path.basename(args.batch)}").getOrCreate()
-    settings = ApplySettings(args.delete_mode, not args.no_bronze, args.rewrite_ratio, args.fence)
+    tune(spark)
+    settings = ApplySettings(
+        args.delete_mode,
+        not args.no_bronze,
+        args.rewrite_ratio,
+        args.fence,
+    )
     try:
         report = apply_batch(spark, args.batch, args.target, settings)
     except Exception as e:
@@ -64,9 +72,24 @@ def main(argv: list[str] | None = None) -> int:
                 logging.getLogger("airflow_cdc.apply").exception("apply failed")
                 print(f"airflow-cdc apply: {what}: {e}", file=sys.stderr)
                 return code
+        if _out_of_memory(e):
+            logging.getLogger("airflow_cdc.apply").exception("apply failed")
+            memory = spark.sparkContext.getConf().get("spark.driver.memory", "1g (Spark's default)")
+            print(f"airflow-cdc apply: out of memory (spark.driver.memory={memory}): {e}", file=sys.stderr)
+            return EXIT_MEMORY
         raise
     print(json.dumps(report, sort_keys=True, default=str))
     return 0
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    """Whether a JVM ``OutOfMemoryError`` caused ``error`` (Spark wraps it in task and job
+    failures; its name survives in the message of every wrapper)."""
+    while error is not None:
+        if "java.lang.OutOfMemoryError" in str(error):
+            return True
+        error = error.__cause__ or error.__context__  # type: ignore[assignment]
+    return False
 
 
 if __name__ == "__main__":

@@ -38,13 +38,17 @@ from spark_jobs.cdc_apply.layout import (
     DELTA_PACKAGE,
     EXIT_DAMAGED,
     EXIT_FENCED,
+    EXIT_MEMORY,
     EXIT_SCHEMA,
     JARS_ENV,
     LAYERS,
+    default_driver_memory,
     table_path,
 )
 
 log = logging.getLogger(__name__)
+#: the exit code of a Spark JVM that died of an OutOfMemoryError (``SparkExitCode.OOM``)
+SPARK_EXIT_OOM = 52
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,7 @@ def build_apply_job(
     conf: Mapping[str, str] | None = None,
     name: str | None = None,
     fence: int | None = None,
+    master: str | None = None,
 ) -> SparkApplyJob:
     """Describe the Spark job that applies ``batch`` to the Delta root ``target``.
 
@@ -182,15 +187,18 @@ def build_apply_job(
 
     :param batch: a published batch directory (``<staging>/<connector>/batches/<id>``).
     :param target: the Delta root; tables land under ``<target>/<layer>/<connector>/<table>``.
-    :param conf: extra Spark conf; it overrides the Delta defaults.
+    :param conf: extra Spark conf; it overrides the defaults (:func:`launch_defaults`; the job
+        sizes its runtime settings to its cores and heap unless given here).
     :param fence: the submitter's lease token: recorded in the Delta commit info, and the job
         stops before writing a table a newer token already wrote.
+    :param master: the Spark master the job will run on, if known (local masters get a driver
+        heap sized to this machine).
     """
     path = Path(batch)
     if not (path / "manifest.json").exists():
         raise BatchError(f"{path} is not a published batch (no manifest.json)")
     packages, jars = delta_jars()
-    merged = {**DELTA_CONF, **(conf or {})}
+    merged = {**launch_defaults(master), **(conf or {})}
     return SparkApplyJob(
         application=str(spark_jobs_dir() / "apply_changes.py"),
         application_args=[
@@ -208,6 +216,16 @@ def build_apply_job(
         py_files=job_library_zip(),
         env=_python_env(),
     )
+
+
+def launch_defaults(master: str | None = None) -> dict[str, str]:
+    """Spark conf the job needs at launch: Delta, and a driver heap that is not Spark's 1 GiB
+    default (see :func:`spark_jobs.cdc_apply.layout.default_driver_memory`); no web UI for local
+    runs (it costs start-up time and a port per run)."""
+    out = {**DELTA_CONF, "spark.driver.memory": default_driver_memory(master)}
+    if master is None or master.startswith("local"):
+        out |= {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+    return out
 
 
 def _python_env() -> dict[str, str]:
@@ -288,6 +306,13 @@ def apply_exit_error(code: int, batch: str) -> CdcError:
     if code == EXIT_SCHEMA:
         return SchemaError(
             f"batch {batch} changes a column type Delta cannot take; nothing was written (see the job output)"
+        )
+    if code in (EXIT_MEMORY, SPARK_EXIT_OOM):
+        return ApplyFailed(
+            f"apply of batch {batch} ran out of memory in the Spark driver (see the job output); "
+            "the batch itself is fine",
+            hint="give the job more memory (spark.driver.memory, e.g. `--conf spark.driver.memory=8g` or "
+            f"the operator's spark_conf), then re-run apply for batch {batch} (idempotent)",
         )
     if code == EXIT_FENCED:
         return LeaseLost(

@@ -1,11 +1,13 @@
 """Compare silver Delta tables with the live source: row counts and per-row hashes, by key range.
 
-The source side is read in key order, ``chunk`` rows at a time, encoded exactly like captured
+The source side is read in key order, in chunks of about ``chunk_bytes`` (at most ``chunk`` rows;
+the row count comes from the width of the table's first rows), encoded exactly like captured
 rows, converted with the apply job's own Debezium -> Spark conversions and cast to the silver
 column types; each chunk is compared with the silver rows in the same key range by a hash of
 the row.  So a silver table passes when it equals what a fresh snapshot would produce now.
 Run it when writers are quiet (or accept differences for rows changed since the last apply).
-Memory stays bounded by the chunk size.  Needs pyspark with Delta (local mode is fine).
+Memory stays bounded by the chunk size: a chunk reaches Spark as a scratch Parquet file with small
+row groups, never as one in-memory DataFrame.  Needs pyspark with Delta (local mode is fine).
 """
 
 from __future__ import annotations
@@ -101,11 +103,28 @@ class VerifyReport:
         }
 
 
+PROBE_ROWS = 256  # rows read first to size the chunks of a table
+
+
 def _source_chunks(source: Any, table: str, chunk: int) -> Iterator[pa.Table]:
     try:
         return source.encoded_chunks(table, chunk)  # type: ignore[no-any-return]
     except NotImplementedError as e:
         raise ConfigError(f"verify does not support the {source.kind} source yet") from e
+
+
+def chunk_rows(source: Any, table: str, chunk: int, chunk_bytes: int) -> int:
+    """Rows per chunk: about ``chunk_bytes`` of encoded rows as wide as the table's first
+    :data:`PROBE_ROWS`, at most ``chunk``, at least 16."""
+    chunks = _source_chunks(source, table, min(chunk, PROBE_ROWS))
+    try:
+        first = next(iter(chunks), None)
+    finally:
+        getattr(chunks, "close", lambda: None)()
+    if first is None or first.num_rows == 0:
+        return chunk
+    width = max(1, first.nbytes // first.num_rows)
+    return max(16, min(chunk, chunk_bytes // width))
 
 
 def verify(
@@ -114,11 +133,18 @@ def verify(
     spark: Any = None,
     tables: list[str] | None = None,
     chunk: int = 50_000,
+    chunk_bytes: int = 64 << 20,
+    conf: dict[str, str] | None = None,
 ) -> VerifyReport:
-    """Compare every captured table (or ``tables``) with its silver table under ``target``."""
+    """Compare every captured table (or ``tables``) with its silver table under ``target``.
+
+    :param chunk: at most this many source rows per comparison.
+    :param chunk_bytes: about this many bytes of source rows per comparison (see :func:`chunk_rows`).
+    :param conf: Spark conf of the session started here (when ``spark`` is not given).
+    """
     from spark_jobs.cdc_apply import session
 
-    spark = spark or session.build(app_name="airflow-cdc-verify")
+    spark = spark or session.build(app_name="airflow-cdc-verify", **(conf or {}))
     started = time.monotonic()
     reports = []
     for part in partitions(config):  # each partition's source serves its own tables
@@ -127,7 +153,7 @@ def verify(
         try:
             mine = source.tables()
             chosen = mine if tables is None else [t for t in tables if t in mine]
-            reports += [_verify_table(spark, source, config, target, t, chunk) for t in chosen]
+            reports += [_verify_table(spark, source, config, target, t, chunk, chunk_bytes) for t in chosen]
         finally:
             source.close()
     unknown = sorted(set(tables or ()) - {r.table for r in reports})
@@ -138,7 +164,7 @@ def verify(
 
 
 def _verify_table(
-    spark: Any, source: Any, config: ConnectorConfig, target: str, table: str, chunk: int
+    spark: Any, source: Any, config: ConnectorConfig, target: str, table: str, chunk: int, chunk_bytes: int
 ) -> TableReport:
     from spark_jobs.cdc_apply import compare
 
@@ -147,8 +173,9 @@ def _verify_table(
     keys = source.table_state(table).key_columns
     with tempfile.TemporaryDirectory(prefix="airflow-cdc-verify-") as scratch:
         seen = f"{scratch}/keys"
-        for rows in _source_chunks(source, table, chunk):
-            result = compare.compare_chunk(spark, silver, rows, keys, seen)
+        rows_per_chunk = chunk_rows(source, table, chunk, chunk_bytes)
+        for i, rows in enumerate(_source_chunks(source, table, rows_per_chunk)):
+            result = compare.compare_chunk(spark, silver, rows, keys, seen, f"{scratch}/chunk-{i}.parquet")
             report.source_rows += rows.num_rows
             report.missing_count += result.missing_count
             report.different_count += result.different_count

@@ -3,7 +3,10 @@
 Sources hand over row images as tuples of *text* values (``bytes``/``str``, ``None`` for SQL
 NULL, any other object for "value not sent", e.g. PostgreSQL's unchanged-TOAST marker).
 Conversion to the Debezium encoding happens column-wise per piece, through the column codecs,
-so the per-event cost in Python is a few list appends.  Memory is bounded by the piece size.
+so the per-event cost in Python is a few list appends.  Memory is bounded by the piece size: at
+most ``piece_rows`` events, and about :data:`PIECE_BYTES` of values (sampled, so wide rows such as
+blobs end a piece early).  Each Parquet row group holds about :data:`ROW_GROUP_BYTES` at most: a
+reader (the Spark apply job) holds a row group's column chunks whole.
 Compiled decoders hand over whole pieces column-wise instead (:class:`ColumnarPiece`); both
 routes meet in the same conversion and produce identical rows.
 
@@ -29,6 +32,25 @@ from airflow_cdc.core.events import (
     envelope_schema,
     now_us,
 )
+
+#: Row data per Parquet row group, at most (about): Spark reads a row group's column chunks whole
+ROW_GROUP_BYTES = 16 << 20
+#: Values buffered per piece before it is converted and written (estimated from samples)
+PIECE_BYTES = 32 << 20
+_SAMPLE = 64  # every this many buffered events, one event's size is sampled
+
+
+def _image_bytes(image: Any) -> int:
+    """About the bytes of a row image's values (8 for a value that is not text or bytes)."""
+    if not image:
+        return 0
+    return sum(len(v) if isinstance(v, (bytes, str, bytearray)) else 8 for v in image)
+
+
+def row_group_rows(table: pa.Table, limit: int = ROW_GROUP_BYTES) -> int:
+    """Rows per row group so that a group of ``table``'s rows holds about ``limit`` bytes."""
+    n = table.num_rows
+    return max(1, min(n, limit * n // max(1, table.nbytes)))
 
 
 class Codec(Protocol):
@@ -187,6 +209,19 @@ class TableSink:
 
     def _reset(self) -> None:
         self._rows: list[tuple] = []
+        self._sampled = 0  # bytes of the sampled events of this piece
+
+    def _full(self) -> bool:
+        """Whether the piece is full: ``piece_rows`` events, or about :data:`PIECE_BYTES` by the
+        sizes of every :data:`_SAMPLE`-th event (checked only when one is sampled)."""
+        n = len(self._rows)
+        if n >= self._piece_rows:
+            return True
+        if n % _SAMPLE:
+            return False
+        row = self._rows[-1]
+        self._sampled += _image_bytes(row[1]) + _image_bytes(row[2])
+        return self._sampled * _SAMPLE >= PIECE_BYTES
 
     @property
     def buffered(self) -> int:
@@ -203,7 +238,7 @@ class TableSink:
     ) -> None:
         """Buffer one event; flushes a row group when the piece is full."""
         self._rows.append((op, before, after, position, source_values, txn))
-        if len(self._rows) >= self._piece_rows:
+        if self._full():
             self.flush()
 
     def add(self, row: tuple) -> None:
@@ -211,7 +246,7 @@ class TableSink:
         turns the source-specific tail into positions, source values and transaction blocks
         for a whole piece at once (cheaper than per event on the hot path)."""
         self._rows.append(row)
-        if len(self._rows) >= self._piece_rows:
+        if self._full():
             self.flush()
 
     def _image(self, rows: list[tuple | None], want_unavailable: bool) -> tuple[pa.Array, list | None]:
@@ -343,7 +378,7 @@ class TableSink:
             ],
             schema=self.schema,
         )
-        self._writer.write_table(table, row_group_size=max(n, 1))
+        self._writer.write_table(table, row_group_size=row_group_rows(table))
         self.rows += n
         for op, count in op_counts.items():
             self.ops[op] = self.ops.get(op, 0) + count

@@ -2,23 +2,31 @@
 
 Source rows arrive as Arrow chunks in the staged (Debezium) encoding; they go through the same
 conversions as the apply job, are cast to the silver column types and hashed; silver rows with
-the same keys are hashed the same way.  Keys seen are appended to a scratch Parquet folder so the
-final "extra rows in silver" check is an anti-join, not a set held in memory.
+the same keys are hashed the same way.  A chunk reaches Spark as a scratch Parquet file with row
+groups of :data:`ROW_GROUP_BYTES`, so wide rows never sit in the driver's heap all at once (a
+DataFrame made from an in-memory Arrow table would hold the whole chunk there).  Keys seen are
+appended to a scratch Parquet folder so the final "extra rows in silver" check is an anti-join,
+not a set held in memory.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from . import delta_log
 from .frames import DELETED, quoted
+from .session import size_reads
 from .types import natural
 
 SAMPLE = 20
+ROW_GROUP_BYTES = 8 << 20
 
 
 @dataclass
@@ -33,10 +41,11 @@ class ChunkResult:
 
 
 def load_silver(spark: SparkSession, path: str) -> DataFrame | None:
-    from delta.tables import DeltaTable
-
-    if not DeltaTable.isDeltaTable(spark, path):
+    """The live rows of the silver table at ``path`` (None: no table); sizes the session's
+    Parquet reads to its widest rows."""
+    if not delta_log.table_exists(path):
         return None
+    size_reads(spark, delta_log.row_bytes(path, delta_log.replay(path)))
     silver = spark.read.format("delta").load(path)
     if DELETED in silver.columns:
         silver = silver.where(~F.coalesce(F.col(DELETED), F.lit(False)))
@@ -47,9 +56,18 @@ def _row_hash(columns: list[str]) -> Column:
     return F.sha2(F.to_json(F.struct(*(F.col(quoted(c)) for c in columns))), 256)
 
 
-def natural_frame(spark: SparkSession, rows: pa.Table, silver: DataFrame | None) -> DataFrame:
-    """The chunk in silver's natural types (cast to silver's column types where it has the column)."""
-    raw = spark.createDataFrame(rows.rename_columns([f"c{i}" for i in range(rows.num_columns)]))
+def row_group_rows(rows: pa.Table, limit: int = ROW_GROUP_BYTES) -> int:
+    """Rows per Parquet row group so that one holds about ``limit`` bytes of ``rows``."""
+    width = max(1, rows.nbytes // max(1, rows.num_rows))
+    return max(1, min(rows.num_rows, limit // width))
+
+
+def natural_frame(spark: SparkSession, rows: pa.Table, silver: DataFrame | None, scratch: str) -> DataFrame:
+    """The chunk in silver's natural types (cast to silver's column types where it has the column),
+    read from the scratch Parquet file ``scratch`` it is written to."""
+    renamed = rows.rename_columns([f"c{i}" for i in range(rows.num_columns)])
+    pq.write_table(renamed, scratch, row_group_size=row_group_rows(renamed), compression="snappy")
+    raw = spark.read.parquet(scratch)
     types = {f.name: f.dataType for f in silver.schema.fields} if silver is not None else {}
     cols = []
     for i, f in enumerate(rows.schema):
@@ -59,10 +77,33 @@ def natural_frame(spark: SparkSession, rows: pa.Table, silver: DataFrame | None)
 
 
 def compare_chunk(
-    spark: SparkSession, silver: DataFrame | None, rows: pa.Table, keys: list[str], seen_keys: str
+    spark: SparkSession,
+    silver: DataFrame | None,
+    rows: pa.Table,
+    keys: list[str],
+    seen_keys: str,
+    scratch: str,
 ) -> ChunkResult:
-    """Compare one source chunk with silver; append its keys to the ``seen_keys`` folder."""
-    src = natural_frame(spark, rows, silver)
+    """Compare one source chunk with silver; append its keys to the ``seen_keys`` folder.
+
+    :param scratch: a file path for the chunk's Parquet copy (removed when done).
+    """
+    try:
+        return _compare(spark, silver, rows, keys, seen_keys, scratch)
+    finally:
+        if os.path.exists(scratch):
+            os.remove(scratch)
+
+
+def _compare(
+    spark: SparkSession,
+    silver: DataFrame | None,
+    rows: pa.Table,
+    keys: list[str],
+    seen_keys: str,
+    scratch: str,
+) -> ChunkResult:
+    src = natural_frame(spark, rows, silver, scratch)
     columns = src.columns
     src = src.select(*(F.col(quoted(k)) for k in keys), _row_hash(columns).alias("__src_hash"))
     src.select(*(F.col(quoted(k)) for k in keys)).write.mode("append").parquet(seen_keys)

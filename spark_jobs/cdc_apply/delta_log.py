@@ -13,6 +13,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -50,6 +51,7 @@ class LogState:
     txns: dict[str, int] = field(default_factory=dict)
     files: dict[str, int | None] = field(default_factory=dict)  # path -> numRecords, if recorded
     configuration: dict[str, str] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)  # path -> bytes on storage
 
     def has_applied(self, app_id: str, version: int = 1) -> bool:
         return self.txns.get(app_id, -1) >= version
@@ -69,6 +71,7 @@ class LogState:
         records = json.loads(stats).get("numRecords") if stats else None
         deleted = (add.get("deletionVector") or {}).get("cardinality") or 0
         self.files[add["path"]] = None if records is None else int(records) - int(deleted)
+        self.sizes[add["path"]] = int(add.get("size") or 0)
 
 
 def replay(table_path: str) -> LogState:
@@ -107,9 +110,32 @@ def replay(table_path: str) -> LogState:
                 state._add(action["add"])
             elif "remove" in action:
                 state.files.pop(action["remove"]["path"], None)
+                state.sizes.pop(action["remove"]["path"], None)
             elif "metaData" in action:
                 state.configuration = dict(action["metaData"].get("configuration") or {})
     return state
+
+
+def row_bytes(table_path: str, state: LogState, sample: int = 2) -> int:
+    """About the widest row group's uncompressed bytes per row, from the Parquet footers of the
+    ``sample`` files with the most stored bytes per row (0: no files).  Sizes Spark's reads of
+    the table, which hold a batch of rows of every column at once."""
+    ranked = sorted((size / max(1, state.files.get(path) or 1), path) for path, size in state.sizes.items())
+    fs, local = filesystem(table_path)
+    widest = 0
+    for _, path in ranked[-sample:]:
+        if path.startswith("file:"):
+            file = unquote(urlparse(path).path)
+        elif "://" in path:
+            continue  # an absolute path elsewhere (shallow clone): not worth a second filesystem
+        else:
+            file = f"{local}/{unquote(path)}"
+        meta = pq.read_metadata(file, filesystem=fs)
+        for i in range(meta.num_row_groups):
+            group = meta.row_group(i)
+            if group.num_rows:
+                widest = max(widest, -(-group.total_byte_size // group.num_rows))
+    return widest
 
 
 def _actions(fs: pafs.FileSystem, path: str) -> list[dict[str, Any]]:

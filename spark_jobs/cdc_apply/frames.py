@@ -183,3 +183,8 @@ def latest_per_key(actions: DataFrame, keys: list[str]) -> DataFrame:
     return picked.select(
         *(F.col(quoted(k)) for k in keys), *[F.col("__last").getField(c).alias(c) for c in others]
     )
+
+
+def key_actions(actions: DataFrame, keys: list[str]) -> DataFrame:
+    """Only the key, position and kind of each action (what tombstones need)."""
+    return actions.select(*(F.col(quoted(k)) for k in keys), POSITION, ACTION)

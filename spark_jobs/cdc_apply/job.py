@@ -13,12 +13,12 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 
-from . import bronze, delta_log, frames, silver, toast
+from . import bronze, delta_log, frames, rechunk, silver, toast
 from .crash import crash_point
 from .layout import table_path
+from .session import size_reads
 from .staged import StagedBatch, StagedTable
 from .writes import Commit
 
@@ -46,6 +46,23 @@ def apply_batch(
     staged.verify_parts()
     commit = Commit(staged.connector, staged.batch_id, staged.commit_metadata(settings.fence))
     tables = staged.tables()
+    scratch = rechunk.scratch_dir(target, staged)
+    copies = rechunk.copy_oversized(staged, tables, scratch)  # parts staged before the byte limit
+    try:
+        return _apply_tables(spark, staged, tables, target, commit, settings)
+    finally:
+        if copies:
+            rechunk.remove(scratch)
+
+
+def _apply_tables(
+    spark: SparkSession,
+    staged: StagedBatch,
+    tables: list[StagedTable],
+    target: str,
+    commit: Commit,
+    settings: ApplySettings,
+) -> dict[str, Any]:
     planned = []
     for table in tables:
         frame = frames.table_frame(spark, table, frames.truncate_positions(spark, table))
@@ -79,12 +96,14 @@ def _apply_table(
     for layer in ("bronze", "silver"):
         path = _path(target, layer, staged, table)
         delta_log.check_fence(path, settings.fence, staged.manifest.get("partition"))
+    silver_path = _path(target, "silver", staged, table)
+    silver_log = delta_log.replay(silver_path)
+    # reads hold a batch of rows of every column: size it to the widest rows (staged or stored)
+    size_reads(spark, max(table.row_bytes, delta_log.row_bytes(silver_path, silver_log)))
     if settings.bronze and not delta_log.has_applied(bronze_path, commit.app_id):
         bronze.append_bronze(spark, bronze_path, table, commit)
         out["bronze"] = "appended"
         crash_point("apply_after_bronze")
-    silver_path = _path(target, "silver", staged, table)
-    silver_log = delta_log.replay(silver_path)
     if silver_log.has_applied(commit.app_id):
         out["silver"] = "already applied"
         return out
@@ -100,20 +119,19 @@ def _apply_table(
     actions = toast.fill_unavailable(replace(frame, actions=actions), stored)
     latest = frames.latest_per_key(actions, table.key_columns)
     # deletes (d; in older batches also an update that moved its key) are stored as tombstones,
-    # then merged: only then is the newest action per key read twice and worth keeping
+    # then merged; the tombstones need only keys and positions, so they get their own narrow
+    # newest-action-per-key (caching the wide one would hold whole rows -- blobs -- in the heap)
     deletes = not soft and table.may_remove and frames.has_deletes(frame)
-    if deletes:
-        latest = latest.persist(StorageLevel.MEMORY_AND_DISK)
+    narrow = frames.latest_per_key(frames.key_actions(actions, table.key_columns), table.key_columns)
     try:
         silver.record_tombstones(
-            spark, _path(target, "tombstones", staged, table), latest, frame, commit, deletes
+            spark, _path(target, "tombstones", staged, table), narrow, frame, commit, deletes
         )
         crash_point("apply_after_tombstones")
         out["silver"] = silver.merge_silver(
             spark, silver_path, latest, frame, commit, soft, silver_log, settings.rewrite_ratio
         )
     finally:
-        latest.unpersist()
         actions.unpersist()  # kept by the TOAST fill when key changes needed it
     return out
 

@@ -3,6 +3,7 @@ and the Airflow layer (no pyspark import here)."""
 
 from __future__ import annotations
 
+import os
 from urllib.parse import quote
 
 DELTA_VERSION = "4.4.0"
@@ -31,8 +32,25 @@ def app_id(connector: str, batch_id: str) -> str:
     return f"airflow-cdc:{connector}:{batch_id}"
 
 
+#: Spark's own default driver heap (1 GiB) is what a batch of wide rows ran out of; these bound it
+GIB = 1 << 30
+
+
+def default_driver_memory(master: str | None = None) -> str:
+    """``spark.driver.memory`` when the caller sets none: with a local master the driver JVM does
+    all the work, so a quarter of this machine's memory, between 1 and 4 GiB; else 2 GiB."""
+    if master is not None and not master.startswith("local"):
+        return "2g"
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return "2g"
+    return f"{max(1, min(4, total // 4 // GIB))}g"
+
+
 #: Exit codes of ``apply_changes.py`` besides 0 (done) and 1 (an unexpected error: see its output).
 #: Anything killed by a signal exits by that signal (or 128 + signal through a shell).
 EXIT_DAMAGED = 3  # a staged file is missing or unreadable: the batch itself is broken
 EXIT_SCHEMA = 4  # a column type change Delta cannot take; nothing was written
 EXIT_FENCED = 5  # a newer lease holder already wrote these tables; this run stopped
+EXIT_MEMORY = 6  # the driver JVM ran out of memory; the batch is fine, nothing half-applied counts

@@ -1,41 +1,114 @@
-"""A local SparkSession with Delta Lake, for tests, benchmarks, ``verify`` and local runs.
+"""Spark sessions for the apply job, tests, benchmarks and ``verify``: Delta configured, settings
+sized to the cores and heap the session has.
 
-``spark-submit`` runs pass the same settings through ``airflow_cdc.apply.submit``; this builder
-exists for in-process use.  Delta jars come from :envvar:`AIRFLOW_CDC_DELTA_JARS` (a folder of
-jars fetched by ``make setup``) or from Maven coordinates via ``spark.jars.packages``.
+``spark-submit`` runs pass the launch-time settings (driver memory, Delta jars) through
+``airflow_cdc.apply.submit``; :func:`tune` then sizes the runtime settings inside the job, so every
+path (CLI, Airflow operator, in-process) gets the same defaults.  Anything the user sets
+explicitly (``--conf``, ``spark_conf``, the builder) wins.  Delta jars come from
+:envvar:`AIRFLOW_CDC_DELTA_JARS` (a folder of jars fetched by ``make setup``) or from Maven
+coordinates via ``spark.jars.packages``.
 """
 
 from __future__ import annotations
 
 import glob
+import logging
 import os
 
 from pyspark.sql import SparkSession
 
-from .layout import DELTA_CONF, DELTA_PACKAGE, JARS_ENV
+from .layout import DELTA_CONF, DELTA_PACKAGE, JARS_ENV, default_driver_memory
 
-#: Small-machine defaults: few shuffle partitions, no UI, quiet progress bars.
+log = logging.getLogger("airflow_cdc.apply")
+
+#: Small-machine defaults of in-process sessions: no UI, quiet progress bars.
 LOCAL_CONF = {
     **DELTA_CONF,
-    "spark.sql.shuffle.partitions": "4",
-    "spark.databricks.delta.snapshotPartitions": "2",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
-    "spark.driver.memory": "2g",
-    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
 }
+MIB = 1 << 20
+
+
+def runtime_defaults(cores: int, heap: int | None) -> dict[str, str]:
+    """Runtime settings for ``cores`` task slots and a driver heap of ``heap`` bytes (None: a
+    cluster, whose executors' heaps the driver cannot see).
+
+    Spark's defaults suit clusters: 200 shuffle partitions and 50 Delta log-replay partitions are
+    hundreds of tiny tasks on two cores.  Parquet row groups and read splits shrink with a small
+    heap: a task holds a whole row group's column chunks while it reads or writes one.
+    """
+    out = {
+        "spark.sql.shuffle.partitions": str(max(2, 2 * cores)),
+        "spark.databricks.delta.snapshotPartitions": str(max(1, cores)),
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(max(1, cores)),
+    }
+    if heap is not None:
+        # two tasks per core may each hold a row group being read and one being written
+        block = max(8 * MIB, min(128 * MIB, heap // (8 * max(1, cores)) // MIB * MIB))
+        out["parquet.block.size"] = str(block)
+        out["spark.sql.files.maxPartitionBytes"] = str(block)
+        # a broadcast join builds the small side in the driver, uncompressed: its size estimate
+        # comes from compressed files and shuffle blocks
+        out["spark.sql.autoBroadcastJoinThreshold"] = str(min(10 * MIB, heap // 64))
+    return out
+
+
+def task_memory(spark: SparkSession) -> int:
+    """Bytes one task may hold in a batch of rows it reads: 1/32 of its share of the heap (the
+    driver's with a local master; ``spark.executor.memory`` / cores on a cluster).  A column
+    vector grows by doubling into one contiguous array, and the rows are copied on downstream."""
+    sc = spark.sparkContext
+    if (sc.master or "").startswith("local"):
+        heap = int(sc._jvm.java.lang.Runtime.getRuntime().maxMemory())  # type: ignore[union-attr]
+        return heap // (32 * max(1, sc.defaultParallelism))
+    conf = sc.getConf()
+    heap = sc._jvm.org.apache.spark.util.Utils.byteStringAsBytes(  # type: ignore[union-attr]
+        conf.get("spark.executor.memory", "1g")
+    )
+    return int(heap) // (32 * max(1, int(conf.get("spark.executor.cores", "1"))))
+
+
+def size_reads(spark: SparkSession, row_bytes: int) -> int:
+    """Size Parquet read batches for rows of about ``row_bytes`` bytes: the vectorized reader
+    holds a batch of rows of every column at once (4,096 rows by default -- 400 MB of 100 KB
+    blobs).  Returns the rows per batch set, unless the user chose a batch size."""
+    key = "spark.sql.parquet.columnarReaderBatchSize"
+    if spark.sparkContext.getConf().contains(key):
+        return int(spark.conf.get(key) or 4096)
+    rows = max(16, min(4096, task_memory(spark) // max(1, row_bytes)))
+    spark.conf.set(key, str(rows))
+    return rows
+
+
+def tune(spark: SparkSession) -> dict[str, str]:
+    """Apply :func:`runtime_defaults` for this session, except settings the user chose; returns
+    what it set."""
+    sc = spark.sparkContext
+    local = (sc.master or "").startswith("local")
+    heap = int(sc._jvm.java.lang.Runtime.getRuntime().maxMemory()) if local else None  # type: ignore[union-attr]
+    chosen = sc.getConf()
+    applied = {}
+    for key, value in runtime_defaults(sc.defaultParallelism, heap).items():
+        if not chosen.contains(key) and not chosen.contains(f"spark.hadoop.{key}"):
+            spark.conf.set(key, value)
+            applied[key] = value
+    log.debug("session defaults: %s", applied)
+    return applied
 
 
 def build(master: str = "local[2]", app_name: str = "airflow-cdc", **conf: str) -> SparkSession:
-    """Get or create a SparkSession with Delta configured."""
+    """Get or create a SparkSession with Delta configured and :func:`tune` applied."""
     builder = SparkSession.builder.master(master).appName(app_name)
     folder = os.environ.get(JARS_ENV)
     if folder:
         builder = builder.config("spark.jars", ",".join(sorted(glob.glob(os.path.join(folder, "*.jar")))))
     else:
         builder = builder.config("spark.jars.packages", DELTA_PACKAGE)
-    for key, value in {**LOCAL_CONF, **conf}.items():
+    defaults = {**LOCAL_CONF, "spark.driver.memory": default_driver_memory(master)}
+    for key, value in {**defaults, **conf}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    tune(spark)
     return spark

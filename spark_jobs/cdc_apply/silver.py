@@ -201,9 +201,7 @@ def merge_silver(
         with commit.conf(spark, txn=False):
             table.delete(F.col(POSITION) < F.lit(frame.truncate_at))
     newer = f"s.{POSITION} > t.{POSITION}"
-    values = {
-        quoted(n): f"CASE WHEN {_unsent(n)} THEN t.{quoted(n)} ELSE s.{quoted(n)} END" for n in data
-    }
+    values = {quoted(n): f"CASE WHEN {_unsent(n)} THEN t.{quoted(n)} ELSE s.{quoted(n)} END" for n in data}
     values[PENDING] = values_pending()
     inserts = fresh | meta | {PENDING: new_pending}
     builder = table.alias("t").merge(source.alias("s"), _key_match(frame.keys, "t", "s"))

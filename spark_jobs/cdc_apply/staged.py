@@ -8,12 +8,11 @@ Paths may be local or any filesystem ``pyarrow.fs`` understands (``s3://``, ``gs
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .delta_log import filesystem
@@ -43,6 +42,7 @@ class StagedTable:
     ops: dict[str, int]
     toast: bool = True  # some event may list unchanged-TOAST columns (see may_have_unavailable)
     ops_counted: bool = True  # every part lists its op counts
+    row_bytes: int = 0  # the widest row group's uncompressed bytes per event (sizes Spark's reads)
 
     @property
     def may_remove(self) -> bool:
@@ -57,13 +57,13 @@ class StagedTable:
     def latest_schema(self) -> pa.Schema:
         return self.groups[-1].schema
 
-    def may_have_unavailable(self, fs: pafs.FileSystem, local_root: str, batch_root: str) -> bool:
+    def may_have_unavailable(self, footer: Callable[[str], pq.FileMetaData]) -> bool:
         """False when Parquet statistics prove no event lists unchanged-TOAST columns."""
         for group in self.groups:
             if "__unavailable" not in group.schema.names:
                 continue
             for file in group.files:
-                meta = pq.ParquetFile(f"{local_root}{file[len(batch_root) :]}", filesystem=fs).metadata
+                meta = footer(file)
                 for i in range(meta.num_row_groups):
                     rg = meta.row_group(i)
                     col = next(
@@ -84,6 +84,16 @@ class StagedTable:
                 yield i, f
 
 
+def row_bytes(meta: pq.FileMetaData) -> int:
+    """The widest row group's uncompressed bytes per row (0 for a file without rows)."""
+    widest = 0
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        if group.num_rows:
+            widest = max(widest, -(-group.total_byte_size // group.num_rows))
+    return widest
+
+
 class StagedBatch:
     """A published batch as the apply job sees it."""
 
@@ -97,6 +107,16 @@ class StagedBatch:
             raise StagedBatchError(f"{path}: no manifest.json (incomplete batch or not a batch)") from e
         if self.manifest.get("format") != SUPPORTED_FORMAT:
             raise StagedBatchError(f"{path}: unsupported batch format {self.manifest.get('format')!r}")
+        self._footers: dict[str, pq.FileMetaData] = {}
+
+    def footer(self, file: str) -> pq.FileMetaData:
+        """The Parquet footer of a part (``file`` as in :attr:`SchemaGroup.files`), read once."""
+        meta = self._footers.get(file)
+        if meta is None:
+            meta = self._footers[file] = pq.read_metadata(
+                f"{self.local}{file[len(self.path) :]}", filesystem=self.fs
+            )
+        return meta
 
     @property
     def batch_id(self) -> str:
@@ -128,7 +148,8 @@ class StagedBatch:
                 for op, n in part.get("ops", {}).items():
                     ops[op] = ops.get(op, 0) + n
             table = StagedTable(name, list(info.get("key_columns") or []), groups, ops, ops_counted=counted)
-            table.toast = table.may_have_unavailable(self.fs, self.local, self.path)
+            table.toast = table.may_have_unavailable(self.footer)
+            table.row_bytes = max((row_bytes(self.footer(f)) for g in groups for f in g.files), default=0)
             out.append(table)
         return out
 
@@ -141,7 +162,7 @@ class StagedBatch:
             for part in info["parts"]:
                 where = f"{self.path}/{part['file']}"
                 try:
-                    rows = pq.read_metadata(f"{self.local}/{part['file']}", filesystem=self.fs).num_rows
+                    rows = self.footer(where).num_rows
                 except (OSError, pa.ArrowException) as e:
                     raise StagedBatchError(f"{where} (table {name}) is missing or unreadable: {e}") from e
                 if rows != part["rows"]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -44,12 +43,14 @@ def fill_unavailable(frame: TableFrame, stored: DataFrame | None = None) -> Data
     has_moves = bool(frame.keys) and moves.limit(1).count() > 0
     if has_moves and stored is not None:
         actions = actions.unionByName(_stored_rows(frame, stored, moves, actions.columns))
-    persisted: list[DataFrame] = []
     left = None
+    rounds = 0
     for _ in range(MAX_ROUNDS if has_moves else 0):
         actions = _fill_in_key(actions, frame, data, states=True)
-        actions = _fill_moves(actions, frame, data).persist(StorageLevel.MEMORY_AND_DISK)
-        persisted.append(actions)
+        # materialised row by row (a local checkpoint spills to disk; a DataFrame cache would
+        # build columnar batches of 10,000 rows -- of blobs -- in the heap), lineage cut
+        actions = _fill_moves(actions, frame, data).localCheckpoint(eager=True)
+        rounds += 1
         now = actions.where(F.col(OLD_KEY).isNotNull()).agg(F.sum(F.size(UNAVAILABLE))).collect()[0][0]
         if not now or now == left:
             break
@@ -59,13 +60,11 @@ def fill_unavailable(frame: TableFrame, stored: DataFrame | None = None) -> Data
             log.warning("unchanged-TOAST fill stopped after %d rounds of key changes", MAX_ROUNDS)
     # the last round's moved rows pass their values on to later actions of their new keys
     out = _fill_in_key(actions, frame, data, states=False).where(F.col(ACTION) != STORED)
-    if persisted:
+    if rounds:
         # materialised, with its lineage cut: the job writes the tombstones and silver tables this
         # was read from before it is used, and Spark recomputes cached plans over a written path
         # -- dropping this batch's own deleted keys' history from the fill
         out = out.localCheckpoint(eager=True)
-        for p in persisted:
-            p.unpersist()
     return out
 
 

@@ -49,7 +49,13 @@ def connect(config: ConnectorConfig, *, autocommit: bool = True) -> psycopg.Conn
 
 def connect_params(config: ConnectorConfig, application: str) -> dict[str, Any]:
     """psycopg connection arguments from the ``database.*`` properties (sync and async alike)."""
+    tls = {
+        key: config.secret(f"database.{key}")
+        for key in ("sslcert", "sslkey", "sslrootcert", "sslpassword")
+        if config.is_set(f"database.{key}")
+    }
     return {
+        **tls,
         "host": config["database.hostname"],
         "port": config["database.port"] or 5432,
         "user": config["database.user"],

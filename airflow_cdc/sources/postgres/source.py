@@ -35,6 +35,7 @@ from airflow_cdc.sources.postgres.position import PgPosition, format_pg_lsn, par
 from airflow_cdc.sources.postgres.stream import WindowReader, WindowResult, prefix_filter
 from airflow_cdc.sources.postgres.tables import RelationState, build_state, source_constants
 from airflow_cdc.sources.postgres.types import HandlingModes
+from airflow_cdc.sources.postgres.walstream import ReplicationStream
 
 log = logging.getLogger(__name__)
 
@@ -474,7 +475,18 @@ class PostgresSource(ChangeSource):
             epoch=self.epoch,
         )
         try:
-            res = reader.read(self.conn, self.slot, self.publication, from_lsn, upto_lsn, max_events)
+            if self.config["window.reader"] == "stream":
+                stream = ReplicationStream(
+                    self.config, self.slot, self.publication, from_lsn, upto_lsn, max_events
+                )
+                try:
+                    with stream:
+                        res = reader.read_stream(stream)
+                finally:
+                    if stream.backend_pid:
+                        replication.wait_slot_released(self.conn, self.slot, stream.backend_pid)
+            else:
+                res = reader.read(self.conn, self.slot, self.publication, from_lsn, upto_lsn, max_events)
         except psycopg.errors.ObjectInUse as e:
             raise ServerMisconfigured(
                 f"replication slot {self.slot!r} is in use by another process: {e.diag.message_primary}",
