@@ -266,6 +266,7 @@ def test_trigger_serialize_round_trip():
         "cdc_conn_id": "c",
         "check": "slot",
         "poll_interval": 5.0,
+        "partition": None,
     }
 
 

@@ -93,9 +93,12 @@ def test_stream_and_peek_stage_the_same_windows(pg_db: Any, tmp_path: Path, max_
         run_capture(config)  # creates both slots before any change
     _workload(pg_db.dsn)
     stream_runs, peek_runs = (_runs(c) for c in configs)
-    for (s_events, s_offset, s_rows), (p_events, p_offset, p_rows) in zip(stream_runs, peek_runs, strict=True):
-        assert s_events == p_events and s_offset == p_offset
-        assert s_rows == p_rows
+    pairs = list(zip(stream_runs, peek_runs, strict=True))
+    for n, ((s_events, s_offset, s_rows), (p_events, p_offset, p_rows)) in enumerate(pairs, start=1):
+        assert s_events == p_events and s_rows == p_rows
+        # a window cut by run.max.events ends on the same commit; the last one ends at its run's
+        # target LSN, which other databases of the shared server move between the two runs
+        assert s_offset == p_offset if n < len(pairs) else parse_pg_lsn(s_offset["lsn"]) <= parse_pg_lsn(p_offset["lsn"])
     events = [e for _, _, rows in stream_runs for e in rows]
     assert len(events) == 1011 + 3  # 1011 row events and truncates, 3 logical messages
     if max_events < 10:
