@@ -48,39 +48,44 @@ PARTITION_BATCH_PATH = "{{ (ti.xcom_pull(task_ids='%s') or {}).get('batch_path',
 
 
 def snapshot_params(tables: list[str]) -> dict[str, Param]:
-    """The trigger form for ad hoc snapshots (Debezium ``execute-snapshot`` / ``stop-snapshot``)."""
-    table_param: dict[str, Any] = {"type": "array", "items": {"type": "string"}}
-    if tables:
-        table_param["examples"] = tables
+    """The trigger form for ad hoc snapshots (Debezium ``execute-snapshot`` / ``stop-snapshot``).
+
+    Every field may stay empty (JSON schema type includes ``null``: Airflow's form then does not
+    mark it required), so a plain run needs nothing and a snapshot needs only its tables.
+    """
+    captured = f" Captured: {', '.join(tables[:20])}{' ...' if len(tables) > 20 else ''}." if tables else ""
     return {
         "snapshot_tables": Param(
-            [],
+            None,
+            type=["null", "string"],
+            format="multiline",
             title="Ad hoc snapshot: tables",
             section="Ad hoc snapshot",
-            description="Tables to re-snapshot (schema.table), one per line; leave empty for a normal run.",
-            **table_param,
+            description="Tables to re-snapshot (schema.table), one per line or comma-separated; "
+            f"leave empty for a normal run.{captured}",
         ),
         "snapshot_filter": Param(
-            "",
-            type="string",
+            None,
+            type=["null", "string"],
             title="Additional condition",
             section="Ad hoc snapshot",
-            description="SQL condition limiting the snapshot rows, e.g. status = 'open' "
+            description="Optional SQL condition limiting the snapshot rows, e.g. status = 'open' "
             "(Debezium additional-conditions; applies to each table listed).",
         ),
         "surrogate_key": Param(
-            "",
-            type="string",
+            None,
+            type=["null", "string"],
             title="Surrogate key",
             section="Ad hoc snapshot",
-            description="Column to chunk by instead of the primary key (Debezium surrogate-key).",
+            description="Optional column to chunk by instead of the primary key (Debezium surrogate-key).",
         ),
         "stop_snapshot": Param(
             False,
             type="boolean",
             title="Stop snapshot",
             section="Ad hoc snapshot",
-            description="Stop the running snapshots of the tables listed (all when none are listed).",
+            description="Stop the running snapshots of the tables listed (all when none are listed) "
+            "instead of starting one.",
         ),
     }
 

@@ -477,3 +477,23 @@ def test_apply_operator_holds_the_lease_and_passes_its_token(tmp_path, monkeypat
     assert op.execute({})["applied"]
     assert seen["args"][-2:] == ["--fence", str(other.token + 1)]
     assert store.lease_store().load("conn").data["holder"] is None  # released after the job
+
+
+def test_trigger_form_needs_nothing_for_a_plain_run_and_only_tables_for_a_snapshot(tmp_path):
+    from airflow.sdk.definitions.param import ParamsDict
+
+    from airflow_cdc.airflow.dag_factory import cdc_dag
+
+    params = cdc_dag(_pipeline(tmp_path), schedule="@hourly").params
+    # Airflow's form marks a field required unless its schema type admits null
+    for name in ("snapshot_tables", "snapshot_filter", "surrogate_key"):
+        assert "null" in params.get_param(name).schema["type"], name
+    assert params.get_param("snapshot_tables").schema["format"] == "multiline"  # a text area, not a multi-select
+    assert "public.orders" in params.get_param("snapshot_tables").description
+    plain = ParamsDict({k: params.get_param(k) for k in params}).validate()
+    assert signals_from_run({}, plain) == []
+    form = ParamsDict({k: params.get_param(k) for k in params})
+    form["snapshot_tables"] = "public.orders\npublic.customers"
+    [sig] = signals_from_run({}, form.validate())
+    assert sig == {"type": "execute-snapshot",
+                   "data": {"data-collections": ["public.orders", "public.customers"], "type": "incremental"}}
