@@ -209,6 +209,10 @@ class SourceSpec:
         task's shards).  Partitions of one connector must never capture the same row: their
         events go to the connector's Delta tables side by side.  ``None``, or one config that is
         the given one: the connector is not partitioned.
+    :param check_connection: reach the server of a validated config and verify what capture
+        needs (server settings, privileges) without changing anything there; returns a one-line
+        summary and raises the :class:`CdcError` that names what is missing.  Backs the
+        Airflow connection form's *Test* button.
     """
 
     kind: str
@@ -217,6 +221,7 @@ class SourceSpec:
     build_source: Callable[[ConnectorConfig], ChangeSource]
     names: tuple[str, ...] = ()  # further canonical connector names served (e.g. mariadb)
     partitions: Callable[[ConnectorConfig], list[ConnectorConfig]] | None = None
+    check_connection: Callable[[ConnectorConfig], str] | None = None
 
 
 _SPECS: dict[str, SourceSpec] = {}
@@ -278,3 +283,16 @@ def resolve_connector(raw: Mapping[str, Any]) -> tuple[str, SourceSpec]:
 def source_spec(config: ConnectorConfig) -> SourceSpec:
     """The spec serving a validated config."""
     return resolve_connector({"connector": config["connector"]})[1]
+
+
+def check_connection(config: ConnectorConfig) -> str:
+    """Reach the source of ``config`` and verify its capture prerequisites (read only).
+
+    :returns: a one-line summary of what was checked.
+    :raises ConfigError: the connector has no connection check.
+    :raises CdcError: what is missing (settings, privileges), as the capture would report it.
+    """
+    check = source_spec(config).check_connection
+    if check is None:
+        raise ConfigError(f"connector {config['connector']!r} has no connection check")
+    return check(config)

@@ -11,6 +11,8 @@ only ever lives in a :class:`~airflow_cdc.core.config.Secret`: it is never logge
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +23,7 @@ import airflow_cdc.airflow.state_variable  # noqa: F401  (registers the airflow-
 from airflow_cdc.airflow.pipeline import PipelineSpec, load_pipeline
 from airflow_cdc.core.capture import Capture
 from airflow_cdc.core.config import ConnectorConfig, Secret
+from airflow_cdc.core.errors import CdcError
 from airflow_cdc.core.pipeline import (
     build_capture,
     build_config,
@@ -29,6 +32,7 @@ from airflow_cdc.core.pipeline import (
     partition_config,
 )
 from airflow_cdc.core.redact import secrets_in
+from airflow_cdc.core.source import check_connection
 from airflow_cdc.core.state import StateStore
 
 #: Connection form fields (extra) -> Debezium property, per source kind.
@@ -88,7 +92,11 @@ class CdcHook(BaseHook):
     hook_name = "CDC source: PostgreSQL"
     connector = "postgresql"
 
-    def __init__(self, *, pipeline: str | Mapping[str, Any], cdc_conn_id: str | None = None) -> None:
+    def __init__(
+        self, *, pipeline: str | Mapping[str, Any] | None = None, cdc_conn_id: str | None = None
+    ) -> None:
+        """:param pipeline: ``None`` only to reach the Connection's server alone (the connection
+            form's *Test* button: :meth:`test_connection`)."""
         super().__init__()
         self.pipeline = pipeline
         self.cdc_conn_id = cdc_conn_id
@@ -110,8 +118,27 @@ class CdcHook(BaseHook):
     @property
     def spec(self) -> PipelineSpec:
         if self._spec is None:
-            self._spec = load_pipeline(self.pipeline)
+            if self.pipeline is None:  # the Connection alone: enough to reach and check the server
+                scratch = os.path.join(tempfile.gettempdir(), "airflow-cdc-test-connection")
+                name = f"test-{self.cdc_conn_id}"
+                props = {"connector": self.connector, "name": name, "staging.path": scratch}
+                self._spec = PipelineSpec(props)
+            else:
+                self._spec = load_pipeline(self.pipeline)
         return self._spec
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Reach the server of the Connection and check what capture needs there (server settings,
+        privileges, CDC enabled ...), changing nothing.  The Airflow connection form's *Test*.
+
+        :returns: ``(True, what was checked)`` or ``(False, what is missing and how to fix it)``.
+        """
+        try:
+            return True, check_connection(self.get_conn())
+        except CdcError as e:
+            return False, str(e)
+        except Exception as e:  # noqa: BLE001 - reported on the form, never raised there
+            return False, f"{type(e).__name__}: {e}"
 
     def properties(self) -> dict[str, Any]:
         """Connection properties overlaid with the pipeline's (the pipeline wins)."""

@@ -27,10 +27,17 @@ def _partitions(config: ConnectorConfig) -> list[ConnectorConfig]:
     return sqlserver_partitions(config)
 
 
+def _check(config: ConnectorConfig) -> str:
+    from airflow_cdc.sources.sqlserver.checks import check_connection
+
+    return check_connection(config)
+
+
 SOURCE = SourceSpec(
     "sqlserver",
     {"io.debezium.connector.sqlserver.SqlServerConnector": "sqlserver"},
     _config,
     _source,
     partitions=_partitions,
+    check_connection=_check,
 )
