@@ -187,7 +187,7 @@ class CdcHook(BaseHook):
         return partition_config(self.get_conn(), partition)
 
     def changes_after(
-        self, offset: dict[str, Any] | None, check: str = "wal", partition: str | None = None
+        self, offset: dict[str, Any] | None, check: str | None = None, partition: str | None = None
     ) -> bool:
         """Whether the source may hold changes past ``offset`` (cheap; see the source's docs).
 
@@ -195,7 +195,7 @@ class CdcHook(BaseHook):
         return _source_changes_after(build_source(self.get_partition(partition)), offset, check)
 
     async def achanges_after(
-        self, offset: dict[str, Any] | None, check: str = "wal", partition: str | None = None
+        self, offset: dict[str, Any] | None, check: str | None = None, partition: str | None = None
     ) -> bool:
         """:meth:`changes_after` without blocking the event loop: PostgreSQL through psycopg's
         ``AsyncConnection``; other sources through a worker thread."""
@@ -210,7 +210,7 @@ class CdcHook(BaseHook):
         return await pg_changes_after(config, offset, check)
 
 
-def _source_changes_after(source: Any, offset: dict[str, Any] | None, check: str) -> bool:
+def _source_changes_after(source: Any, offset: dict[str, Any] | None, check: str | None) -> bool:
     return bool(source.changes_after(offset, check))
 
 

@@ -20,15 +20,17 @@ from airflow_cdc.airflow.triggers.changes import CdcChangesTrigger
 class CdcChangesSensor(BaseSensorOperator):
     """Succeed once there is work for capture: no committed offset yet, snapshot chunks pending, an
     ad hoc snapshot requested by the run, or the source moved past the committed offset (cheap
-    check, nothing decoded; ``check="wal"`` may over-report, which only costs an empty batch).
+    check; PostgreSQL's default ``slot`` check fires only for published changes, ``wal`` may
+    over-report, which costs an empty batch).
 
     Deferrable (default from ``[operators] default_deferrable``): ``execute`` checks once, then
     defers to :class:`CdcChangesTrigger`, which polls asynchronously in the triggerer.
 
     :param pipeline: pipeline file path or mapping of Debezium properties. (templated)
     :param cdc_conn_id: Airflow Connection of the source database. (templated)
-    :param check: PostgreSQL: ``wal`` or ``slot`` (see ``PostgresSource.changes_after``); MySQL:
-        ``wal``/``binlog`` or ``gtid`` (see ``MySqlSource.changes_after``).
+    :param check: ``None``: the source's default.  PostgreSQL: ``slot`` (default) or ``wal`` (see
+        ``PostgresSource.changes_after``); MySQL: ``wal``/``binlog`` or ``gtid`` (see
+        ``MySqlSource.changes_after``).
     :param deferrable: wait in the triggerer instead of a worker slot.
     :param partition: the partition of a partitioned connector to watch (a SQL Server database, a
         Vitess task); ``None`` for an unpartitioned one. (templated)
@@ -42,7 +44,7 @@ class CdcChangesSensor(BaseSensorOperator):
         *,
         pipeline: str | Mapping[str, Any],
         cdc_conn_id: str | None = None,
-        check: str = "wal",
+        check: str | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         partition: str | None = None,
         **kwargs: Any,

@@ -34,7 +34,7 @@ class CdcChangesTrigger(BaseTrigger):
         pipeline: str | Mapping[str, Any],
         offset: dict[str, Any],
         cdc_conn_id: str | None = None,
-        check: str = "wal",
+        check: str | None = None,
         poll_interval: float = 60.0,
         partition: str | None = None,
     ) -> None:
