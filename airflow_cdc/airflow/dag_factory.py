@@ -162,7 +162,10 @@ def cdc_dag(
             later.trigger_rule = TriggerRule.NONE_FAILED
             earlier >> later
         if opt["verify"] and target is not None and opt["apply"]:
-            commits >> CdcVerifyOperator(task_id="verify", target=target, **common)
+            # runs when any partition committed changes (one without change skips its chain)
+            verify_task = CdcVerifyOperator(task_id="verify", target=target, **common)
+            verify_task.trigger_rule = TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS
+            commits >> verify_task
     return dag
 
 
@@ -214,9 +217,14 @@ def _partition_chain(
         batch_path=batch_path,
         outlets=outlets,
         target=target if opt["apply"] else None,
+        # an empty batch skips apply (no Spark) yet is committed (its offset may move): commit runs
+        # when its capture succeeded and nothing failed; it skips itself then (no Asset event)
+        trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
         **common,
     )
-    last >> commit
+    capture >> commit
+    if last is not capture:
+        last >> commit
     if opt["sense"]:
         sense_kwargs: dict[str, Any] = {}
         if opt["deferrable"] is not None:

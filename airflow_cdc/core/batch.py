@@ -256,6 +256,11 @@ class Batch:
         return self.manifest["batch_id"]
 
     @property
+    def empty(self) -> bool:
+        """No table part and no logical message: nothing for Delta (its end offset may still move)."""
+        return not self.tables() and not self.manifest.get("messages")
+
+    @property
     def partition(self) -> str | None:
         """The partition of a partitioned connector that captured the batch (None: unpartitioned)."""
         return self.manifest.get("partition")

@@ -287,8 +287,10 @@ def test_dag_factory_shape(tmp_path):
     assert dag.dag_id == "cdc_shop" and dag.max_active_runs == 1
     assert {t.task_id for t in dag.tasks} == {"sense", "capture", "apply", "commit"}
     assert dag.get_task("sense").downstream_task_ids == {"capture"}
-    assert dag.get_task("capture").downstream_task_ids == {"apply"}
+    # commit also hangs on capture: an empty batch skips apply, and its offset is still committed
+    assert dag.get_task("capture").downstream_task_ids == {"apply", "commit"}
     assert dag.get_task("apply").downstream_task_ids == {"commit"}
+    assert dag.get_task("commit").trigger_rule == "none_failed_min_one_success"
     assert all(t.retries == 3 for t in dag.tasks)
     outlets = dag.get_task("commit").outlets
     assert [a.name for a in outlets] == ["cdc.shop.public.customers", "cdc.shop.public.orders"]
