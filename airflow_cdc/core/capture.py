@@ -110,13 +110,17 @@ class Capture:
         """The source's JSON offset of a coordinate outside a window."""
         return self.source.offset_at(coord, None, None)
 
-    def _wait_flushed(self, lsn: Any, timeout: float = 10.0) -> Any:
+    def _wait_flushed(self, lsn: Any, timeout: float = 30.0) -> Any:
         """Poll the source's head until it has logged ``lsn`` (a chunk's closing watermark)."""
         deadline = time.monotonic() + timeout
+        nudge = time.monotonic() + 0.1
         while True:
             flush = self.source.head()
             if flush >= lsn:
                 return flush
+            if time.monotonic() > nudge:  # nothing committed since the watermark: flush it ourselves
+                self.source.flush_log()
+                nudge = time.monotonic() + 1.0
             if time.monotonic() > deadline:
                 raise ServerMisconfigured(
                     f"{self.source.kind}: the server's flushed log did not reach "
