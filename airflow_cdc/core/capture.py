@@ -128,6 +128,34 @@ class Capture:
                 )
             time.sleep(0.01)
 
+    def _anchor(
+        self, lease: Lease, stored: Any, start: Any, ctx: SnapshotContext, tables: list[str]
+    ) -> tuple[dict[str, Any], int]:
+        """Store a new start (no offset yet, or a lost one) before any batch is published.
+
+        Without it a run killed after publishing its batch (or a batch applied whose commit failed)
+        leaves snapshot rows positioned at a start the next run does not reuse: that run starts at a
+        later "now", and a row deleted in between stays in silver from the orphaned batch.  With
+        the start stored, every retry re-reads from it, so its batches cover the orphan's.
+        """
+        state = {
+            "source": self.source.kind,
+            "offset": self._offset_json(start),
+            "snapshot": ctx.to_json(),
+            "last_batch": None,
+            "tables": tables,
+            **self.source.extra_state(),
+        }
+        lease.check()
+        state = fence_state(lease, stored.data if stored else None, state)
+        version = self.store.compare_and_set(self.name, stored.version if stored else None, state)
+        log.info(
+            "stored the start offset %s (state version %d)",
+            self.source.describe_offset(state["offset"]),
+            version,
+        )
+        return state, version
+
     def run(
         self, signals: list[dict[str, Any] | SnapshotSignal] | None = None, commit: bool = False
     ) -> CaptureResult:
@@ -165,6 +193,9 @@ class Capture:
                         snap.purge_below = floor
             if reason is None:
                 notes += _plan_new_tables(ctx, mode, data.get("tables"), tables, include)
+            version = stored.version if stored else None
+            if reason is not None:
+                data, version = self._anchor(lease, stored, from_lsn, ctx, tables)
             notes += apply_signals(ctx, parsed, tables)
             writer = BatchWriter(
                 staging,
@@ -176,7 +207,6 @@ class Capture:
                 partition=self.config.partition,
             )
             try:
-                version = stored.version if stored else None
                 result = self._capture(writer, ctx, from_lsn, data, version, notes, tables)
             except BaseException:
                 writer.abort()
