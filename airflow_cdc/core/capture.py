@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_cdc.core.batch import Batch, BatchWriter, clean_incomplete, expire_batches
+from airflow_cdc.core.conditions import RAW_SQL_PROPERTY
 from airflow_cdc.core.config import ConnectorConfig
 from airflow_cdc.core.errors import ConfigError, ServerMisconfigured
 from airflow_cdc.core.failpoints import failpoint
 from airflow_cdc.core.lease import Lease, Leases, fence_state
-from airflow_cdc.core.signals import SnapshotSignal, apply_signals, parse_signal
+from airflow_cdc.core.signals import SnapshotSignal, apply_signals, check_signals, parse_signal
 from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, SnapshotContext, match_tables
 from airflow_cdc.core.source import ChangeSource
 from airflow_cdc.core.state import StateStore
@@ -182,6 +183,9 @@ class Capture:
             self.source.heartbeat()
             from_lsn, reason = self.source.start_offset(data.get("offset"), mode == "when_needed")
             tables = self.source.tables()
+            # a bad signal (unknown table or column, a condition outside the safe language) fails
+            # here, before the start is anchored or anything else is stored
+            check_signals(parsed, tables, self.source.table_columns, self.config[RAW_SQL_PROPERTY])
             include = self.config["snapshot.include.collection.list"]
             notes = _plan_snapshots(ctx, mode, reason, tables, include)
             if reason is not None and data.get("offset") is not None:

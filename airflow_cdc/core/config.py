@@ -274,6 +274,14 @@ COMMON_PROPERTIES: tuple[Property, ...] = (
     ),
     Property("incremental.snapshot.chunk.size", "int", 1024, "Rows per snapshot chunk.", minimum=1),
     Property("snapshot.max.rows.per.run", "int", 1_000_000, "Snapshot rows read per capture run.", minimum=1),
+    Property(
+        "snapshot.additional.conditions.raw.sql",
+        "bool",
+        False,
+        "Ours, not Debezium's: pass `execute-snapshot` additional-conditions to the database as raw SQL. "
+        "Default false: a condition must be in the safe condition language (columns compared with "
+        "literals, AND/OR/NOT), rendered with bound values.",
+    ),
     Property("decimal.handling.mode", "enum", "precise", choices=("precise", "double", "string")),
     Property(
         "time.precision.mode",

@@ -150,6 +150,11 @@ class ChangeSource(abc.ABC):
         """
 
     # -- snapshots and the window -------------------------------------------------------------
+    def table_columns(self, table: str) -> list[str] | None:
+        """Column names of a captured table (after :meth:`open`), which an ad hoc snapshot's
+        additional condition may name; None when the source cannot tell (nothing is checked)."""
+        return None
+
     def read_chunks(self, pending: list, max_rows: int, chunk_size: int) -> list:
         """Key-ordered chunks of the pending table snapshots (``chunked_snapshots`` sources)."""
         raise NotImplementedError(f"{self.kind} does not read snapshot chunks")

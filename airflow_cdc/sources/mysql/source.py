@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_cdc.core.batch import BatchWriter, list_batches
+from airflow_cdc.core.conditions import RAW_SQL_PROPERTY, condition_pieces
 from airflow_cdc.core.config import ConnectorConfig, skipped_ops
 from airflow_cdc.core.errors import OffsetUnavailable, SchemaError
 from airflow_cdc.core.events import now_us
@@ -316,6 +317,10 @@ class MySqlSource(ChangeSource):
     def table_state(self, table: str) -> TableState:
         return self.resolver.build(self._tables[table])
 
+    def table_columns(self, table: str) -> list[str] | None:
+        """Columns of a captured table, as the schema history has it now."""
+        return [c.name for c in self._tables[table].columns]
+
     def read_chunks(self, pending: list[TableSnapshot], max_rows: int, chunk_size: int) -> list[ChunkRead]:
         """Read chunks of pending table snapshots, in order, up to ``max_rows`` rows in total."""
         return read_budgeted(pending, self._tables, max_rows, chunk_size, self._read_chunk)
@@ -355,6 +360,8 @@ class MySqlSource(ChangeSource):
         for attempt in range(3):
             tdef = self._tables[snap.table]
             state = self.table_state(snap.table)
+            columns = [c.name for c in tdef.columns]
+            condition = condition_pieces(snap.table, snap.condition, columns, self.config[RAW_SQL_PROPERTY])
             try:
                 return snapshot.read_chunk(
                     self.conn,
@@ -365,6 +372,7 @@ class MySqlSource(ChangeSource):
                     state.key_columns,
                     limit,
                     self.flavour.status_sql,
+                    condition,
                 )
             except Exception as e:
                 if not snapshot.is_missing_column(e) or attempt == 2:

@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_cdc.core.batch import BatchWriter
+from airflow_cdc.core.conditions import RAW_SQL_PROPERTY, condition_pieces
 from airflow_cdc.core.config import ConnectorConfig, skipped_ops
 from airflow_cdc.core.errors import ConfigError
 from airflow_cdc.core.events import now_us
@@ -218,6 +219,10 @@ class SqlServerSource(ChangeSource):
                 conn.close()
 
     # -- snapshot chunks --------------------------------------------------------------------
+    def table_columns(self, table: str) -> list[str] | None:
+        """The captured columns of the table's current capture instance."""
+        return [c.name for c in self._current[table].instance.columns]
+
     def read_chunks(self, pending: list[TableSnapshot], max_rows: int, chunk_size: int) -> list[ChunkRead]:
         """Read chunks of pending table snapshots, in order, up to ``max_rows`` rows in total."""
         return read_budgeted(pending, self._current, max_rows, chunk_size, self._read_chunk)
@@ -240,7 +245,9 @@ class SqlServerSource(ChangeSource):
             order,
             after,
             limit,
-            snap.condition,
+            condition_pieces(
+                snap.table, snap.condition, [c.name for c in ci.columns], self.config[RAW_SQL_PROPERTY]
+            ),
             unique=not snap.surrogate_key,
         )
         keys = list(ci.key)
