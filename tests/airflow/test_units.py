@@ -499,3 +499,18 @@ def test_trigger_form_needs_nothing_for_a_plain_run_and_only_tables_for_a_snapsh
     [sig] = signals_from_run({}, form.validate())
     assert sig == {"type": "execute-snapshot",
                    "data": {"data-collections": ["public.orders", "public.customers"], "type": "incremental"}}
+
+
+def test_trigger_form_condition_field_describes_the_condition_language(tmp_path):
+    from airflow_cdc.airflow.dag_factory import cdc_dag
+
+    safe = cdc_dag(_pipeline(tmp_path), schedule="@hourly").params.get_param("snapshot_filter").description
+    for part in ("Not SQL", "IS [NOT] NULL", "[NOT] IN", "BETWEEN", "AND, OR, NOT", "DATE 'YYYY-MM-DD'", "''"):
+        assert part in safe, part
+    (tmp_path / "raw").mkdir()
+    raw_pipeline = _pipeline(tmp_path / "raw").read_text().replace(
+        "airflow:", "snapshot.additional.conditions.raw.sql: true\nairflow:"
+    )
+    (tmp_path / "raw" / "shop.yaml").write_text(raw_pipeline)
+    raw = cdc_dag(tmp_path / "raw" / "shop.yaml", schedule="@hourly").params.get_param("snapshot_filter").description
+    assert "SQL condition" in raw and "snapshot.additional.conditions.raw.sql=true" in raw
