@@ -1,6 +1,6 @@
 """Snapshot chunks: key-ordered reads under a consistent snapshot, in neutral values.
 
-Each chunk runs in its own ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` (REPEATABLE READ).
+Each chunk runs in its own ``START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY`` (REPEATABLE READ).
 On MariaDB, ``binlog_snapshot_file/position`` read inside it is the exact binlog coordinate of
 that snapshot: a transaction is reflected by the chunk iff it starts below it.  MySQL has no
 such status; its chunks are reflected by no transaction of the window (every chunk row touched
@@ -142,7 +142,7 @@ def read_chunk(
         cursor = _restart_old_cursor(snap, cursor)
         cur.execute(ck.SESSION_SQL)
         cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
         try:
             coord = None
             if snapshot_sql is not None:

@@ -3,6 +3,8 @@ raw SQL is refused (nothing stored) unless the pipeline opts in."""
 
 from __future__ import annotations
 
+import pytest
+
 from airflow_cdc.core.conditions import RAW_SQL_PROPERTY
 from tests.integration.mysql.support import execute, pipeline, run_capture
 from tests.support.conditions import (
@@ -32,3 +34,28 @@ def test_conditions_snapshot_exactly_the_matching_rows_and_raw_sql_needs_the_opt
     table = f"{mariadb_db.name}.t"
     check_conditions_snapshot_matching_rows(config, table)
     check_raw_sql_refused_unless_opted_in(config, {**config, RAW_SQL_PROPERTY: True}, table, "id % 10 = 0")
+
+
+def test_opted_in_raw_sql_still_cannot_write(mariadb_db, tmp_path):
+    """Chunks are read in READ ONLY transactions: a raw condition calling a writing function fails."""
+    execute(
+        mariadb_db,
+        "CREATE TABLE t (id int PRIMARY KEY)",
+        "CREATE TABLE log (n int PRIMARY KEY)",
+        "INSERT INTO t VALUES (1), (2)",
+        "CREATE FUNCTION w() RETURNS int DETERMINISTIC MODIFIES SQL DATA BEGIN INSERT INTO log VALUES (1); RETURN 1; END",
+    )
+    config = pipeline(mariadb_db, tmp_path / "staging", **{"snapshot.mode": "no_data", RAW_SQL_PROPERTY: True})
+    run_capture(config)
+    sig = {"execute-snapshot": {"data-collections": [f"{mariadb_db.name}.t"],
+                                "additional-conditions": [{"data-collection": f"{mariadb_db.name}.t",
+                                                           "filter": f"`{mariadb_db.name}`.w() = 1"}]}}
+    with pytest.raises(Exception, match="READ ONLY"):
+        run_capture(config, signals=[sig])
+    conn = mariadb_db.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT COUNT(*) FROM log")
+            assert cur.fetchone()[0] == 0
+    finally:
+        conn.close()
