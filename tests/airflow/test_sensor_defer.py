@@ -76,7 +76,7 @@ def test_no_healthy_triggerer_pokes_and_says_why(api_server, monkeypatch, capsys
     s.execute({})  # pokes in the worker until due; never defers
     assert len(pokes) == 3
     out = capsys.readouterr().out
-    assert f"status: {status or 'none running'}" in out and "poking from this worker" in out
+    assert f"status: {status or 'none running'}" in out and "poking from a worker instead (mode=poke" in out
 
 
 def test_unreachable_api_server_is_no_triggerer(monkeypatch):
@@ -99,3 +99,46 @@ def test_base_url_from_the_execution_api_url(monkeypatch):
     monkeypatch.delenv("AIRFLOW__API__BASE_URL", raising=False)
     monkeypatch.setenv("AIRFLOW__CORE__EXECUTION_API_SERVER_URL", "https://airflow.example:8443/execution/")
     assert api_base_url() == "https://airflow.example:8443"
+
+
+def test_trigger_ends_with_a_timeout_event_at_its_deadline(monkeypatch):
+    """No change before ``timeout_at``: one ``timeout`` event (not a triggerer error)."""
+    import asyncio
+    import time
+
+    from airflow_cdc.airflow.hooks.cdc import CdcHook
+    from airflow_cdc.airflow.triggers.changes import CdcChangesTrigger
+
+    checks = []
+
+    async def no_changes(self, offset, check, partition):
+        checks.append(time.monotonic())
+        return False
+
+    monkeypatch.setattr(CdcHook, "achanges_after", no_changes)
+    trigger = CdcChangesTrigger(pipeline={"name": "p"}, offset=OFFSET, poll_interval=0.2, timeout_at=time.time() + 1)
+    assert trigger.serialize()[1]["timeout_at"] == trigger.timeout_at
+
+    async def first_event():
+        async for event in trigger.run():
+            return event.payload
+
+    started = time.monotonic()
+    payload = asyncio.run(first_event())
+    assert payload == {"status": "timeout", "offset": OFFSET, "polls": len(checks)}
+    assert 0.9 < time.monotonic() - started < 3 and len(checks) >= 4
+
+
+@pytest.mark.parametrize("soft_fail", [True, False])
+def test_sensor_skips_or_times_out_on_the_timeout_event(monkeypatch, capsys, soft_fail):
+    from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowSkipException
+
+    s = sensor(monkeypatch, soft_fail=soft_fail, deferrable=True)
+    with pytest.raises(TaskDeferred) as deferred:
+        s.execute({})
+    kwargs = deferred.value.trigger.serialize()[1]
+    assert kwargs["timeout_at"] > 0 and deferred.value.timeout.total_seconds() > s.timeout
+    expected = AirflowSkipException if soft_fail else AirflowSensorTimeout
+    with pytest.raises(expected, match="no change past offset"):
+        s.execute_complete({}, {"status": "timeout", "offset": OFFSET, "polls": 7})
+    assert "(7 checks)" in capsys.readouterr().out

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context
 from airflow.sdk.configuration import conf
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout, AirflowSkipException
 
 from airflow_cdc.airflow.errors import airflow_errors
 from airflow_cdc.airflow.hooks.cdc import CdcHook
@@ -95,9 +96,9 @@ class CdcChangesSensor(BaseSensorOperator):
             self.log.info("deferring to the triggerer: %s", why)
         else:
             self.log.warning(
-                "not deferring: %s; poking from this worker every %ss instead (pass deferrable=True "
-                "or False, or set the pipeline's `deferrable` option, to choose explicitly)",
-                why, self.poke_interval,
+                "not deferring: %s; poking from a worker instead (mode=%s, every %ss; pass "
+                "deferrable=True or False, or set the pipeline's `deferrable` option, to choose)",
+                why, self.mode, self.poke_interval,
             )  # fmt: skip
         return healthy
 
@@ -117,12 +118,23 @@ class CdcChangesSensor(BaseSensorOperator):
                 check=self.check,
                 poll_interval=self.poke_interval,
                 partition=self.partition,
+                timeout_at=time.time() + self.timeout,
             ),
             method_name="execute_complete",
-            timeout=timedelta(seconds=self.timeout),
+            # the trigger ends the wait itself at the sensor's timeout; this is a safety net only
+            timeout=timedelta(seconds=self.timeout + 2 * self.poke_interval + 60),
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> None:
+        if event and event.get("status") == "timeout":
+            message = (
+                f"no change past offset {event.get('offset')} within {self.timeout:.0f}s "
+                f"({event.get('polls')} checks)"
+            )
+            self.log.info("%s: %s", message, "skipping this run" if self.soft_fail else "timing out")
+            if self.soft_fail:
+                raise AirflowSkipException(message)
+            raise AirflowSensorTimeout(message)
         if not event or event.get("status") != "changes":
             raise AirflowException(f"waiting for changes failed: {(event or {}).get('message', event)}")
         self.log.info(
