@@ -109,10 +109,23 @@ class CdcApplyOperator(SparkSubmitOperator):
             else:
                 hook = CdcHook(pipeline=self.pipeline, cdc_conn_id=self.cdc_conn_id)
                 config = hook.get_partition(batch.partition)  # the lease of the partition that captured it
+                self._lineage_config = config
                 leases = Leases(build_store(config), config.state_name, config["lease.timeout.ms"] / 1000)
                 with leases.hold("apply") as lease:
                     self._submit(context, batch, lease.token)
         return {"batch_id": batch.batch_id, "applied": True}
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the batch's source tables in (when the pipeline is known), its bronze and
+        silver Delta tables out."""
+        from airflow_cdc.airflow.lineage import delta_datasets, operator_lineage, source_datasets
+
+        batch = Batch(self.batch_path)
+        tables = batch.tables()
+        config = getattr(self, "_lineage_config", None)
+        inputs = source_datasets(config, tables) if config is not None else []
+        outputs = delta_datasets(self.target, batch.manifest["connector"], tables, self.options.bronze)
+        return operator_lineage(inputs, outputs)
 
     def _submit(self, context: Context, batch: Batch, fence: int | None) -> None:
         counts = batch.manifest.get("counts", {})

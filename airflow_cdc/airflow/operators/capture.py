@@ -57,6 +57,7 @@ class CdcCaptureOperator(BaseOperator):
             hook = CdcHook(pipeline=self.pipeline, cdc_conn_id=self.cdc_conn_id)
             capture = hook.get_capture(partition=self.partition)
             result = capture.run(signals=list(signals))
+        self._lineage = (capture.config, list(result.tables))
         describe = capture.source.describe_offset
         for note in result.notes:
             self.log.info("note: %s", note)
@@ -71,3 +72,10 @@ class CdcCaptureOperator(BaseOperator):
         summary = result.summary(max_notes=20)
         del summary["committed"]  # the commit task commits
         return summary
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the source tables this run captured from (the batch is intermediate)."""
+        from airflow_cdc.airflow.lineage import operator_lineage, source_datasets
+
+        config, tables = getattr(self, "_lineage", (None, []))
+        return operator_lineage(source_datasets(config, tables) if config is not None else [], [])
