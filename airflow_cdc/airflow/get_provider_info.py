@@ -55,6 +55,7 @@ def get_provider_info() -> dict[str, Any]:
             {"integration-name": "airflow-cdc", "python-modules": ["airflow_cdc.airflow.triggers.changes"]}
         ],
         "hooks": [{"integration-name": "airflow-cdc", "python-modules": [_HOOKS]}],
+        "extra-links": ["airflow_cdc.airflow.links.CdcBatchLink", "airflow_cdc.airflow.links.CdcDeltaLink"],
         "connection-types": [
             _conn_type(
                 "cdcpostgres",

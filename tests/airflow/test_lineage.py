@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from airflow.providers.openlineage.extractors.base import DefaultExtractor
 
 from airflow_cdc.airflow.lineage import delta_datasets, source_datasets
@@ -52,3 +53,39 @@ def test_dataset_names_per_source_and_store():
     assert names(source_datasets(sqlserver, ["shop.dbo.orders"])) == {("mssql://db.internal:1433", "shop.dbo.orders")}
     out = delta_datasets("s3a://lake/cdc/", "n", ["public.orders"], bronze=False)
     assert names(out) == {("s3a://lake", "cdc/silver/n/public.orders")}
+
+
+class FakeTi:
+    def __init__(self):
+        self.pushed = {}
+
+    def xcom_push(self, key, value):
+        self.pushed[key] = value
+
+
+def test_extra_links_point_at_the_batch_and_the_delta_root(pg_db, tmp_path):
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from airflow_cdc.airflow.links import CdcBatchLink, CdcDeltaLink, storage_url
+    from airflow_cdc.airflow.operators.commit import CdcCommitOperator
+
+    load_shop(pg_db)
+    props = direct_props(pg_db, tmp_path / "staging dir", **{"commit.require.applied": "false"})
+    ti = FakeTi()
+    ctx = {"dag_run": type("Run", (), {"conf": {}})(), "params": {}, "ti": ti}
+    first = CdcCaptureOperator(task_id="capture", pipeline=props).execute(ctx)
+    assert ti.pushed == {CdcBatchLink().xcom_key: "file://" + first["batch_path"].replace(" ", "%20")}
+    CdcCommitOperator(task_id="commit", pipeline=props, batch_path=first["batch_path"]).execute({})
+    empty = CdcCaptureOperator(task_id="capture", pipeline=props).execute({**ctx, "ti": FakeTi()})
+    target = str(tmp_path / "delta")
+    apply = CdcApplyOperator(task_id="apply", batch_path=empty["batch_path"], target=target, skip_empty=True)
+    ti = FakeTi()
+    with pytest.raises(AirflowSkipException):  # an empty batch: no Spark, but the links are stored
+        apply.execute({"ti": ti})
+    assert ti.pushed == {
+        CdcBatchLink().xcom_key: storage_url(empty["batch_path"]),
+        CdcDeltaLink().xcom_key: "file://" + target,
+    }
+    assert storage_url("s3a://lake/cdc") == "s3a://lake/cdc"
+    assert {link.name for link in CdcApplyOperator.operator_extra_links} == {"CDC batch", "Delta tables"}
+    assert {link.name for link in CdcCaptureOperator.operator_extra_links} == {"CDC batch"}

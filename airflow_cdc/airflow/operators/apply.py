@@ -17,6 +17,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from airflow_cdc.airflow.errors import airflow_errors
 from airflow_cdc.airflow.hooks.cdc import CdcHook
+from airflow_cdc.airflow.links import CdcBatchLink, CdcDeltaLink, storage_url
 from airflow_cdc.apply.submit import ApplyOptions, apply_exit_error, build_apply_job
 from airflow_cdc.core.batch import Batch
 from airflow_cdc.core.lease import Leases
@@ -71,6 +72,7 @@ class CdcApplyOperator(SparkSubmitOperator):
         "cdc_conn_id",
     )
     ui_color = "#fdebd0"
+    operator_extra_links = (CdcBatchLink(), CdcDeltaLink())
 
     def __init__(
         self,
@@ -100,6 +102,8 @@ class CdcApplyOperator(SparkSubmitOperator):
             raise AirflowSkipException("no batch to apply: the capture did not run")
         with airflow_errors("apply"):
             batch = Batch(self.batch_path)
+        CdcBatchLink().persist(context, storage_url(self.batch_path))
+        CdcDeltaLink().persist(context, storage_url(self.target))
         if self.skip_empty and batch.empty:  # commit still runs: the offset may move
             raise AirflowSkipException(f"batch {batch.batch_id} holds no events: nothing to apply")
         with airflow_errors("apply"):
