@@ -267,6 +267,7 @@ def test_trigger_serialize_round_trip():
         "check": "slot",
         "poll_interval": 5.0,
         "partition": None,
+        "timeout_at": None,
     }
 
 
