@@ -183,7 +183,7 @@ def test_provider_entry_point_and_classes():
     info = ep.load()()
     assert info["package-name"] == "airflow-cdc"
     types = {c["connection-type"]: c for c in info["connection-types"]}
-    assert set(types) == {"cdcpostgres", "cdcmysql", "cdcsqlserver"}
+    assert set(types) == {"cdcpostgres", "cdcmysql", "cdcsqlserver", "cdcvitess"}
     for c in types.values():
         module, _, name = c["hook-class-name"].rpartition(".")
         hook = getattr(importlib.import_module(module), name)
@@ -504,7 +504,7 @@ def test_trigger_form_needs_nothing_for_a_plain_run_and_only_tables_for_a_snapsh
 
 @pytest.mark.parametrize(
     ("conn_type", "connector"),
-    [("cdcpostgres", "postgresql"), ("cdcmysql", "mysql"), ("cdcsqlserver", "sqlserver"),
+    [("cdcpostgres", "postgresql"), ("cdcmysql", "mysql"), ("cdcsqlserver", "sqlserver"), ("cdcvitess", "vitess"),
      ("cdc_postgres", "postgresql"), ("cdc_mysql", "mysql"), ("cdc_sqlserver", "sqlserver")],
 )  # fmt: skip
 def test_connection_types_map_to_connectors_old_names_too(conn_type, connector):
