@@ -271,7 +271,9 @@ class CdcVitessHook(CdcHook):
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
         return {
             "hidden_fields": [],
-            "relabeling": {"host": "vtgate host", "port": "vtgate gRPC port", "schema": "Keyspace", "login": "User"},
+            "relabeling": {
+                "host": "vtgate host", "port": "vtgate gRPC port", "schema": "Keyspace", "login": "User",
+            },  # fmt: skip
             "placeholders": {
                 "host": "vtgate.example.com",
                 "port": "15991",
