@@ -220,8 +220,6 @@ _CHARACTER = frozenset({q.CHAR, q.VARCHAR, q.TEXT, q.ENUM, q.SET})
 
 
 def _column_info(f: q.Field) -> ColumnInfo:
-    """Whether a column is character-typed and its declared length (``varchar(32)``: 32)."""
-    character = f.type in _CHARACTER
-    ctype = f.column_type.lower()
-    sized = character and ctype.startswith(("char(", "varchar(")) and ")" in ctype
-    return ColumnInfo(f.name, character, int(ctype.split("(", 1)[1].split(")", 1)[0]) if sized else -1)
+    """Whether a column is character-typed.  Its length stays unknown, as in Debezium's Vitess
+    connector (its columns carry no length), so a hash is never cut."""
+    return ColumnInfo(f.name, f.type in _CHARACTER)
