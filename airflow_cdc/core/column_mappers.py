@@ -69,7 +69,10 @@ def modified_utf8(text: str) -> bytes:
 
 def java_serialized_string(text: str) -> bytes:
     """``ObjectOutputStream.writeObject(text)`` as a whole stream."""
-    body = modified_utf8(text)
+    if "\x00" not in text and (text.isascii() or max(text) < "\U00010000"):
+        body = text.encode("utf-8")  # no NUL, no surrogate pair: modified UTF-8 is UTF-8
+    else:
+        body = modified_utf8(text)
     if len(body) <= 0xFFFF:
         return _STREAM_HEADER + _TC_STRING + struct.pack(">H", len(body)) + body
     return _STREAM_HEADER + _TC_LONGSTRING + struct.pack(">Q", len(body)) + body
@@ -93,6 +96,24 @@ def hash_value(value: str | None, algorithm: str, salt: str, v2: bool, column_le
     digest.update(value.encode("utf-8") if v2 else java_serialized_string(value))
     text = digest.hexdigest()
     return text[:column_length] if column_length > 0 else text
+
+
+def hash_values(
+    values: list[str | None], algorithm: str, salt: str, v2: bool, column_length: int = -1
+) -> list[str | None]:
+    """:func:`hash_value` of each value (the salted digest state is computed once)."""
+    salted = _digest(algorithm)
+    salted.update(salt.encode("utf-8"))
+    cut = column_length if column_length > 0 else None
+    out: list[str | None] = []
+    for value in values:
+        if value is None:
+            out.append(None)
+            continue
+        digest = salted.copy()
+        digest.update(value.encode("utf-8") if v2 else java_serialized_string(value))
+        out.append(digest.hexdigest()[:cut])
+    return out
 
 
 @dataclass(frozen=True)

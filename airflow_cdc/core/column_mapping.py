@@ -33,10 +33,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_cdc.core.column_mappers import Mapper, hash_value, mask, parse_mapper, truncate
+from airflow_cdc.core.column_mappers import Mapper, hash_values, mask, parse_mapper, truncate
 from airflow_cdc.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
+_ASTRAL = r"[\x{10000}-\x{10FFFF}]"  # characters that are two UTF-16 units (RE2 syntax)
 
 #: The templated property names, in Debezium's order of precedence.
 TEMPLATES = (
@@ -85,11 +86,12 @@ def map_array(mapper: Mapper, values: pa.Array | pa.ChunkedArray, length: int = 
         longest = pc.max(pc.binary_length(values)).as_py() if len(values) else None
         if longest is None or longest <= mapper.length:  # UTF-16 units <= UTF-8 bytes: nothing to cut
             return values
+        if not pc.any(pc.match_substring_regex(values, _ASTRAL)).as_py():
+            # every character is one UTF-16 unit: cut by code points, in Arrow
+            return pc.utf8_slice_codeunits(values, 0, mapper.length)
         return pa.array([truncate(v, mapper.length) for v in values.to_pylist()], pa.string())
-    return pa.array(
-        [hash_value(v, mapper.algorithm, mapper.salt, mapper.v2, length) for v in values.to_pylist()],
-        pa.string(),
-    )
+    hashed = hash_values(values.to_pylist(), mapper.algorithm, mapper.salt, mapper.v2, length)
+    return pa.array(hashed, pa.string())
 
 
 class MappedCodec:

@@ -57,8 +57,8 @@ def test_bad_regex_is_a_config_error():
 class Text:
     """A text codec as the PostgreSQL source has (convert only)."""
 
-    def __init__(self, name: str, type_: pa.DataType = pa.string()) -> None:
-        self.field, self.placeholder = pa.field(name, type_), None
+    def __init__(self, name: str, type_: pa.DataType | None = None) -> None:
+        self.field, self.placeholder = pa.field(name, type_ or pa.string()), None
 
     def convert(self, text: pa.Array) -> pa.Array:
         return text.cast(self.field.type)
@@ -111,3 +111,33 @@ def test_map_array_mask_replaces_nulls_and_truncate_counts_utf16_units():
     short = pa.array(["ab", None])
     assert map_array(truncate, short) is short  # nothing longer than the limit: no copy
     assert isinstance(MappedCodec(Text("x"), mask, -1).convert(pa.chunked_array([["a"]])), pa.Array)
+
+
+def test_fast_paths_agree_with_the_reference_functions():
+    """Arrow's code-point slice (no astral character in the column) and UTF-8 as modified UTF-8
+    (no NUL, no astral character) give what the per-value reference functions give."""
+    import random
+
+    from airflow_cdc.core.column_mappers import java_serialized_string, modified_utf8, parse_mapper, truncate
+
+    rng = random.Random(7)
+    alphabet = ["a", "Z", " ", "ü", "ß", "中", "文", "\u07ff", "\uffff", "\x00", "😀", "\U0010ffff"]
+    for n in range(4):
+        mapper = parse_mapper(f"column.truncate.to.{n}.chars", ("x",))
+        assert mapper is not None
+        for astral in (False, True):
+            chars = alphabet if astral else alphabet[:-2]
+            values = ["".join(rng.choices(chars, k=rng.randrange(8))) for _ in range(200)] + [None]
+            assert map_array(mapper, pa.array(values)).to_pylist() == [truncate(v, n) for v in values]
+            for v in values[:-1]:
+                body = modified_utf8(v)
+                assert java_serialized_string(v)[7:] == body, repr(v)
+
+
+def test_hash_values_is_hash_value_per_value():
+    from airflow_cdc.core.column_mappers import hash_value, hash_values
+
+    values = ["", "a", "Grüße 😀 中文", None, "x\x00y", "z" * 70_000]
+    for algorithm, v2, length in (("SHA-256", False, -1), ("MD5", True, 7), ("SHA-512/256", False, 100)):
+        want = [hash_value(v, algorithm, "s.alt", v2, length) for v in values]
+        assert hash_values(values, algorithm, "s.alt", v2, length) == want
