@@ -133,6 +133,11 @@ class Mapper:
         return any(p.fullmatch(qualified_column) for p in self.columns)
 
 
+def shown_name(name: str) -> str:
+    """The property name as errors show it: the salt of a hash property masked."""
+    return re.sub(r"(\.with\.salt\.).*", r"\1***", name)
+
+
 def parse_mapper(name: str, columns: tuple[str, ...]) -> Mapper | None:
     """The mapper a property defines, or ``None`` when ``name`` is no mapper property.
 
@@ -142,7 +147,7 @@ def parse_mapper(name: str, columns: tuple[str, ...]) -> Mapper | None:
     try:
         patterns = tuple(re.compile(c, re.IGNORECASE) for c in columns)
     except re.error as e:
-        raise ConfigError(f"property {name!r}: invalid column regex: {e}") from e
+        raise ConfigError(f"property {shown_name(name)!r}: invalid column regex: {e}") from e
     if m := _TRUNCATE.fullmatch(name):
         return Mapper("truncate", patterns, length=int(m.group(1)), prop=name)
     if m := _MASK.fullmatch(name):
@@ -152,7 +157,7 @@ def parse_mapper(name: str, columns: tuple[str, ...]) -> Mapper | None:
             _digest(m.group(2))
         except ConfigError as e:
             raise ConfigError(
-                f"property {name.split('.with.salt.')[0]}.with.salt.***: unknown hash algorithm "
+                f"property {shown_name(name)!r}: unknown hash algorithm "
                 f"{m.group(2)!r} (a Java MessageDigest name: MD5, SHA-1, SHA-256, SHA-512, SHA3-256 ...)"
             ) from e
         return Mapper("hash", patterns, algorithm=m.group(2), salt=m.group(3), v2=bool(m.group(1)), prop=name)

@@ -49,9 +49,14 @@ def test_bad_values_are_config_errors_naming_the_property(name, message):
     assert name.split(".with.salt.")[0] in str(err.value)
 
 
-def test_bad_regex_is_a_config_error():
+def test_bad_regex_is_a_config_error_and_the_salt_is_not_shown():
     with pytest.raises(ConfigError, match="invalid column regex"):
         config(**{"column.truncate.to.3.chars": "a(b"})
+    with pytest.raises(
+        ConfigError, match=r"'column.mask.hash.MD5.with.salt.\*\*\*': invalid column regex"
+    ) as e:
+        config(**{"column.mask.hash.MD5.with.salt.pepper": "a(b"})
+    assert "pepper" not in str(e.value)
 
 
 class Text:
