@@ -166,7 +166,37 @@ def cdc_dag(
             verify_task = CdcVerifyOperator(task_id="verify", target=target, **common)
             verify_task.trigger_rule = TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS
             commits >> verify_task
+    _place_tasks(dag, opt["task_options"], path)
     return dag
+
+
+#: BaseOperator arguments that say where a task runs (``task_options`` per step)
+PLACEMENT_KEYS = ("queue", "pool", "pool_slots", "priority_weight", "executor", "executor_config")
+STEPS = ("sense", "capture", "apply", "commit", "verify")
+
+
+def _place_tasks(dag: DAG, task_options: Any, path: str) -> None:
+    """Set the ``task_options`` of each step on its tasks (every partition's).
+
+    :raises ConfigError: not a mapping, an unknown step or an unknown argument.
+    """
+    if not isinstance(task_options, dict):
+        raise ConfigError(f"pipeline {path}: option 'airflow.task_options' must map steps to arguments")
+    for step, kwargs in task_options.items():
+        if step not in STEPS or not isinstance(kwargs, dict):
+            raise ConfigError(
+                f"pipeline {path}: option 'airflow.task_options.{step}': expected one of "
+                f"{', '.join(STEPS)} mapped to arguments"
+            )
+        unknown = sorted(set(kwargs) - set(PLACEMENT_KEYS))
+        if unknown:
+            raise ConfigError(
+                f"pipeline {path}: option 'airflow.task_options.{step}': unknown argument(s) "
+                f"{', '.join(unknown)} (allowed: {', '.join(PLACEMENT_KEYS)})"
+            )
+    for task in dag.tasks:
+        for key, value in (task_options.get(task.task_id.rsplit(".", 1)[-1]) or {}).items():
+            setattr(task, key, value)
 
 
 def partition_keys(spec: PipelineSpec) -> list[str | None]:

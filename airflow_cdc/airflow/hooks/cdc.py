@@ -47,6 +47,8 @@ FORM_PROPERTIES = {
     "trust_server_certificate": "database.trustServerCertificate",
     "application_intent": "database.applicationIntent",
     "odbc_driver": "database.odbc.driver",
+    "tablet_type": "vitess.tablet.type",
+    "tls": "vitess.grpc.tls",
 }
 #: Where the Connection's *schema* field (the database) goes, per source kind.
 DATABASE_PROPERTY = {
@@ -54,6 +56,7 @@ DATABASE_PROPERTY = {
     "mysql": "database.include.list",
     "mariadb": "database.include.list",
     "sqlserver": "database.names",
+    "vitess": "vitess.keyspace",
 }
 
 
@@ -78,6 +81,17 @@ def connection_properties(conn: Any, connector: str) -> dict[str, Any]:
     return props
 
 
+#: connector per Connection type; the ``cdc_*`` names of earlier releases keep working (Airflow
+#: logs an RFC 3986 warning for a type with ``_`` each time it reads such a Connection)
+_CONNECTORS = {
+    "cdcmysql": "mysql",
+    "cdcsqlserver": "sqlserver",
+    "cdcvitess": "vitess",
+    "cdc_mysql": "mysql",
+    "cdc_sqlserver": "sqlserver",
+}
+
+
 class CdcHook(BaseHook):
     """Interact with a CDC source described by a pipeline file and (optionally) an Airflow Connection.
 
@@ -88,7 +102,7 @@ class CdcHook(BaseHook):
 
     conn_name_attr = "cdc_conn_id"
     default_conn_name = "cdc_postgres_default"
-    conn_type = "cdc_postgres"
+    conn_type = "cdcpostgres"
     hook_name = "CDC source: PostgreSQL"
     connector = "postgresql"
 
@@ -166,7 +180,7 @@ class CdcHook(BaseHook):
 
     @staticmethod
     def _connector_for(conn_type: str | None) -> str:
-        return {"cdc_mysql": "mysql", "cdc_sqlserver": "sqlserver"}.get(conn_type or "", "postgresql")
+        return _CONNECTORS.get(conn_type or "", "postgresql")
 
     def get_conn(self) -> ConnectorConfig:
         """The validated connector configuration."""
@@ -218,7 +232,7 @@ class CdcMySqlHook(CdcHook):
     """:class:`CdcHook` for MySQL / MariaDB sources (binlog)."""
 
     default_conn_name = "cdc_mysql_default"
-    conn_type = "cdc_mysql"
+    conn_type = "cdcmysql"
     hook_name = "CDC source: MySQL / MariaDB"
     connector = "mysql"
 
@@ -227,7 +241,7 @@ class CdcSqlServerHook(CdcHook):
     """:class:`CdcHook` for SQL Server sources (CDC change tables)."""
 
     default_conn_name = "cdc_sqlserver_default"
-    conn_type = "cdc_sqlserver"
+    conn_type = "cdcsqlserver"
     hook_name = "CDC source: SQL Server"
     connector = "sqlserver"
 
@@ -241,5 +255,29 @@ class CdcSqlServerHook(CdcHook):
                 "port": "1433",
                 "schema": "shop",
                 "extra": '{"database_names": "shop", "encrypt": true, "trust_server_certificate": false}',
+            },
+        }
+
+
+class CdcVitessHook(CdcHook):
+    """:class:`CdcHook` for Vitess keyspaces (vtgate's gRPC VStream)."""
+
+    default_conn_name = "cdc_vitess_default"
+    conn_type = "cdcvitess"
+    hook_name = "CDC source: Vitess"
+    connector = "vitess"
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        return {
+            "hidden_fields": [],
+            "relabeling": {
+                "host": "vtgate host", "port": "vtgate gRPC port", "schema": "Keyspace", "login": "User",
+            },  # fmt: skip
+            "placeholders": {
+                "host": "vtgate.example.com",
+                "port": "15991",
+                "schema": "commerce",
+                "extra": '{"tablet_type": "MASTER", "tls": false}',
             },
         }
