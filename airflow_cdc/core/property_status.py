@@ -127,9 +127,6 @@ IGNORED: dict[str, str] = {
 
 #: Refused with a ConfigError saying what to use instead.
 REFUSED: dict[str, str] = {
-    "column.truncate.to.<length>.chars": "not implemented yet; drop the column with `column.exclude.list`",
-    "column.mask.with.<length>.chars": "not implemented yet; drop the column with `column.exclude.list`",
-    "column.mask.hash.": "not implemented yet; drop the column with `column.exclude.list`",
     "column.propagate.source.type": "not implemented yet; the source types are in the batch schema",
     "datatype.propagate.source.type": "not implemented yet; the source types are in the batch schema",
     "signal.data.collection": "the signal table is not read yet; send signals in the DAG run conf "

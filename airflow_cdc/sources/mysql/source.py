@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_cdc.core.batch import BatchWriter, list_batches
+from airflow_cdc.core.column_mapping import configured_mappers
 from airflow_cdc.core.conditions import RAW_SQL_PROPERTY, condition_pieces
 from airflow_cdc.core.config import ConnectorConfig, skipped_ops
 from airflow_cdc.core.errors import OffsetUnavailable, SchemaError
@@ -87,6 +88,7 @@ class MySqlSource(ChangeSource):
             self.config["inconsistent.schema.handling.mode"],
             self.files,
             self._head_coord,
+            configured_mappers(self.config),
         )
         for tdef in self._tables.values():
             # no key / unsupported type / a key without exact chunk order: fail before anything is read

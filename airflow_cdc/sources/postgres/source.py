@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from airflow_cdc.core.batch import BatchWriter
+from airflow_cdc.core.column_mapping import configured_mappers
 from airflow_cdc.core.conditions import RAW_SQL_PROPERTY, condition_pieces
 from airflow_cdc.core.config import ConnectorConfig, skipped_ops
 from airflow_cdc.core.errors import ConfigError, OffsetUnavailable, ServerMisconfigured, UnsupportedType
@@ -82,6 +83,7 @@ class PostgresSource(ChangeSource):
         self.config = config
         self.name = config["name"]
         self.filters = TableFilter(config)
+        self.mappers = configured_mappers(config)
         self.modes = HandlingModes(
             decimal=config["decimal.handling.mode"],
             time_precision=config["time.precision.mode"],
@@ -335,6 +337,7 @@ class PostgresSource(ChangeSource):
             self.modes,
             self.catalog.type_info,
             source_constants(self.config["topic.prefix"] or self.name, self.dbname),
+            self.mappers,
         )
 
     def relation_state(self, rel: Any) -> RelationState:

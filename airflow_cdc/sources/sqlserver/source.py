@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_cdc.core.batch import BatchWriter
+from airflow_cdc.core.column_mapping import configured_mappers
 from airflow_cdc.core.conditions import RAW_SQL_PROPERTY, condition_pieces
 from airflow_cdc.core.config import ConnectorConfig, skipped_ops
 from airflow_cdc.core.errors import ConfigError
@@ -94,6 +95,7 @@ class SqlServerSource(ChangeSource):
             )
         self.database: str = names[0]
         self.filters = TableFilter(config)
+        self.mappers = configured_mappers(config)
         self.modes = Modes(
             config["decimal.handling.mode"],
             config["time.precision.mode"],
@@ -121,7 +123,7 @@ class SqlServerSource(ChangeSource):
         self.instances = [ci for ci in found if self.filters.includes_table(TableId(ci.schema, ci.table))]
         checks.check_permissions(self.conn, self.database, self.instances)
         self._states = {
-            ci.name: TableState.build(ci, self.modes, self.config["topic.prefix"] or self.name)
+            ci.name: TableState.build(ci, self.modes, self.config["topic.prefix"] or self.name, self.mappers)
             for ci in self.instances
         }
         self._current = {}

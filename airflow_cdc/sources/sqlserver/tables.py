@@ -17,6 +17,8 @@ import pyarrow as pa
 
 from airflow_cdc import __version__
 from airflow_cdc.core.batch import BatchWriter
+from airflow_cdc.core.column_mappers import Mapper
+from airflow_cdc.core.column_mapping import ColumnInfo, map_codecs
 from airflow_cdc.core.errors import SchemaError
 from airflow_cdc.core.table_sink import SourceLayout, TableSink
 from airflow_cdc.sources.sqlserver.schema import CaptureInstance, Column
@@ -59,9 +61,14 @@ class TableState:
     sinks: dict[tuple, TableSink] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, ci: CaptureInstance, modes: Modes, connector_name: str) -> TableState:
-        """:raises SchemaError: the capture instance has no key columns (no primary key or
-        ``@index_name``), so rows cannot be identified."""
+    def build(
+        cls, ci: CaptureInstance, modes: Modes, connector_name: str, mappers: tuple[Mapper, ...] = ()
+    ) -> TableState:
+        """:param mappers: the configured column mappers, matched against
+        ``<schema>.<table>.<column>``.
+        :raises SchemaError: the capture instance has no key columns (no primary key or
+        ``@index_name``), so rows cannot be identified.
+        :raises ConfigError: a truncation or mask maps a key column."""
         names = [c.name for c in ci.columns]
         missing = [k for k in ci.key if k not in names]
         if not ci.key or missing:
@@ -81,6 +88,8 @@ class TableState:
             "sequence": None,
         }
         codecs = [column_codec(c, modes) for c in ci.columns]
+        infos = [_column_info(c) for c in ci.columns]
+        codecs = map_codecs(codecs, f"{ci.schema}.{ci.table}", infos, mappers, ci.key)
         return cls(ci, codecs, [names.index(k) for k in ci.key], signature, constants)
 
     @property
@@ -169,3 +178,17 @@ def key_value(col: Column, text: str | None) -> Any:
     if t in ("binary", "varbinary", "image", "timestamp", "rowversion"):
         return bytes.fromhex(text)
     return text
+
+
+#: SQL Server types whose JDBC type is a character type (CHAR, VARCHAR, NCHAR, NVARCHAR, CLOB ...)
+_CHARACTER = frozenset({"char", "varchar", "text", "nchar", "nvarchar", "ntext"})
+
+
+def _column_info(col: Column) -> ColumnInfo:
+    """Whether a column is character-typed and its declared length in characters
+    (``sys.columns.max_length`` counts bytes: two per character for N-types; ``-1`` for MAX)."""
+    t = "nvarchar" if col.type_name.lower() == "sysname" else col.type_name.lower()
+    character = t in _CHARACTER
+    sized = character and t not in ("text", "ntext") and col.max_length > 0
+    per_char = 2 if t.startswith("n") else 1
+    return ColumnInfo(col.name, character, col.max_length // per_char if sized else -1)

@@ -77,9 +77,8 @@ def test_readme_check_fails_when_stale(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "name,status",
     [
-        ("column.truncate.to.20.chars", "refused"),
-        ("column.mask.hash.SHA-256.with.salt.CzQMA0cB5K", "refused"),
-        ("column.mask.hash.v2.SHA-256.with.salt.a.b", "refused"),
+        ("column.propagate.source.type", "refused"),
+        ("snapshot.mode.configuration.based.snapshot.data", "refused"),
         ("snapshot.select.statement.overrides.public.orders", "refused"),
         ("topic.prefix.extra", "ignored"),
         ("key.converter.schemas.enable", "ignored"),
