@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -123,7 +124,13 @@ class SqlServerSource(ChangeSource):
         self.instances = [ci for ci in found if self.filters.includes_table(TableId(ci.schema, ci.table))]
         checks.check_permissions(self.conn, self.database, self.instances)
         self._states = {
-            ci.name: TableState.build(ci, self.modes, self.config["topic.prefix"] or self.name, self.mappers)
+            ci.name: TableState.build(
+                ci,
+                self.modes,
+                self.config["topic.prefix"] or self.name,
+                self.mappers,
+                partial(self.filters.includes_column, TableId(ci.schema, ci.table)),
+            )
             for ci in self.instances
         }
         self._current = {}
@@ -287,8 +294,9 @@ class SqlServerSource(ChangeSource):
             assert isinstance(chunk, SqlServerChunk) and chunk.state is not None
             if chunk.rows:
                 codecs = chunk.state.codecs
-                arrays = [c.convert_values([r[i] for r in chunk.rows]) for i, c in enumerate(codecs)]
-                yield pa.Table.from_arrays(arrays, schema=pa.schema([c.field for c in codecs]))
+                keep = chunk.state.select
+                arrays = [codecs[i].convert_values([r[i] for r in chunk.rows]) for i in keep]
+                yield pa.Table.from_arrays(arrays, schema=pa.schema([codecs[i].field for i in keep]))
 
     def reflects(self, watermark: Watermark, txn: int) -> bool:
         """A chunk reflects every transaction captured before it was read (commit LSN <= low)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -59,13 +60,22 @@ class TableState:
     signature: str
     constants: dict[str, Any]
     sinks: dict[tuple, TableSink] = field(default_factory=dict)
+    #: staged columns (indices into the capture instance's): keys, and the columns
+    #: ``column.include.list`` / ``column.exclude.list`` keep
+    select: list[int] = field(default_factory=list)
 
     @classmethod
     def build(
-        cls, ci: CaptureInstance, modes: Modes, connector_name: str, mappers: tuple[Mapper, ...] = ()
+        cls,
+        ci: CaptureInstance,
+        modes: Modes,
+        connector_name: str,
+        mappers: tuple[Mapper, ...] = (),
+        keep_column: Callable[[str], bool] | None = None,
     ) -> TableState:
         """:param mappers: the configured column mappers, matched against
         ``<schema>.<table>.<column>``.
+        :param keep_column: whether a non-key column is staged (the column filters); None: all.
         :raises SchemaError: the capture instance has no key columns (no primary key or
         ``@index_name``), so rows cannot be identified.
         :raises ConfigError: a truncation or mask maps a key column."""
@@ -90,7 +100,9 @@ class TableState:
         codecs = [column_codec(c, modes) for c in ci.columns]
         infos = [_column_info(c) for c in ci.columns]
         codecs = map_codecs(codecs, f"{ci.schema}.{ci.table}", infos, mappers, ci.key)
-        return cls(ci, codecs, [names.index(k) for k in ci.key], signature, constants)
+        keep = keep_column or (lambda name: True)
+        select = [i for i, c in enumerate(ci.columns) if c.name in ci.key or keep(c.name)]
+        return cls(ci, codecs, [names.index(k) for k in ci.key], signature, constants, select=select)
 
     @property
     def name(self) -> str:
@@ -109,7 +121,7 @@ class TableState:
             "database": ci.database,
             "capture_instance": ci.name,
             "key_columns": list(ci.key),
-            "columns": [{"name": c.name, "type": c.type_name} for c in ci.columns],
+            "columns": [{"name": ci.columns[i].name, "type": ci.columns[i].type_name} for i in self.select],
         }
 
     def sink(self, writer: BatchWriter, kind: str) -> TableSink:
@@ -132,8 +144,8 @@ class TableState:
             sink = writer.sink(
                 self.name,
                 self.table_info(),
-                list(self.codecs),
-                list(range(len(self.codecs))),
+                [self.codecs[i] for i in self.select],
+                list(self.select),
                 layout,
                 kind,
                 self.signature,
