@@ -19,7 +19,7 @@ from typing import Any
 
 from airflow_cdc.core.batch import Batch, BatchWriter, clean_incomplete, expire_batches
 from airflow_cdc.core.conditions import RAW_SQL_PROPERTY
-from airflow_cdc.core.config import ConnectorConfig
+from airflow_cdc.core.config import ConnectorConfig, signal_table
 from airflow_cdc.core.errors import ConfigError, ServerMisconfigured
 from airflow_cdc.core.failpoints import failpoint
 from airflow_cdc.core.lease import Lease, Leases, fence_state
@@ -186,6 +186,12 @@ class Capture:
             # a bad signal (unknown table or column, a condition outside the safe language) fails
             # here, before the start is anchored or anything else is stored
             check_signals(parsed, tables, self.source.table_columns, self.config[RAW_SQL_PROPERTY])
+            table = signal_table(self.config)
+            if table is not None and table not in tables:
+                raise ConfigError(
+                    f"property 'signal.data.collection': the signal table {table} is not captured; "
+                    "include it (table.include.list, and the publication / CDC where the source needs it)"
+                )
             include = self.config["snapshot.include.collection.list"]
             notes = _plan_snapshots(ctx, mode, reason, tables, include)
             if reason is not None and data.get("offset") is not None:
@@ -272,6 +278,8 @@ class Capture:
             snap_rows = self._finish_native(writer, ctx, window, end_lsn, notes)
         else:
             snap_rows = self._reconcile(writer, ctx, chunks, tracker, end_lsn, notes)
+        if window is not None:
+            notes += self._table_signals(writer, ctx)
         if not any(p.origin == "initial" for p in ctx.pending):
             ctx.initial_done = True
         if end_lsn < from_lsn and previous is not None:
@@ -348,6 +356,33 @@ class Capture:
             ctx.finish(snap)
             notes.append(f"snapshot of {snap.table} complete: {snap.rows} rows")
         return sum(self._snapshot_counts.values())
+
+    def _table_signals(self, writer: BatchWriter, ctx: SnapshotContext) -> list[str]:
+        """Apply the signals inserted into the signal table in this window (Debezium's ``source``
+        channel): the snapshots they ask for are planned now and read from the next run on.
+
+        A malformed signal is skipped with a warning (as Debezium does): failing the run would
+        stop the pipeline at that row forever.
+        """
+        table = signal_table(self.config)
+        if table is None:
+            return []
+        notes: list[str] = []
+        tables = self.source.tables()
+        for row in writer.inserted_rows(table):
+            values = list(row.values())
+            sig_id = values[0] if values else None
+            try:
+                if len(values) < 3:
+                    raise ConfigError("the signal table needs the columns id, type, data (in that order)")
+                sig = parse_signal({"type": values[1], "data": values[2] or "{}"})
+                check_signals([sig], tables, self.source.table_columns, self.config[RAW_SQL_PROPERTY])
+            except (ConfigError, ValueError) as e:
+                log.warning("signal %r from %s ignored: %s", sig_id, table, e)
+                notes.append(f"signal {sig_id!r} from {table} ignored: {e}")
+                continue
+            notes += [f"signal {sig_id!r} from {table}: {n}" for n in apply_signals(ctx, [sig], tables)]
+        return notes
 
     def _reconcile(
         self,

@@ -329,6 +329,22 @@ COMMON_PROPERTIES: tuple[Property, ...] = (
     Property("incremental.snapshot.chunk.size", "int", 1024, "Rows per snapshot chunk.", minimum=1),
     Property("snapshot.max.rows.per.run", "int", 1_000_000, "Snapshot rows read per capture run.", minimum=1),
     Property(
+        "signal.data.collection",
+        "str",
+        None,
+        "The signal table (`schema.table`, MySQL `db.table`, SQL Server `db.schema.table`), captured like "
+        "any table: rows inserted into it (columns id, type, data, in that order) are Debezium signals "
+        "(`execute-snapshot`, `stop-snapshot`) read in the change window; the snapshot they ask for is "
+        "planned in that run and read from the next run on.",
+    ),
+    Property(
+        "signal.enabled.channels",
+        "list",
+        ("source",),
+        "Signal channels: `source` (the signal table). Signals in the DAG run conf, the trigger form and "
+        "`airflow-cdc capture --signal` always work.",
+    ),
+    Property(
         "snapshot.additional.conditions.raw.sql",
         "bool",
         False,
@@ -423,3 +439,21 @@ def skipped_ops(config: ConnectorConfig) -> frozenset[str]:
             f"property 'skipped.operations': invalid operation(s) {sorted(bad)}; allowed: c, u, d, t, none"
         )
     return ops
+
+
+def signal_table(config: ConnectorConfig) -> str | None:
+    """The signal table to read in change windows (``signal.data.collection`` with the ``source``
+    channel enabled), validated.
+
+    :raises ConfigError: a channel other than ``source``.
+    """
+    channels = {c.strip().lower() for c in config["signal.enabled.channels"]}
+    other = sorted(channels - {"source"})
+    if other:
+        raise ConfigError(
+            f"property 'signal.enabled.channels': channel(s) {', '.join(other)} are not supported; "
+            "use `source` (the signal table) -- signals in the DAG run conf or `airflow-cdc capture "
+            "--signal` always work"
+        )
+    table = config["signal.data.collection"]
+    return str(table) if table and "source" in channels else None

@@ -129,9 +129,6 @@ IGNORED: dict[str, str] = {
 REFUSED: dict[str, str] = {
     "column.propagate.source.type": "not implemented yet; the source types are in the batch schema",
     "datatype.propagate.source.type": "not implemented yet; the source types are in the batch schema",
-    "signal.data.collection": "the signal table is not read yet; send signals in the DAG run conf "
-    "(`signals`) or with `airflow-cdc capture --signal`",
-    "signal.enabled.channels": "signals come from the DAG run conf or `airflow-cdc capture --signal`",
     "snapshot.select.statement.overrides.": "use an `execute-snapshot` signal with "
     "`additional-conditions` to filter a table's snapshot",
     "snapshot.select.statement.overrides": "use an `execute-snapshot` signal with "
