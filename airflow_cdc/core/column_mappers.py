@@ -133,6 +133,14 @@ class Mapper:
         return any(p.fullmatch(qualified_column) for p in self.columns)
 
 
+#: the properties that add the source column type as schema parameters, and their mapper kinds:
+#: matched against ``<table>.<column>`` and ``<table>.<type name>``
+PROPAGATE = {
+    "column.propagate.source.type": "propagate-column",
+    "datatype.propagate.source.type": "propagate-type",
+}
+
+
 def shown_name(name: str) -> str:
     """The property name as errors show it: the salt of a hash property masked."""
     return re.sub(r"(\.with\.salt\.).*", r"\1***", name)
@@ -148,6 +156,8 @@ def parse_mapper(name: str, columns: tuple[str, ...]) -> Mapper | None:
         patterns = tuple(re.compile(c, re.IGNORECASE) for c in columns)
     except re.error as e:
         raise ConfigError(f"property {shown_name(name)!r}: invalid column regex: {e}") from e
+    if name in PROPAGATE:
+        return Mapper(PROPAGATE[name], patterns, prop=name)
     if m := _TRUNCATE.fullmatch(name):
         return Mapper("truncate", patterns, length=int(m.group(1)), prop=name)
     if m := _MASK.fullmatch(name):

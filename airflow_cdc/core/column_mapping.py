@@ -26,6 +26,7 @@ Rules, as Debezium's ``ColumnMappers``:
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +34,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_cdc.core.column_mappers import Mapper, hash_values, mask, parse_mapper, truncate
+from airflow_cdc.core.column_mappers import PROPAGATE, Mapper, hash_values, mask, parse_mapper, truncate
 from airflow_cdc.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,11 @@ class ColumnInfo:
     name: str
     character: bool
     length: int = -1
+    #: the source type as ``__debezium.source.column.*`` propagates it: name, declared length
+    #: (or precision) and scale where the type declares them
+    type_name: str = ""
+    size: int | None = None
+    scale: int | None = None
 
 
 def configured_mappers(config: Any) -> tuple[Mapper, ...]:
@@ -73,6 +79,10 @@ def configured_mappers(config: Any) -> tuple[Mapper, ...]:
             mapper = parse_mapper(name, tuple(columns))
             if mapper is not None:
                 out.append(mapper)
+    for name in PROPAGATE:
+        columns = tuple(config[name] or ())
+        if columns:
+            out.append(parse_mapper(name, columns))  # type: ignore[arg-type]
     return tuple(out)
 
 
@@ -113,6 +123,36 @@ class MappedCodec:
         return map_array(self.mapper, self.inner.convert(text), self.length)
 
 
+class SourceTypeCodec:
+    """A column codec whose field carries the source type as Debezium's schema parameters
+    (``column.propagate.source.type`` / ``datatype.propagate.source.type``); values unchanged."""
+
+    def __init__(self, inner: Any, col: ColumnInfo) -> None:
+        self.inner = inner
+        params = {"__debezium.source.column.type": col.type_name}
+        if col.size is not None:
+            params["__debezium.source.column.length"] = str(col.size)
+        if col.scale is not None:
+            params["__debezium.source.column.scale"] = str(col.scale)
+        meta = dict(inner.field.metadata or {})
+        meta.update({k.encode(): v.encode() for k, v in params.items()})
+        self.field: pa.Field = inner.field.with_metadata(meta)
+
+    def __getattr__(self, name: str) -> Any:  # convert, convert_values, placeholder, ...
+        return getattr(self.inner, name)
+
+    def __repr__(self) -> str:
+        return f"SourceTypeCodec({self.inner!r})"
+
+
+def _propagates(rules: Sequence[Mapper], table: str, col: ColumnInfo) -> bool:
+    for rule in rules:
+        subject = col.name if rule.kind == "propagate-column" else col.type_name
+        if col.type_name and rule.matches(f"{table}.{subject}"):
+            return True
+    return False
+
+
 def mapper_for(mappers: Sequence[Mapper], qualified_column: str) -> Mapper | None:
     """The first mapper whose regexes match ``qualified_column``, or ``None``."""
     return next((m for m in mappers if m.matches(qualified_column)), None)
@@ -134,6 +174,13 @@ def map_codecs(
     """
     if not mappers:
         return list(codecs)
+    rules = [m for m in mappers if m.kind in PROPAGATE.values()]
+    if rules:
+        codecs = [
+            SourceTypeCodec(c, col) if _propagates(rules, table, col) else c
+            for c, col in zip(codecs, columns, strict=True)
+        ]
+        mappers = [m for m in mappers if m.kind not in PROPAGATE.values()]
     out = []
     for codec, col in zip(codecs, columns, strict=True):
         mapper = mapper_for(mappers, f"{table}.{col.name}")
@@ -155,3 +202,12 @@ def map_codecs(
             )
         out.append(MappedCodec(codec, mapper, col.length))
     return out
+
+
+def declared_size(column_type: str) -> tuple[int | None, int | None]:
+    """(length or precision, scale) declared in a MySQL-style type, e.g. ``decimal(10,2)`` ->
+    ``(10, 2)``, ``varchar(40)`` -> ``(40, None)``, ``int unsigned`` -> ``(None, None)``."""
+    m = re.match(r"^[^(]*\((\d+)(?:\s*,\s*(\d+))?\)", column_type)
+    if m is None:
+        return None, None
+    return int(m.group(1)), (int(m.group(2)) if m.group(2) is not None else None)

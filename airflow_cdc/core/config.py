@@ -329,6 +329,21 @@ COMMON_PROPERTIES: tuple[Property, ...] = (
     Property("incremental.snapshot.chunk.size", "int", 1024, "Rows per snapshot chunk.", minimum=1),
     Property("snapshot.max.rows.per.run", "int", 1_000_000, "Snapshot rows read per capture run.", minimum=1),
     Property(
+        "column.propagate.source.type",
+        "list",
+        (),
+        "Regexes of fully-qualified column names whose staged field carries the source type as "
+        "Debezium's schema parameters (`__debezium.source.column.type`, `.length`, `.scale`), in the "
+        "Parquet field metadata.",
+    ),
+    Property(
+        "datatype.propagate.source.type",
+        "list",
+        (),
+        "Regexes of fully-qualified type names (`<table>.<type>`, e.g. `.+\\.NUMERIC`) whose columns "
+        "carry the source type parameters, as `column.propagate.source.type`.",
+    ),
+    Property(
         "signal.data.collection",
         "str",
         None,

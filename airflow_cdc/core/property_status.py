@@ -127,8 +127,6 @@ IGNORED: dict[str, str] = {
 
 #: Refused with a ConfigError saying what to use instead.
 REFUSED: dict[str, str] = {
-    "column.propagate.source.type": "not implemented yet; the source types are in the batch schema",
-    "datatype.propagate.source.type": "not implemented yet; the source types are in the batch schema",
     "snapshot.select.statement.overrides.": "use an `execute-snapshot` signal with "
     "`additional-conditions` to filter a table's snapshot",
     "snapshot.select.statement.overrides": "use an `execute-snapshot` signal with "

@@ -22,7 +22,7 @@ import pyarrow as pa
 from airflow_cdc import __version__
 from airflow_cdc.core.batch import BatchWriter
 from airflow_cdc.core.column_mappers import Mapper
-from airflow_cdc.core.column_mapping import ColumnInfo, map_codecs
+from airflow_cdc.core.column_mapping import ColumnInfo, declared_size, map_codecs
 from airflow_cdc.core.errors import ProtocolError, SchemaError, UnsupportedType
 from airflow_cdc.core.filters import TableFilter, TableId
 from airflow_cdc.core.table_sink import SourceLayout, TableSink
@@ -427,4 +427,5 @@ def _column_info(col: ColumnDef) -> ColumnInfo:
     character = col.data_type in _CHARACTER
     sized = character and col.data_type in ("char", "varchar") and "(" in col.column_type
     length = int(col.column_type.split("(", 1)[1].split(")", 1)[0]) if sized else -1
-    return ColumnInfo(col.name, character, length)
+    size, scale = declared_size(col.column_type)
+    return ColumnInfo(col.name, character, length, col.data_type.upper(), size, scale)

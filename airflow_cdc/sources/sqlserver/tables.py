@@ -203,4 +203,10 @@ def _column_info(col: Column) -> ColumnInfo:
     character = t in _CHARACTER
     sized = character and t not in ("text", "ntext") and col.max_length > 0
     per_char = 2 if t.startswith("n") else 1
-    return ColumnInfo(col.name, character, col.max_length // per_char if sized else -1)
+    length = col.max_length // per_char if sized else -1
+    size, scale = (length if length >= 0 else None), None
+    if t in ("decimal", "numeric"):
+        size, scale = col.precision, col.scale
+    elif t in ("binary", "varbinary") and col.max_length > 0:
+        size = col.max_length
+    return ColumnInfo(col.name, character, length, col.type_name, size, scale)

@@ -18,7 +18,7 @@ import pyarrow as pa
 from airflow_cdc import __version__
 from airflow_cdc.core.batch import BatchWriter
 from airflow_cdc.core.column_mappers import Mapper
-from airflow_cdc.core.column_mapping import ColumnInfo, map_codecs
+from airflow_cdc.core.column_mapping import ColumnInfo, declared_size, map_codecs
 from airflow_cdc.core.errors import SchemaError
 from airflow_cdc.core.table_sink import SourceLayout, TableSink
 from airflow_cdc.sources.postgres.types_base import connect_metadata
@@ -220,6 +220,9 @@ _CHARACTER = frozenset({q.CHAR, q.VARCHAR, q.TEXT, q.ENUM, q.SET})
 
 
 def _column_info(f: q.Field) -> ColumnInfo:
-    """Whether a column is character-typed.  Its length stays unknown, as in Debezium's Vitess
-    connector (its columns carry no length), so a hash is never cut."""
-    return ColumnInfo(f.name, f.type in _CHARACTER)
+    """Whether a column is character-typed.  Its mapper length stays unknown, as in Debezium's
+    Vitess connector (its columns carry no length), so a hash is never cut; the propagated type is
+    the FIELD event's ``column_type`` (name, declared length and scale) when vtgate sends it."""
+    base = f.column_type.split("(", 1)[0].split(" ", 1)[0].strip()
+    size, scale = declared_size(f.column_type)
+    return ColumnInfo(f.name, f.type in _CHARACTER, -1, (base or q.Type.Name(f.type)).upper(), size, scale)
