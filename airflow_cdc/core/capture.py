@@ -186,6 +186,7 @@ class Capture:
             # a bad signal (unknown table or column, a condition outside the safe language) fails
             # here, before the start is anchored or anything else is stored
             check_signals(parsed, tables, self.source.table_columns, self.config[RAW_SQL_PROPERTY])
+            guard = _guardrail(self.config, tables)
             table = signal_table(self.config)
             if table is not None and table not in tables:
                 raise ConfigError(
@@ -193,7 +194,7 @@ class Capture:
                     "include it (table.include.list, and the publication / CDC where the source needs it)"
                 )
             include = self.config["snapshot.include.collection.list"]
-            notes = _plan_snapshots(ctx, mode, reason, tables, include)
+            notes = _plan_snapshots(ctx, mode, reason, tables, include) + guard
             if reason is not None and data.get("offset") is not None:
                 # a lost offset: what changed meanwhile is only in the re-snapshot, which cannot
                 # show deletions -- so its completion voids everything captured before this epoch
@@ -466,3 +467,22 @@ def _chunks_note(chunks: list) -> str:
     if not chunks:
         return ""
     return f"; snapshot: {len(chunks)} chunk(s) of {', '.join(sorted({c.snapshot.table for c in chunks}))}"
+
+
+def _guardrail(config: ConnectorConfig, tables: list[str]) -> list[str]:
+    """Debezium's ``guardrail.collections.max``: more captured tables than allowed warns (a note
+    for the batch) or fails the run before anything is stored.
+
+    :raises ConfigError: over the limit with ``guardrail.collections.limit.action=fail``.
+    """
+    limit = config["guardrail.collections.max"]
+    if not limit or len(tables) <= limit:
+        return []
+    message = (
+        f"the connector captures {len(tables)} tables, more than guardrail.collections.max={limit} "
+        f"(e.g. {', '.join(tables[:5])})"
+    )
+    if config["guardrail.collections.limit.action"] == "fail":
+        raise ConfigError(message, hint="narrow table.include.list, or raise guardrail.collections.max")
+    log.warning("%s; guardrail.collections.limit.action=warn: going on", message)
+    return [message]

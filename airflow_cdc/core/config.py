@@ -344,6 +344,21 @@ COMMON_PROPERTIES: tuple[Property, ...] = (
         "carry the source type parameters, as `column.propagate.source.type`.",
     ),
     Property(
+        "guardrail.collections.max",
+        "int",
+        0,
+        "Most tables the connector may capture; `0` disables the guardrail.",
+        minimum=0,
+    ),
+    Property(
+        "guardrail.collections.limit.action",
+        "enum",
+        "warn",
+        "What exceeding `guardrail.collections.max` does: `warn` (log and note in the batch) or `fail` "
+        "(the run stops before anything is stored).",
+        choices=("warn", "fail"),
+    ),
+    Property(
         "signal.data.collection",
         "str",
         None,

@@ -152,7 +152,6 @@ REFUSED: dict[str, str] = {
     "when_needed, always)",
     "snapshot.locking.mode.custom.name": _SPI,
     "snapshot.query.mode.custom.name": _SPI,
-    "guardrail.collections.": "not implemented; bound the captured tables with `table.include.list`",
     "skip.messages.without.change": "not implemented; unchanged updates are staged as `u` events",
     "event.processing.failure.handling.mode": "only `fail` (the default) is supported: a bad event "
     "stops the run with nothing committed; `warn`/`skip` would drop data silently",

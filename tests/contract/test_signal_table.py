@@ -1,4 +1,4 @@
-"""Debezium's signal table (``signal.data.collection``) on every contract source: an
+"""Debezium's signal table (``signal.data.collection``) and table guardrail on every contract source: an
 ``execute-snapshot`` row inserted during a window starts the snapshot in that window's run (planned
 and stored with its batch; chunks from the next run), a ``stop-snapshot`` row stops it, a
 malformed row is skipped with a note (the pipeline goes on), and the replay converges."""
@@ -84,3 +84,21 @@ def test_signal_table_must_be_captured(harness: Harness) -> None:
     config = h.config(**{"table.include.list": h.table("sj"), "signal.enabled.channels": "source,kafka"})
     with pytest.raises(ConfigError, match="signal.enabled.channels.*kafka"):
         run_capture(config)
+
+
+@pytest.mark.parametrize("action", ["warn", "fail"])
+def test_guardrail_on_captured_tables(harness: Harness, action: str) -> None:
+    h = harness
+    for name in ("g1", "g2", "g3"):
+        h.create_items(name, 1)
+    tables = ",".join(h.table(n) for n in ("g1", "g2", "g3"))
+    config = h.config(**{"table.include.list": tables, "guardrail.collections.max": 2,
+                         "guardrail.collections.limit.action": action})  # fmt: skip
+    if action == "fail":
+        with pytest.raises(ConfigError, match=r"captures 3 tables, more than guardrail.collections.max=2"):
+            run_capture(config)
+        assert build_store(build_config(config)).load(config["name"]) is None  # nothing stored
+    else:
+        result = run_capture(config)
+        assert any("guardrail.collections.max=2" in n for n in result.notes)
+        assert result.snapshot_rows == 3
