@@ -364,8 +364,8 @@ COMMON_PROPERTIES: tuple[Property, ...] = (
         None,
         "The signal table (`schema.table`, MySQL `db.table`, SQL Server `db.schema.table`), captured like "
         "any table: rows inserted into it (columns id, type, data, in that order) are Debezium signals "
-        "(`execute-snapshot`, `stop-snapshot`) read in the change window; the snapshot they ask for is "
-        "planned in that run and read from the next run on.",
+        "(`execute-snapshot`, `stop-snapshot`) read in the change window; the snapshot they ask for "
+        "starts in that run (its first chunks, reconciled by a follow-on window).",
     ),
     Property(
         "signal.enabled.channels",

@@ -159,6 +159,12 @@ class ChangeSource(abc.ABC):
         """Key-ordered chunks of the pending table snapshots (``chunked_snapshots`` sources)."""
         raise NotImplementedError(f"{self.kind} does not read snapshot chunks")
 
+    def continue_window(self, window: Any) -> bool:
+        """Prepare a follow-on ``read_window`` from ``window.end`` in the same run (the first chunks
+        of a snapshot the signal table started); False (the default) when the source cannot, and
+        such chunks wait for the next run."""
+        return False
+
     def plan_native_snapshots(self, pending: list) -> None:  # noqa: B027 (optional hook)
         """Hand the pending table snapshots to a source that snapshots natively inside its window
         (``chunked_snapshots=False``), before ``read_window``.  The source stages their ``op=r``

@@ -1,6 +1,7 @@
 """Debezium's signal table (``signal.data.collection``) and table guardrail on every contract source: an
-``execute-snapshot`` row inserted during a window starts the snapshot in that window's run (planned
-and stored with its batch; chunks from the next run), a ``stop-snapshot`` row stops it, a
+``execute-snapshot`` row inserted during a window starts the snapshot in that window's run (its first
+chunks, reconciled by a follow-on window of the same run, as Debezium starts it at the signal), a
+``stop-snapshot`` row stops it, a
 malformed row is skipped with a note (the pipeline goes on), and the replay converges."""
 
 from __future__ import annotations
@@ -56,21 +57,24 @@ def test_signal_table_starts_and_stops_snapshots(harness: Harness) -> None:
     _signal(h, "bad-1", "execute-snapshot", "not json")
     _signal(h, "bad-2", "execute-snapshot", json.dumps({"data-collections": ["no.such_table"]}))
     _signal(h, "ok-1", "execute-snapshot", json.dumps({"data-collections": [items], "type": "incremental"}))
-    result = run_capture(config)  # the window holding the signals: the snapshot starts here
+    h.insert("si", [100])  # a change in the same window, after the signal
+    result = run_capture(config)  # the window holding the signals: the snapshot starts in it
     assert any("'ok-1'" in n and "execute-snapshot: queued" in n for n in result.notes), result.notes
     assert sum("ignored" in n for n in result.notes) == 2
-    assert [p["table"] for p in _pending(config)] == [items] and result.snapshot_rows == 0
+    assert [p["table"] for p in _pending(config)] == [items]
+    assert result.snapshot_rows == 8  # its first chunks, reconciled by a follow-on window of this run
+    assert result.events >= 6  # the signal rows, the delete, the update, the insert
     first = run_capture(config)
-    assert first.snapshot_rows == 8  # read from the next run on, in chunks
+    assert first.snapshot_rows == 8
     _signal(h, "stop-1", "stop-snapshot", json.dumps({"data-collections": [items], "type": "incremental"}))
     stopped = run_capture(config)
     assert any("stop-snapshot: stopped" in n for n in stopped.notes) and _pending(config) == []
     _signal(h, "ok-2", "execute-snapshot", json.dumps({"data-collections": [items]}))
-    rows = 0
-    run_capture(config)
+    rows = run_capture(config).snapshot_rows  # the signal's run reads the first chunks
+    assert rows == 8
     while snapshot_pending(config):
         rows += run_capture(config).snapshot_rows
-    assert rows == 24  # the whole table again (25 - the deleted row)
+    assert rows == 25  # the whole table again (25 - the deleted row + id 100)
     h.assert_converged(config, [h.table("si")])
     assert {k[0] for k in replay(config).rows(signals)} == {"bad-1", "bad-2", "ok-1", "stop-1", "ok-2"}
 

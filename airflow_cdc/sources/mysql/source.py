@@ -451,6 +451,12 @@ class MySqlSource(ChangeSource):
         self._discover_tables()
         return result
 
+    def continue_window(self, window: WindowResult) -> bool:
+        """A follow-on window starts at this one's end: its file, position and GTID set."""
+        self._start = (window.end_file, window.end_lsn & 0xFFFFFFFF, window.gtids)
+        self._skip = None
+        return True
+
     def _discover_tables(self) -> None:
         """Add captured tables that exist now but did not when the run opened (created or renamed
         into the filters inside the window); the core snapshots them from the next run on."""

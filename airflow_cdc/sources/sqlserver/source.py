@@ -298,6 +298,10 @@ class SqlServerSource(ChangeSource):
                 arrays = [codecs[i].convert_values([r[i] for r in chunk.rows]) for i in keep]
                 yield pa.Table.from_arrays(arrays, schema=pa.schema([codecs[i].field for i in keep]))
 
+    def continue_window(self, window: WindowResult) -> bool:
+        """Windows are LSN ranges ``(from, upto]``: a follow-on window needs nothing."""
+        return True
+
     def reflects(self, watermark: Watermark, txn: int) -> bool:
         """A chunk reflects every transaction captured before it was read (commit LSN <= low)."""
         return txn <= watermark.low
