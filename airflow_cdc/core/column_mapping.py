@@ -129,7 +129,7 @@ class SourceTypeCodec:
 
     def __init__(self, inner: Any, col: ColumnInfo) -> None:
         self.inner = inner
-        params = {"__debezium.source.column.type": col.type_name}
+        params = {"__debezium.source.column.type": col.type_name, "__debezium.source.column.name": col.name}
         if col.size is not None:
             params["__debezium.source.column.length"] = str(col.size)
         if col.scale is not None:

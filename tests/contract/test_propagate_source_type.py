@@ -15,7 +15,7 @@ from tests.support.pipeline import replay, run_capture, snapshot_pending
 
 pytestmark = pytest.mark.integration
 TYPES = {  # the source's own type names, as each Debezium connector reports them
-    "postgresql": ("varchar", "numeric"),
+    "postgresql": ("VARCHAR", "NUMERIC"),
     "mariadb": ("VARCHAR", "DECIMAL"),
     "sqlserver": ("varchar", "decimal"),
 }
@@ -52,12 +52,14 @@ def test_source_types_are_propagated(harness: Harness) -> None:
         after = pq.read_schema(part).field("after").type
         fields = {after.field(i).name: after.field(i) for i in range(after.num_fields)}
         assert _params(fields["v"]) == {
-            "__debezium.source.column.type": varchar, "__debezium.source.column.length": "40"
+            "__debezium.source.column.type": varchar, "__debezium.source.column.length": "40",
+            "__debezium.source.column.name": "v", **({"__debezium.source.column.scale": "0"} if h.name == "postgresql" else {}),
         }  # fmt: skip
         assert _params(fields["amount"]) == {
             "__debezium.source.column.type": decimal,
             "__debezium.source.column.length": "10",
             "__debezium.source.column.scale": "2",
+            "__debezium.source.column.name": "amount",
         }
         assert _params(fields["id"]) == {} and _params(fields["n"]) == {}
     staged = getattr(h, "staged", None)

@@ -153,14 +153,14 @@ _CHARACTER = frozenset({"text", "varchar", "bpchar", "char", "name"})
 def _column_info(name: str, info: PgTypeInfo, typmod: int) -> ColumnInfo:
     """Whether a column is character-typed (a domain by its base), its declared length, and its
     type as propagated (the column's own type name; length and scale from the type modifier)."""
-    type_name = info.name
+    type_name = info.name.upper()  # Debezium: VARCHAR, NUMERIC, INT4 ... (a domain: its own name)
     if info.base is not None:
         info, typmod = info.base, info.base_typmod
     character = info.name in _CHARACTER
     length = typmod - 4 if character and info.name in ("varchar", "bpchar") and typmod >= 4 else -1
     size = scale = None
     if length >= 0:
-        size = length
+        size, scale = length, 0  # Debezium reports a scale of 0 for character types
     elif info.name == "numeric" and typmod >= 4:
         size, scale = ((typmod - 4) >> 16) & 0xFFFF, (typmod - 4) & 0xFFFF
     elif info.name in ("bit", "varbit") and typmod >= 0:

@@ -34,11 +34,13 @@ def test_vitess_propagates_source_types(vtgate, shard_servers, keyspace, tmp_pat
         after = pq.read_schema(part).field("after").type
         fields = {after.field(i).name: after.field(i) for i in range(after.num_fields)}
         assert _params(fields["item"]) == {
-            "__debezium.source.column.type": "VARCHAR", "__debezium.source.column.length": "40"
+            "__debezium.source.column.type": "VARCHAR", "__debezium.source.column.length": "40",
+            "__debezium.source.column.name": "item",
         }  # fmt: skip
         assert _params(fields["price"]) == {
             "__debezium.source.column.type": "DECIMAL",
             "__debezium.source.column.length": "10",
             "__debezium.source.column.scale": "2",
+            "__debezium.source.column.name": "price",
         }
         assert _params(fields["qty"]) == {}
