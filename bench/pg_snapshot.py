@@ -2,9 +2,10 @@
 
 Two tables (1M + 0.5M rows, realistic column mix).  Baseline: psycopg COPY of every table in text
 format, reading all blocks.  Measured: a fresh connector (new name, slot, staging dir) with
-``snapshot.mode=initial``, ``incremental.snapshot.chunk.size=50000`` and
+``snapshot.mode=initial``, the default chunk settings (``incremental.snapshot.chunk.size`` unset:
+chunks grow from 1024 rows towards ``incremental.snapshot.chunk.target.ms``) and
 ``snapshot.max.rows.per.run=10000000``, running ``run(commit=True)`` until no snapshot is pending.
-Also: rows/s at chunk sizes 1024 / 10k / 50k (one repeat each), peak RSS of a snapshot run in a
+Also: rows/s at fixed chunk sizes 1024 / 10k / 50k (one repeat each), peak RSS of a snapshot run in a
 fresh CLI subprocess, and a cProfile of one run.
 
 Last line: ``pg_snapshot: <rows/s> rows/s; ratio <x> vs COPY TO STDOUT``.
@@ -38,7 +39,7 @@ from bench._common import (  # noqa: E402
 
 DB, PUB = "bench_snapshot", "bench_snap_pub"
 TABLES = {"items": 1_000_000, "items_small": 500_000}
-CHUNK = 50_000
+CHUNK = None  # the default settings: adaptive chunk size
 TOTAL = sum(TABLES.values())
 
 
@@ -60,12 +61,13 @@ class Runner:
     def __init__(self, server, tmp: Path) -> None:
         self.server, self.tmp, self.n = server, tmp, 0
 
-    def config(self, chunk: int) -> dict:
+    def config(self, chunk: int | None) -> dict:
         self.n += 1
         staging = self.tmp / f"staging_{self.n}"
+        sized = {"incremental.snapshot.chunk.size": chunk} if chunk else {}
         return pipeline_config(self.server, DB, staging, f"bench_snap_{self.n}",
                                f"bench_snap_slot_{self.n}", PUB,
-                               **{"snapshot.mode": "initial", "incremental.snapshot.chunk.size": chunk,
+                               **{"snapshot.mode": "initial", **sized,
                                   "snapshot.max.rows.per.run": 10_000_000, "run.max.events": 5_000_000})
 
     def cleanup(self, config: dict) -> None:
@@ -117,7 +119,7 @@ def main() -> None:
             dt, (rows, runs) = timed(lambda c=cfg: snapshot_until_done(c))
             snap_times.append(dt)
             size = dir_size_mib(Path(cfg["staging.path"]))
-            log(f"snapshot #{i + 1} (chunk {CHUNK:,}): {rows:,} rows in {runs} run(s), {dt:.2f}s = "
+            log(f"snapshot #{i + 1} (default chunk settings): {rows:,} rows in {runs} run(s), {dt:.2f}s = "
                 f"{rows / dt:,.0f} rows/s (staged {size:.0f} MiB)")
             if rows != TOTAL:
                 log(f"  WARNING: expected {TOTAL:,} snapshot rows, got {rows:,}")
@@ -131,14 +133,14 @@ def main() -> None:
             log(f"chunk size {chunk:,}: {rows:,} rows in {runs} run(s), {dt:.2f}s = {rows / dt:,.0f} rows/s")
             runner.cleanup(cfg)
 
-        log("peak RSS: one snapshot run (chunk 50k, whole snapshot) in a fresh CLI subprocess")
+        log("peak RSS: one snapshot run (default chunk settings, whole snapshot) in a fresh CLI subprocess")
         cfg = runner.config(CHUNK)
         wall, child_rss, _ = run_cli_capture(cfg, Path(tmp), commit=True)
         log(f"  subprocess snapshot run: {wall:.2f}s wall (incl. interpreter start), "
             f"peak RSS {child_rss:,.0f} MiB")
         runner.cleanup(cfg)
 
-        log("profiling one in-process snapshot (chunk 50k, cProfile, tottime)")
+        log("profiling one in-process snapshot (default chunk settings, cProfile, tottime)")
         cfg = runner.config(CHUNK)
         _, prof = profile(lambda: snapshot_until_done(cfg))
         print(prof, flush=True)

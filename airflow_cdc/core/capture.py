@@ -24,7 +24,14 @@ from airflow_cdc.core.errors import ConfigError, ServerMisconfigured
 from airflow_cdc.core.failpoints import failpoint
 from airflow_cdc.core.lease import Lease, Leases, fence_state
 from airflow_cdc.core.signals import SnapshotSignal, apply_signals, check_signals, parse_signal
-from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, SnapshotContext, TableSnapshot, match_tables
+from airflow_cdc.core.snapshot import (
+    ChunkRead,
+    ChunkSizer,
+    ChunkTracker,
+    SnapshotContext,
+    TableSnapshot,
+    match_tables,
+)
 from airflow_cdc.core.source import ChangeSource
 from airflow_cdc.core.state import StateStore
 from airflow_cdc.core.windows import merge_windows
@@ -252,7 +259,7 @@ class Capture:
             self.source.read_chunks(
                 ctx.pending,
                 self.config["snapshot.max.rows.per.run"],
-                self.config["incremental.snapshot.chunk.size"],
+                self._chunk_size(),
             )
             if ctx.pending and not native
             else []
@@ -366,6 +373,16 @@ class Capture:
             notes.append(f"snapshot of {snap.table} complete: {snap.rows} rows")
         return sum(self._snapshot_counts.values())
 
+    def _chunk_size(self) -> int | ChunkSizer:
+        """``incremental.snapshot.chunk.size`` when set, else a size grown towards
+        ``incremental.snapshot.chunk.target.ms`` per chunk (one sizer per run)."""
+        target = self.config["incremental.snapshot.chunk.target.ms"]
+        if self.config.is_set("incremental.snapshot.chunk.size") or not target:
+            return int(self.config["incremental.snapshot.chunk.size"])
+        if getattr(self, "_sizer", None) is None:
+            self._sizer = ChunkSizer(int(self.config["incremental.snapshot.chunk.size"]), target / 1000)
+        return self._sizer
+
     def _signal_chunks(
         self,
         writer: BatchWriter,
@@ -386,7 +403,7 @@ class Capture:
         if getattr(window, "bounded", False) or budget <= 0 or not self.source.continue_window(window):
             notes.append("snapshot(s) started by the signal table are read from the next run on")
             return window, end, 0
-        chunks = self.source.read_chunks(started, budget, self.config["incremental.snapshot.chunk.size"])
+        chunks = self.source.read_chunks(started, budget, self._chunk_size())
         if not chunks:
             return window, end, 0
         need = max(c.watermark.lsn_after for c in chunks)

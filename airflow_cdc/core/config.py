@@ -326,7 +326,22 @@ COMMON_PROPERTIES: tuple[Property, ...] = (
     Property(
         "snapshot.include.collection.list", "list", (), "Regexes of tables the initial snapshot covers."
     ),
-    Property("incremental.snapshot.chunk.size", "int", 1024, "Rows per snapshot chunk.", minimum=1),
+    Property(
+        "incremental.snapshot.chunk.size",
+        "int",
+        1024,
+        "Rows per snapshot chunk. Left unset, chunks start at 1024 rows and grow towards "
+        "`incremental.snapshot.chunk.target.ms` per chunk; set, every chunk has this many rows.",
+        minimum=1,
+    ),
+    Property(
+        "incremental.snapshot.chunk.target.ms",
+        "int",
+        2000,
+        "Ours, not Debezium's: the read time a snapshot chunk grows towards (up to 131072 rows) while "
+        "`incremental.snapshot.chunk.size` is not set; `0` keeps chunks at 1024 rows.",
+        minimum=0,
+    ),
     Property("snapshot.max.rows.per.run", "int", 1_000_000, "Snapshot rows read per capture run.", minimum=1),
     Property(
         "column.propagate.source.type",

@@ -173,28 +173,55 @@ def read_when_visible(
         time.sleep(0.02)
 
 
+class ChunkSizer:
+    """Rows per snapshot chunk, grown towards a target read time per chunk.
+
+    Starts at ``start`` rows (``incremental.snapshot.chunk.size``'s default) and, after each full
+    chunk, aims the next at ``target_s`` seconds at the rate just measured -- growing at most
+    four-fold per chunk, never below ``start`` nor above ``most`` rows.  Per-chunk overhead (a
+    query, a watermark, a transaction) then stops dominating large tables, while a slow table
+    (wide rows, a busy server) keeps small chunks.
+    """
+
+    def __init__(self, start: int, target_s: float, most: int = 131_072) -> None:
+        self.size, self.least, self.target, self.most = start, start, target_s, max(most, start)
+
+    def observe(self, rows: int, seconds: float, asked: int) -> None:
+        """Record a chunk of ``rows`` (``asked`` for) read in ``seconds``."""
+        if rows < asked:  # a short (last) chunk says nothing about the rate
+            return
+        want = int(rows / max(seconds, 1e-3) * self.target)
+        self.size = max(self.least, min(self.most, want, self.size * 4))
+
+
 def read_budgeted(
     pending: list[TableSnapshot],
     captured: Iterable[str],
     max_rows: int,
-    chunk_size: int,
+    chunk_size: int | ChunkSizer,
     read: Callable[[TableSnapshot, list | None, int], ChunkRead],
 ) -> list[ChunkRead]:
     """Chunks of the pending table snapshots, in order, up to ``max_rows`` rows in total.
 
     ``read(snapshot, cursor, limit)`` reads one chunk after ``cursor``; an empty chunk counts as one
     row, so a run always ends.  Snapshots of tables that are not (or no longer) captured are skipped.
+    ``chunk_size`` is fixed rows per chunk, or a :class:`ChunkSizer` that adapts it.
     """
     captured = set(captured)
     chunks: list[ChunkRead] = []
     budget = max_rows
+    sizer = chunk_size if isinstance(chunk_size, ChunkSizer) else None
     for snap in pending:
         if snap.table not in captured:
             log.warning("snapshot of %s skipped: table is not captured (filters or dropped)", snap.table)
             continue
         cursor = snap.last_key
         while budget > 0:
-            chunk = read(snap, cursor, min(chunk_size, budget))
+            asked = min(sizer.size if sizer else int(chunk_size), budget)  # type: ignore[arg-type]
+            started = time.monotonic()
+            chunk = read(snap, cursor, asked)
+            if sizer is not None:
+                sizer.observe(chunk.data.num_rows, time.monotonic() - started, asked)
             chunks.append(chunk)
             budget -= max(chunk.data.num_rows, 1)
             cursor = chunk.next_cursor()

@@ -155,7 +155,7 @@ class ChangeSource(abc.ABC):
         additional condition may name; None when the source cannot tell (nothing is checked)."""
         return None
 
-    def read_chunks(self, pending: list, max_rows: int, chunk_size: int) -> list:
+    def read_chunks(self, pending: list, max_rows: int, chunk_size: Any) -> list:
         """Key-ordered chunks of the pending table snapshots (``chunked_snapshots`` sources)."""
         raise NotImplementedError(f"{self.kind} does not read snapshot chunks")
 

@@ -22,7 +22,14 @@ from airflow_cdc.core.config import ConnectorConfig, skipped_ops
 from airflow_cdc.core.errors import OffsetUnavailable, SchemaError
 from airflow_cdc.core.events import now_us
 from airflow_cdc.core.filters import IncludeExclude, TableFilter
-from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot, read_budgeted, read_when_visible
+from airflow_cdc.core.snapshot import (
+    ChunkRead,
+    ChunkSizer,
+    ChunkTracker,
+    TableSnapshot,
+    read_budgeted,
+    read_when_visible,
+)
 from airflow_cdc.core.source import Capabilities, ChangeSource
 from airflow_cdc.core.table_sink import SnapshotSinks
 from airflow_cdc.sources.mysql import chunk_keys, client, offsets, snapshot
@@ -323,7 +330,9 @@ class MySqlSource(ChangeSource):
         """Columns of a captured table, as the schema history has it now."""
         return [c.name for c in self._tables[table].columns]
 
-    def read_chunks(self, pending: list[TableSnapshot], max_rows: int, chunk_size: int) -> list[ChunkRead]:
+    def read_chunks(
+        self, pending: list[TableSnapshot], max_rows: int, chunk_size: int | ChunkSizer
+    ) -> list[ChunkRead]:
         """Read chunks of pending table snapshots, in order, up to ``max_rows`` rows in total."""
         return read_budgeted(pending, self._tables, max_rows, chunk_size, self._read_chunk)
 

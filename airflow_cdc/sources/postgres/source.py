@@ -27,7 +27,14 @@ from airflow_cdc.core.conditions import RAW_SQL_PROPERTY, condition_pieces
 from airflow_cdc.core.config import ConnectorConfig, skipped_ops
 from airflow_cdc.core.errors import ConfigError, OffsetUnavailable, ServerMisconfigured, UnsupportedType
 from airflow_cdc.core.filters import TableFilter, TableId
-from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot, read_budgeted, read_when_visible
+from airflow_cdc.core.snapshot import (
+    ChunkRead,
+    ChunkSizer,
+    ChunkTracker,
+    TableSnapshot,
+    read_budgeted,
+    read_when_visible,
+)
 from airflow_cdc.core.source import Capabilities, ChangeSource
 from airflow_cdc.core.table_sink import SnapshotSinks
 from airflow_cdc.sources.postgres import client, replication
@@ -366,7 +373,9 @@ class PostgresSource(ChangeSource):
         tid, oid = self._tables[table]
         return [c.name for c in self.catalog.table_meta(tid, oid, self.filters).columns]
 
-    def read_chunks(self, pending: list[TableSnapshot], max_rows: int, chunk_size: int) -> list[ChunkRead]:
+    def read_chunks(
+        self, pending: list[TableSnapshot], max_rows: int, chunk_size: int | ChunkSizer
+    ) -> list[ChunkRead]:
         """Read chunks of pending table snapshots, in order, up to ``max_rows`` rows in total.
 
         :raises MissingPrivilege: synchronous replication is on and the user cannot see waiting commits.

@@ -32,6 +32,7 @@ from airflow_cdc.core.failpoints import failpoint
 from airflow_cdc.core.filters import TableFilter, TableId
 from airflow_cdc.core.snapshot import (
     ChunkRead,
+    ChunkSizer,
     ChunkTracker,
     TableSnapshot,
     key_ordered_chunks,
@@ -232,7 +233,9 @@ class SqlServerSource(ChangeSource):
         """The captured columns of the table's current capture instance."""
         return [c.name for c in self._current[table].instance.columns]
 
-    def read_chunks(self, pending: list[TableSnapshot], max_rows: int, chunk_size: int) -> list[ChunkRead]:
+    def read_chunks(
+        self, pending: list[TableSnapshot], max_rows: int, chunk_size: int | ChunkSizer
+    ) -> list[ChunkRead]:
         """Read chunks of pending table snapshots, in order, up to ``max_rows`` rows in total."""
         return read_budgeted(pending, self._current, max_rows, chunk_size, self._read_chunk)
 

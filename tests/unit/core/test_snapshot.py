@@ -76,3 +76,41 @@ def test_read_when_visible_retries_then_names_table_and_what_stayed_hidden():
     assert read_when_visible("public.t", lambda: next(answers), "hint", timeout=5) == "chunk"
     with pytest.raises(ServerMisconfigured, match=r"snapshot chunk of public\.t: xid 9 hidden for 0s"):
         read_when_visible("public.t", lambda: (None, "xid 9 hidden"), "check the standby", timeout=0.05)
+
+
+def test_chunk_sizer_grows_towards_the_target_and_keeps_its_bounds():
+    from airflow_cdc.core.snapshot import ChunkSizer
+
+    sizer = ChunkSizer(1024, 2.0, most=100_000)
+    sizer.observe(1024, 0.01, 1024)  # 102k rows/s: 204k rows would take 2 s; at most x4 per chunk
+    assert sizer.size == 4096
+    sizer.observe(4096, 0.04, 4096)
+    assert sizer.size == 16_384
+    sizer.observe(100, 0.001, 16_384)  # a short last chunk says nothing
+    assert sizer.size == 16_384
+    for _ in range(5):
+        sizer.observe(sizer.size, sizer.size / 102_400, sizer.size)
+    assert sizer.size == 100_000  # capped
+    sizer.observe(100_000, 100.0, 100_000)  # a slow table: 1000 rows/s -> 2000 rows
+    assert sizer.size == 2000
+    sizer.observe(2000, 60.0, 2000)  # slower still: never below the start size
+    assert sizer.size == 1024
+
+
+def test_read_budgeted_with_a_sizer_asks_growing_chunks_within_the_budget():
+    import pyarrow as pa
+
+    from airflow_cdc.core.snapshot import ChunkRead, ChunkSizer, TableSnapshot, read_budgeted
+
+    asked: list[int] = []
+
+    def read(snap, cursor, limit):
+        asked.append(limit)
+        start = int(cursor[0]) if cursor else 0
+        n = min(limit, 50_000 - start)
+        data = pa.table({"id": pa.array([str(start + i + 1) for i in range(n)], pa.string())})
+        return ChunkRead(snap, ["id"], data, [0], None, start + n >= 50_000)
+
+    chunks = read_budgeted([TableSnapshot("t")], ["t"], 30_000, ChunkSizer(1000, 10.0), read)
+    assert asked[:3] == [1000, 4000, 16_000] and sum(c.data.num_rows for c in chunks) == 30_000
+    assert asked[-1] == 30_000 - 21_000  # the budget's rest
