@@ -16,8 +16,9 @@ import sys
 from typing import Any
 
 from airflow_cdc.core.batch import Batch, list_batches
+from airflow_cdc.core.capture import Capture
 from airflow_cdc.core.errors import CdcError, ConfigError
-from airflow_cdc.core.pipeline import build_capture, build_config, read_pipeline_file
+from airflow_cdc.core.pipeline import build_capture, build_captures, build_config, read_pipeline_file
 from airflow_cdc.core.redact import secrets_in
 
 
@@ -36,18 +37,32 @@ def cmd_capture(args: argparse.Namespace) -> int:
                 f"to {delta_target(config)}: use `apply --commit` after capture, or set "
                 "commit.require.applied=false if this pipeline only captures"
             )
-    capture = build_capture(config)
-    result = capture.run(signals=[json.loads(s) for s in args.signal], commit=args.commit)
-    _print(result.summary())
+    signals = [json.loads(s) for s in args.signal]
+    results = {}
+    for capture in _captures(config, args.partition):  # partitions one after the other
+        results[capture.config.partition] = capture.run(signals=signals, commit=args.commit).summary()
+    _print(_by_partition(results))
     return 0
+
+
+def _captures(config: Any, partition: str | None) -> list[Capture]:
+    """The capture runners of the named partition, or of every partition of the connector."""
+    if partition is not None:
+        return [build_capture(config, partition)]
+    return build_captures(config)
+
+
+def _by_partition(results: dict[str | None, Any]) -> Any:
+    """One run's output as is; several partitions' outputs keyed by partition."""
+    return results[None] if list(results) == [None] else {"partitions": results}
 
 
 def cmd_commit(args: argparse.Namespace) -> int:
     from airflow_cdc.apply.applied import ensure_applied
 
     config = build_config(read_pipeline_file(args.config))
-    capture = build_capture(config)
     batch = Batch(args.batch)
+    capture = build_capture(config, batch.partition)
     with capture.leases.hold("commit"):
         ensure_applied(batch, config, args.target)
         version = capture.commit(batch)
@@ -57,12 +72,13 @@ def cmd_commit(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     config = build_config(read_pipeline_file(args.config))
-    capture = build_capture(config)
-    stored = capture.store.load(config["name"])
-    batches = list_batches(config["staging.path"], config["name"])
-    _print(
-        {
+    results = {}
+    for capture in _captures(config, args.partition):
+        stored = capture.store.load(capture.name)
+        batches = list_batches(config["staging.path"], capture.name)
+        results[capture.config.partition] = {
             "connector": config["name"],
+            **({"partition": capture.config.partition} if capture.config.partition else {}),
             "state_store": capture.store.describe(),
             "state_version": stored.version if stored else None,
             "updated_at": stored.updated_at if stored else None,
@@ -70,7 +86,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             "staged_batches": len(batches),
             "newest_batch": batches[-1].batch_id if batches else None,
         }
-    )
+    _print(_by_partition(results))
     return 0
 
 
@@ -87,20 +103,30 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
     config = build_config(read_pipeline_file(args.config))
     options = ApplyOptions.from_config(config)
-    batches = [Batch(b) for b in args.batch] or list_batches(config["staging.path"], config["name"])
     target = _target(args, config)
-    capture = build_capture(config)
-    with capture.leases.hold("apply") as lease:  # one lease over every apply and commit of this call
-        for batch in batches:
-            conf = _spark_conf(args)
-            job = build_apply_job(
-                batch.path, target, options=options, conf=conf, fence=lease.token, master=args.master
-            )
-            run_apply_job(job, master=args.master, lease=lease)
-            if args.commit:
-                ensure_applied(batch, config, target)
-                capture.commit(batch)
-    _print({"applied": [b.batch_id for b in batches], "target": target, "committed": args.commit})
+    given = [Batch(b) for b in args.batch]
+    captures = _captures(config, args.partition)
+    stray = [b.batch_id for b in given if b.partition not in {c.config.partition for c in captures}]
+    if stray:
+        raise ConfigError(f"batch(es) {', '.join(stray)} belong to no partition of {config['name']!r} here")
+    applied = []
+    for capture in captures:
+        mine = [b for b in given if b.partition == capture.config.partition]
+        batches = mine if given else list_batches(config["staging.path"], capture.name)
+        if not batches:
+            continue
+        conf = _spark_conf(args)
+        with capture.leases.hold("apply") as lease:  # one lease over every apply and commit of this call
+            for batch in batches:
+                job = build_apply_job(
+                    batch.path, target, options=options, conf=conf, fence=lease.token, master=args.master
+                )
+                run_apply_job(job, master=args.master, lease=lease)
+                if args.commit:
+                    ensure_applied(batch, config, target)
+                    capture.commit(batch)
+                applied.append(batch.batch_id)
+    _print({"applied": applied, "target": target, "committed": args.commit})
     return 0
 
 
@@ -131,6 +157,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+_PARTITION_HELP = (
+    "only this partition of a partitioned connector (a database of a SQL Server database.names); "
+    "default: every partition, one after the other"
+)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="airflow-cdc", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -147,6 +179,7 @@ def parser() -> argparse.ArgumentParser:
         help="execute-snapshot / stop-snapshot signal as JSON, e.g. "
         '\'{"type":"execute-snapshot","data":{"data-collections":["public.t"]}}\'',
     )
+    c.add_argument("--partition", help=_PARTITION_HELP)
     c.set_defaults(func=cmd_capture)
     m = sub.add_parser("commit", help="commit a staged batch: store its end offset, acknowledge the source")
     m.add_argument("--config", required=True)
@@ -155,6 +188,7 @@ def parser() -> argparse.ArgumentParser:
     m.set_defaults(func=cmd_commit)
     s = sub.add_parser("status", help="show the stored state and staged batches")
     s.add_argument("--config", required=True)
+    s.add_argument("--partition", help=_PARTITION_HELP)
     s.set_defaults(func=cmd_status)
     a = sub.add_parser("apply", help="apply staged batches to Delta with a local spark-submit")
     a.add_argument("--config", required=True)
@@ -162,6 +196,7 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("--target", help="Delta root (default: delta.root)")
     a.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     a.add_argument("--commit", action="store_true", help="commit each batch after it is applied")
+    a.add_argument("--partition", help=_PARTITION_HELP)
     a.add_argument("--conf", action="append", default=[], help="Spark conf KEY=VALUE over the defaults")
     a.set_defaults(func=cmd_apply)
     v = sub.add_parser("verify", help="compare silver tables with the live source (counts + row hashes)")

@@ -1,11 +1,17 @@
-"""Benchmark: streaming capture of a 1.5M-event change window vs a bare psycopg peek of the slot.
+"""Benchmark: capture of a 1.5M-event change window, streamed and peeked, vs a bare peek of the slot.
 
-Baseline: a server-side binary cursor over ``pg_logical_slot_peek_binary_changes`` (fetchmany(4096),
-counting rows only).  Measured: ``build_capture(config).run(commit=False)`` over the same window
-(peeking does not consume, so both repeat on the same window).  Peak RSS of the capture is taken
-from a fresh ``python -m airflow_cdc.cli capture`` subprocess (wait4 rusage).
+Baselines, on the same window and the same connection (TCP to 127.0.0.1, or the server's Unix
+socket with ``--transport unix``): the server-side decode rate (``SELECT count(*)`` of
+``pg_logical_slot_peek_binary_changes``: decoding and materialising, nothing sent -- the
+physical ceiling of the peek); a bare psycopg fetch of the peek (server-side binary cursor,
+fetchmany(4096), counting rows only); a bare ``START_REPLICATION`` stream through psycopg's
+libpq binding (counting messages only, stopped when a keepalive reports the target).
+Measured: ``build_capture(config).run(commit=False)`` with ``window.reader=stream`` and
+``window.reader=peek`` (nothing is consumed, so all repeat on the same window).  Peak RSS of
+the streaming capture is taken from a fresh ``python -m airflow_cdc.cli capture`` subprocess.
 
-Last line: ``pg_capture: <events/s> events/s; ratio <capture/bare> vs bare peek fetch``.
+Last line (the default reader, ``window.reader=peek``; the streaming capture's ratio is logged above it):
+``pg_capture: <events/s> events/s; ratio <bare peek s / capture s> vs bare peek fetch``.
 """
 
 from __future__ import annotations
@@ -16,9 +22,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import argparse  # noqa: E402
+import select  # noqa: E402
+import struct  # noqa: E402
 import tempfile  # noqa: E402
+import time  # noqa: E402
+from typing import Any  # noqa: E402
 
 import psycopg  # noqa: E402
+import psycopg.conninfo  # noqa: E402
+from psycopg import pq  # noqa: E402
 
 from bench._common import (  # noqa: E402
     REPEATS,
@@ -39,14 +51,15 @@ from bench._common import (  # noqa: E402
 INSERTS = 1_000_000
 STEP = 250_000
 DB, TABLE, SLOT, PUB = "bench_capture", "orders", "bench_slot", "bench_pub"
+PEEK = ("SELECT {cols} FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, "
+        "'proto_version', '1', 'publication_names', %s, 'messages', 'true')")
 
 
 def bare_peek(dsn: str) -> int:
     rows = 0
     with psycopg.connect(dsn) as conn, conn.transaction(), \
             conn.cursor(name="bench_peek", binary=True) as cur:
-        cur.execute("SELECT lsn, xid, data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, "
-                    "'proto_version', '1', 'publication_names', %s, 'messages', 'true')", (SLOT, PUB))
+        cur.execute(PEEK.format(cols="lsn, xid, data"), (SLOT, PUB))
         while True:
             batch = cur.fetchmany(4096)
             if not batch:
@@ -55,12 +68,45 @@ def bare_peek(dsn: str) -> int:
     return rows
 
 
+def server_decode(dsn: str) -> int:
+    """``count(*)`` of the peek: the server decodes and materialises the window, sends one row."""
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(PEEK.format(cols="count(*)"), (SLOT, PUB)).fetchone()[0]  # type: ignore[index]
+
+
+def bare_stream(dsn: str, start: int, upto: int) -> int:
+    """Count the window's messages through ``START_REPLICATION`` (no decoding), read as the
+    streaming reader does: everything buffered, then a 0.1 ms pause when the socket is empty."""
+    pg = pq.PGconn.connect((dsn + " replication=database").encode())
+    try:
+        lsn = f"{start >> 32:X}/{start & 0xFFFFFFFF:X}"
+        res = pg.exec_(f"START_REPLICATION SLOT {SLOT} LOGICAL {lsn} (proto_version '1', "
+                       f"publication_names '{PUB}', messages 'true')".encode())
+        assert res.status == pq.ExecStatus.COPY_BOTH, pg.get_error_message()
+        msgs, unpack = 0, struct.Struct(">q").unpack_from
+        while True:
+            n, buf = pg.get_copy_data(1)
+            if n == 0:
+                if not select.select([pg.socket], [], [], 0)[0]:
+                    time.sleep(0.0001)
+                    select.select([pg.socket], [], [], 1.0)
+                pg.consume_input()
+            elif buf[0] == 0x77:
+                msgs += 1
+            elif buf[0] == 0x6B and unpack(buf, 1)[0] >= upto:
+                return msgs
+    finally:
+        pg.finish()
+
+
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--inserts", type=int, default=INSERTS, help="rows inserted (half are then updated)")
     ap.add_argument("--repeats", type=int, default=REPEATS, help="repetitions of baseline and capture")
     ap.add_argument("--no-rss", action="store_true", help="skip the subprocess peak-RSS run")
     ap.add_argument("--no-profile", action="store_true", help="skip the cProfile run")
+    ap.add_argument("--transport", choices=("tcp", "unix"), default="tcp",
+                    help="connect over TCP (127.0.0.1) or the server's Unix socket")
     return ap.parse_args()
 
 
@@ -78,6 +124,9 @@ def main() -> None:
         staging = Path(tmp) / "staging"
         config = pipeline_config(server, DB, staging, "bench_capture", SLOT, PUB,
                                  **{"snapshot.mode": "no_data", "run.max.events": 5_000_000})
+        if args.transport == "unix":  # libpq takes a directory as host: the server's socket there
+            dsn = psycopg.conninfo.make_conninfo(dsn, host=str(server.base_dir))
+            config["database.hostname"] = str(server.base_dir)
         with psycopg.connect(dsn) as conn:
             conn.execute(TABLE_DDL.format(name=TABLE))
             conn.commit()
@@ -96,49 +145,64 @@ def main() -> None:
             conn.execute("CHECKPOINT")
         expected = inserts + inserts // 2
 
-        bare_times, bare_rows = [], 0
-        cap_times, cap_events = [], 0
+        with psycopg.connect(dsn) as conn:
+            start, upto = conn.execute(
+                "SELECT (confirmed_flush_lsn - '0/0')::int8, (pg_current_wal_flush_lsn() - '0/0')::int8 "
+                "FROM pg_replication_slots WHERE slot_name = %s", (SLOT,)).fetchone()  # type: ignore[misc]
+        times: dict[str, list[float]] = {k: [] for k in ("decode", "peek", "stream", "cap_peek", "cap_stream")}
+        counts: dict[str, int] = {}
         for i in range(args.repeats):
-            dt, bare_rows = timed(lambda: bare_peek(dsn))
-            bare_times.append(dt)
-            log(f"bare peek #{i + 1}: {bare_rows:,} rows in {dt:.2f}s = {bare_rows / dt:,.0f} rows/s")
-            clear_batches(staging, keep={first.batch_id})
-            dt, res = timed(lambda: build_capture(config).run(commit=False))
-            cap_times.append(dt)
-            cap_events = res.events
-            size = dir_size_mib(Path(res.batch_path))
-            log(f"capture #{i + 1}: {res.events:,} events in {dt:.2f}s = {res.events / dt:,.0f} events/s "
-                f"(batch {size:.0f} MiB)")
-            if res.events != expected:
-                log(f"  WARNING: expected {expected:,} events, got {res.events:,}")
+            for key, fn in (("decode", lambda: server_decode(dsn)), ("peek", lambda: bare_peek(dsn)),
+                            ("stream", lambda: bare_stream(dsn, start, upto))):
+                dt, counts[key] = timed(fn)
+                times[key].append(dt)
+                log(f"bare {key} #{i + 1}: {counts[key]:,} rows in {dt:.2f}s = {counts[key] / dt:,.0f} rows/s")
+            for key, reader in (("cap_peek", "peek"), ("cap_stream", "stream")):
+                clear_batches(staging, keep={first.batch_id})
+                cfg = dict(config, **{"window.reader": reader})
+                dt, res = timed(lambda: build_capture(cfg).run(commit=False))  # noqa: B023
+                times[key].append(dt)
+                counts[key] = res.events
+                size = dir_size_mib(Path(res.batch_path))
+                log(f"capture ({reader}) #{i + 1}: {res.events:,} events in {dt:.2f}s = "
+                    f"{res.events / dt:,.0f} events/s (batch {size:.0f} MiB)")
+                if res.events != expected:
+                    log(f"  WARNING: expected {expected:,} events, got {res.events:,}")
         clear_batches(staging, keep={first.batch_id})
+        report(args, config, Path(tmp), staging, first.batch_id, times, counts)
 
-        child_rss = float("nan")
-        if not args.no_rss:
-            log("peak RSS: capture in a fresh subprocess (python -m airflow_cdc.cli capture)")
-            wall, child_rss, _ = run_cli_capture(config, Path(tmp))
-            log(f"  subprocess capture: {wall:.2f}s wall (incl. interpreter start), "
-                f"peak RSS {child_rss:,.0f} MiB")
-            clear_batches(staging, keep={first.batch_id})
 
-        if not args.no_profile:
-            log("profiling one in-process capture (cProfile, tottime)")
-            _, prof = profile(lambda: build_capture(config).run(commit=False))
-            print(prof, flush=True)
-            clear_batches(staging, keep={first.batch_id})
+def report(args: argparse.Namespace, config: dict[str, Any], tmp: Path, staging: Path, first: str,
+           times: dict[str, list[float]], counts: dict[str, int]) -> None:
+    from airflow_cdc.core.pipeline import build_capture
 
-        bare_med = median(bare_times)
-        cap_med = median(cap_times)
-        bare_rate = bare_rows / bare_med
-        cap_rate = cap_events / cap_med
-        # the bare peek also returns BEGIN/COMMIT rows; compare wall time for the same window
-        ratio = bare_med / cap_med
-        log(f"bare peek seconds {fmt(bare_times, 2)} median {bare_med:.2f}s ({bare_rows:,} rows, "
-            f"{bare_rate:,.0f} rows/s; {cap_events / bare_med:,.0f} events/s equivalent)")
-        log(f"capture seconds {fmt(cap_times, 2)} median {cap_med:.2f}s ({cap_events:,} events)")
-        log(f"peak RSS: capture subprocess {child_rss:,.0f} MiB (target < 1024); "
-            f"this process {self_maxrss_mib():,.0f} MiB (includes in-process repeats)")
-        print(f"pg_capture: {cap_rate:.0f} events/s; ratio {ratio:.2f} vs bare peek fetch", flush=True)
+    child_rss = float("nan")
+    if not args.no_rss:
+        log("peak RSS: streaming capture in a fresh subprocess (python -m airflow_cdc.cli capture)")
+        wall, child_rss, _ = run_cli_capture(dict(config, **{"window.reader": "stream"}), tmp)
+        log(f"  subprocess capture: {wall:.2f}s wall (incl. interpreter start), peak RSS {child_rss:,.0f} MiB")
+        clear_batches(staging, keep={first})
+    if not args.no_profile:
+        log("profiling one in-process streaming capture (cProfile, tottime)")
+        _, prof = profile(lambda: build_capture(config).run(commit=False))
+        print(prof, flush=True)
+        clear_batches(staging, keep={first})
+    med = {k: median(v) for k, v in times.items()}
+    events = counts["cap_stream"]
+    for key, label in (("decode", "server decode (count(*) of the peek; physical ceiling)"),
+                       ("peek", "bare peek fetch"), ("stream", "bare START_REPLICATION stream"),
+                       ("cap_peek", "capture, window.reader=peek"), ("cap_stream", "capture, window.reader=stream")):
+        log(f"{label}: seconds {fmt(times[key], 2)} median {med[key]:.2f}s, {counts[key]:,} rows "
+            f"({counts[key] / med[key]:,.0f}/s; {events / med[key]:,.0f} events/s equivalent)")
+    log(f"transport {args.transport}; ratios vs bare peek fetch (its seconds / theirs): "
+        f"capture stream {med['peek'] / med['cap_stream']:.2f}, capture peek {med['peek'] / med['cap_peek']:.2f}, "
+        f"bare stream {med['peek'] / med['stream']:.2f}, server decode {med['peek'] / med['decode']:.2f}")
+    log(f"peak RSS: streaming capture subprocess {child_rss:,.0f} MiB (target < 1024); "
+        f"this process {self_maxrss_mib():,.0f} MiB (includes in-process repeats)")
+    log(f"streaming capture (window.reader=stream): {events / med['cap_stream']:.0f} events/s; "
+        f"ratio {med['peek'] / med['cap_stream']:.2f} vs bare peek fetch")
+    print(f"pg_capture: {counts['cap_peek'] / med['cap_peek']:.0f} events/s; ratio {med['peek'] / med['cap_peek']:.2f} "
+          "vs bare peek fetch", flush=True)
 
 
 if __name__ == "__main__":

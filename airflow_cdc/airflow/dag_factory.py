@@ -15,13 +15,15 @@ Nothing here touches the source at parse time: only the pipeline file is read.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import DAG, Asset, BaseOperator, Param
+from airflow.sdk import DAG, Asset, BaseOperator, Param, TaskGroup, TriggerRule
 
 from airflow_cdc.airflow.operators.apply import CdcApplyOperator
 from airflow_cdc.airflow.operators.capture import CdcCaptureOperator
@@ -38,44 +40,52 @@ from airflow_cdc.airflow.pipeline import (
 from airflow_cdc.airflow.sensors.changes import CdcChangesSensor
 from airflow_cdc.apply.submit import silver_table_path
 from airflow_cdc.core.errors import ConfigError
+from airflow_cdc.core.pipeline import build_config, partitions
 
 BATCH_PATH = "{{ ti.xcom_pull(task_ids='capture')['batch_path'] }}"
+#: a partition's batch; empty when its capture was skipped (its apply then skips too)
+PARTITION_BATCH_PATH = "{{ (ti.xcom_pull(task_ids='%s') or {}).get('batch_path', '') }}"
 
 
 def snapshot_params(tables: list[str]) -> dict[str, Param]:
-    """The trigger form for ad hoc snapshots (Debezium ``execute-snapshot`` / ``stop-snapshot``)."""
-    table_param: dict[str, Any] = {"type": "array", "items": {"type": "string"}}
-    if tables:
-        table_param["examples"] = tables
+    """The trigger form for ad hoc snapshots (Debezium ``execute-snapshot`` / ``stop-snapshot``).
+
+    Every field may stay empty (JSON schema type includes ``null``: Airflow's form then does not
+    mark it required), so a plain run needs nothing and a snapshot needs only its tables.
+    """
+    captured = f" Captured: {', '.join(tables[:20])}{' ...' if len(tables) > 20 else ''}." if tables else ""
     return {
         "snapshot_tables": Param(
-            [],
+            None,
+            type=["null", "string"],
+            format="multiline",
             title="Ad hoc snapshot: tables",
             section="Ad hoc snapshot",
-            description="Tables to re-snapshot (schema.table), one per line; leave empty for a normal run.",
-            **table_param,
+            description="Tables to re-snapshot (schema.table), one per line or comma-separated; "
+            f"leave empty for a normal run.{captured}",
         ),
         "snapshot_filter": Param(
-            "",
-            type="string",
+            None,
+            type=["null", "string"],
             title="Additional condition",
             section="Ad hoc snapshot",
-            description="SQL condition limiting the snapshot rows, e.g. status = 'open' "
+            description="Optional SQL condition limiting the snapshot rows, e.g. status = 'open' "
             "(Debezium additional-conditions; applies to each table listed).",
         ),
         "surrogate_key": Param(
-            "",
-            type="string",
+            None,
+            type=["null", "string"],
             title="Surrogate key",
             section="Ad hoc snapshot",
-            description="Column to chunk by instead of the primary key (Debezium surrogate-key).",
+            description="Optional column to chunk by instead of the primary key (Debezium surrogate-key).",
         ),
         "stop_snapshot": Param(
             False,
             type="boolean",
             title="Stop snapshot",
             section="Ad hoc snapshot",
-            description="Stop the running snapshots of the tables listed (all when none are listed).",
+            description="Stop the running snapshots of the tables listed (all when none are listed) "
+            "instead of starting one.",
         ),
     }
 
@@ -141,43 +151,94 @@ def cdc_dag(
         **(dag_kwargs or {}),
     )
     with dag:
-        capture = CdcCaptureOperator(task_id="capture", **common)
-        last: BaseOperator = capture
-        if opt["apply"] and target is not None:
-            apply = CdcApplyOperator(
-                task_id="apply",
-                batch_path=BATCH_PATH,
-                target=target,
-                spark_conf=opt["spark_conf"],
-                conn_id=opt["spark_conn_id"],
-                options=apply_options,
-                **common,
-            )
-            capture >> apply
-            last = apply
-        commit = CdcCommitOperator(
-            task_id="commit",
-            batch_path=BATCH_PATH,
-            outlets=outlets,
-            target=target if opt["apply"] else None,
+        commits, applies = [], []
+        for key in partition_keys(spec):
+            with TaskGroup(_group_id(key)) if key is not None else contextlib.nullcontext():
+                commit, apply = _partition_chain(opt, common, key, target, apply_options, outlets)
+            commits.append(commit)
+            applies += [apply] if apply is not None else []
+        # partitions may share Delta tables (Vitess tasks): their applies run one at a time
+        for earlier, later in zip(applies, applies[1:], strict=False):
+            later.trigger_rule = TriggerRule.NONE_FAILED
+            earlier >> later
+        if opt["verify"] and target is not None and opt["apply"]:
+            # runs when any partition committed changes (one without change skips its chain)
+            verify_task = CdcVerifyOperator(task_id="verify", target=target, **common)
+            verify_task.trigger_rule = TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS
+            commits >> verify_task
+    return dag
+
+
+def partition_keys(spec: PipelineSpec) -> list[str | None]:
+    """The partitions the pipeline file defines (``[None]``: unpartitioned), known without touching
+    the source: SQL Server ``database.names``, Vitess offset storage per task.  A file that only
+    validates with its Connection's fields counts as unpartitioned (name the databases or tasks in
+    the file to get one task group per partition)."""
+    try:
+        config = build_config(spec.properties)
+    except ConfigError:
+        return [None]
+    return [p.partition for p in partitions(config)]
+
+
+def _group_id(partition: str) -> str:
+    return "p_" + re.sub(r"[^A-Za-z0-9_-]", "_", partition)
+
+
+def _partition_chain(
+    opt: dict[str, Any],
+    common: dict[str, Any],
+    partition: str | None,
+    target: str | None,
+    apply_options: Any,
+    outlets: list[Asset],
+) -> tuple[BaseOperator, BaseOperator | None]:
+    """sense -> capture -> apply -> commit of one partition (in the current task group): the
+    commit and apply tasks."""
+    # a partition's apply may run after its capture was skipped (applies run in a row): no batch
+    batch_path = BATCH_PATH if partition is None else PARTITION_BATCH_PATH % f"{_group_id(partition)}.capture"
+    capture = CdcCaptureOperator(task_id="capture", partition=partition, **common)
+    last: BaseOperator = capture
+    apply = None
+    if opt["apply"] and target is not None:
+        apply = CdcApplyOperator(
+            task_id="apply",
+            batch_path=batch_path,
+            target=target,
+            spark_conf=opt["spark_conf"],
+            conn_id=opt["spark_conn_id"],
+            options=apply_options,
             **common,
         )
+        capture >> apply
+        last = apply
+    commit = CdcCommitOperator(
+        task_id="commit",
+        batch_path=batch_path,
+        outlets=outlets,
+        target=target if opt["apply"] else None,
+        # an empty batch skips apply (no Spark) yet is committed (its offset may move): commit runs
+        # when its capture succeeded and nothing failed; it skips itself then (no Asset event)
+        trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
+        **common,
+    )
+    capture >> commit
+    if last is not capture:
         last >> commit
-        if opt["sense"]:
-            sense_kwargs: dict[str, Any] = {}
-            if opt["deferrable"] is not None:
-                sense_kwargs["deferrable"] = bool(opt["deferrable"])
-            sense = CdcChangesSensor(
-                task_id="sense",
-                check=opt["check"],
-                poke_interval=float(opt["poke_interval"]),
-                timeout=float(opt["sensor_timeout"]),
-                soft_fail=True,
-                mode="reschedule",
-                **sense_kwargs,
-                **common,
-            )
-            sense >> capture
-        if opt["verify"] and target is not None and opt["apply"]:
-            commit >> CdcVerifyOperator(task_id="verify", target=target, **common)
-    return dag
+    if opt["sense"]:
+        sense_kwargs: dict[str, Any] = {}
+        if opt["deferrable"] is not None:
+            sense_kwargs["deferrable"] = bool(opt["deferrable"])
+        sense = CdcChangesSensor(
+            task_id="sense",
+            check=opt["check"],
+            poke_interval=float(opt["poke_interval"]),
+            timeout=float(opt["sensor_timeout"]),
+            soft_fail=True,
+            mode="reschedule",
+            partition=partition,
+            **sense_kwargs,
+            **common,
+        )
+        sense >> capture
+    return commit, apply

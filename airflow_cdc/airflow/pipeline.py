@@ -45,7 +45,7 @@ OPTIONS: dict[str, Any] = {
     "bronze": None,
     "tables": None,
     "sense": True,
-    "check": "wal",
+    "check": None,  # the source's own default (PostgreSQL: slot)
     "deferrable": None,
     "poke_interval": 60,
     "sensor_timeout": 3600,

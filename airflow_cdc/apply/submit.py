@@ -256,6 +256,9 @@ def launch_defaults(master: str | None = None) -> dict[str, str]:
     out = {**DELTA_CONF, "spark.driver.memory": default_driver_memory(master)}
     if master is None or master.startswith("local"):
         out |= {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+        # Spark's start-up INFO lines would bury the job's own progress lines and summary
+        log4j = spark_jobs_dir() / "log4j2-warn.properties"
+        out["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
     return out
 
 

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from airflow_cdc.core.config import ConnectorConfig
 from airflow_cdc.core.errors import ConfigError
-from airflow_cdc.core.pipeline import build_source
+from airflow_cdc.core.pipeline import build_source, partitions
 from spark_jobs.cdc_apply.layout import table_path
 
 log = logging.getLogger(__name__)
@@ -146,15 +146,20 @@ def verify(
 
     spark = spark or session.build(app_name="airflow-cdc-verify", **(conf or {}))
     started = time.monotonic()
-    source = build_source(config)
-    source.open()
-    try:
-        reports = [
-            _verify_table(spark, source, config, target, t, chunk, chunk_bytes)
-            for t in (tables or source.tables())
-        ]
-    finally:
-        source.close()
+    reports = []
+    for part in partitions(config):  # each partition's source serves its own tables
+        source = build_source(part)
+        source.open()
+        try:
+            mine = source.tables()
+            chosen = mine if tables is None else [t for t in tables if t in mine]
+            reports += [_verify_table(spark, source, config, target, t, chunk, chunk_bytes) for t in chosen]
+        finally:
+            source.close()
+    unknown = sorted(set(tables or ()) - {r.table for r in reports})
+    if unknown:
+        shown = ", ".join(unknown)
+        raise ConfigError(f"verify: table(s) {shown} not captured by connector {config['name']!r}")
     return VerifyReport(reports, round(time.monotonic() - started, 3))
 
 

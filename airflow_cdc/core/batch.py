@@ -85,11 +85,19 @@ class BatchWriter:
         *,
         owner: dict[str, Any] | None = None,
         before_publish: Callable[[], None] | None = None,
+        target: str | None = None,
+        partition: str | None = None,
     ) -> None:
-        """:param owner: who writes the batch (host, pid, lease token): lets a later run tell a
+        """:param connector: the name the batch is kept under (``<staging>/<connector>/batches``):
+            the connector's state name (:attr:`ConnectorConfig.state_name`).
+        :param owner: who writes the batch (host, pid, lease token): lets a later run tell a
             live writer's directory from a dead one's.
         :param before_publish: called right before the atomic rename (a lease check); raising
             there leaves the batch unpublished.
+        :param target: the connector name its Delta tables are named after (the manifest's
+            ``connector``); default ``connector``.  Differs for one partition of a partitioned
+            connector, whose batches go to the connector's tables.
+        :param partition: that partition's key, recorded in the manifest.
         """
         self.batch_id = batch_id or new_batch_id()
         self.root = private_dirs(batches_root(staging, connector))
@@ -99,6 +107,7 @@ class BatchWriter:
         make_private(self.tmp / OWNER)
         self._before_publish = before_publish
         self.connector, self.piece_rows = connector, piece_rows
+        self.target, self.partition = target or connector, partition
         self._open: dict[str, TableSink] = {}
         self._parts: dict[str, list[PartInfo]] = {}
         self._tables: dict[str, dict[str, Any]] = {}
@@ -195,7 +204,8 @@ class BatchWriter:
         doc = {
             "format": FORMAT_VERSION,
             "batch_id": self.batch_id,
-            "connector": self.connector,
+            "connector": self.target,
+            **({"partition": self.partition, "state_name": self.connector} if self.partition else {}),
             "tables": tables,
             "messages": messages,
             **manifest,
@@ -244,6 +254,16 @@ class Batch:
     @property
     def batch_id(self) -> str:
         return self.manifest["batch_id"]
+
+    @property
+    def empty(self) -> bool:
+        """No table part and no logical message: nothing for Delta (its end offset may still move)."""
+        return not self.tables() and not self.manifest.get("messages")
+
+    @property
+    def partition(self) -> str | None:
+        """The partition of a partitioned connector that captured the batch (None: unpartitioned)."""
+        return self.manifest.get("partition")
 
     def tables(self) -> list[str]:
         return sorted(self.manifest["tables"])

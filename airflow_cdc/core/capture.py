@@ -19,7 +19,7 @@ from typing import Any
 
 from airflow_cdc.core.batch import Batch, BatchWriter, clean_incomplete, expire_batches
 from airflow_cdc.core.config import ConnectorConfig
-from airflow_cdc.core.errors import ServerMisconfigured
+from airflow_cdc.core.errors import ConfigError, ServerMisconfigured
 from airflow_cdc.core.failpoints import failpoint
 from airflow_cdc.core.lease import Lease, Leases, fence_state
 from airflow_cdc.core.signals import SnapshotSignal, apply_signals, parse_signal
@@ -99,8 +99,12 @@ class Capture:
 
     def __init__(self, source: ChangeSource, config: ConnectorConfig, store: StateStore) -> None:
         self.source, self.config, self.store = source, config, store
-        self.name = config["name"]
+        self.name = config.state_name  # the partition's own state, lease and batches
         self.leases = Leases(store, self.name, config["lease.timeout.ms"] / 1000)
+
+    def _stored_data(self, name: str) -> dict[str, Any] | None:
+        stored = self.store.load(name)
+        return None if stored is None else dict(stored.data)
 
     def _offset_json(self, coord: Any) -> dict[str, Any]:
         """The source's JSON offset of a coordinate outside a window."""
@@ -136,10 +140,12 @@ class Capture:
         clean_incomplete(staging, self.name, lease.token, grace=lease.timeout)
         stored = self.store.load(self.name)
         data = dict(stored.data) if stored else {}
-        ctx = SnapshotContext.from_json(data.get("snapshot"))
         mode = self.config["snapshot.mode"]
         self.source.open()
         try:
+            if stored is None:
+                data = self.source.inherit_state(self._stored_data) or {}
+            ctx = SnapshotContext.from_json(data.get("snapshot"))
             self.source.restore_state(data)
             self.source.heartbeat()
             from_lsn, reason = self.source.start_offset(data.get("offset"), mode == "when_needed")
@@ -162,6 +168,8 @@ class Capture:
                 piece_rows=self.config["staging.piece.rows"],
                 owner=lease.owner_json(),
                 before_publish=lease.check,
+                target=self.config["name"],
+                partition=self.config.partition,
             )
             try:
                 version = stored.version if stored else None
@@ -340,6 +348,11 @@ class Capture:
 
     def _commit(self, batch: Batch, lease: Lease) -> int:
         m = batch.manifest
+        if batch.partition != self.config.partition:
+            raise ConfigError(
+                f"batch {batch.batch_id} was captured by partition {batch.partition!r} of connector "
+                f"{self.config['name']!r}, not by {self.config.partition!r}: commit it with its own partition"
+            )
         stored = self.store.load(self.name)
         if stored is not None and stored.data.get("last_batch") == batch.batch_id:
             version = stored.version

@@ -4,8 +4,9 @@ A connector is configured by a flat mapping of Debezium property names (``slot.n
 ``table.include.list``, ``snapshot.mode`` ...) plus a few of our own for what replaces Kafka
 (``staging.path``, ``state.store``, ``run.max.events``).  A Debezium user can paste a
 connector config: properties that only make sense with Kafka (converters, topic routing) are
-accepted and ignored with a warning; anything else unknown is an error with a suggestion, so a
-typo never silently falls back to a default.
+accepted and ignored with a warning saying why, documented properties we do not implement are
+refused with an error saying what to use instead (:mod:`airflow_cdc.core.property_status`), and
+anything else unknown is an error with a suggestion, so a typo never silently falls back to a default.
 
 Values may reference the environment as ``${env:NAME}`` so secrets stay out of files.
 Secret values are wrapped in :class:`Secret`, whose ``repr``/``str`` never show the value.
@@ -13,6 +14,7 @@ Secret values are wrapped in :class:`Secret`, whose ``repr``/``str`` never show 
 
 from __future__ import annotations
 
+import copy
 import difflib
 import logging
 import os
@@ -22,42 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_cdc.core.errors import ConfigError
+from airflow_cdc.core.property_status import accepted_value, handling
 from airflow_cdc.core.redact import Secret as Secret  # re-exported: callers import it from here
 from airflow_cdc.core.redact import redact_url
 
 log = logging.getLogger(__name__)
 
 _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
-
-#: Kafka-only Debezium properties: accepted so configs can be pasted, then ignored.
-KAFKA_ONLY_PREFIXES = (
-    "key.converter",
-    "value.converter",
-    "header.converter",
-    "transforms",
-    "predicates",
-    "topic.",
-    "tombstones.on.delete",
-    "errors.",
-    "offset.",
-    "schema.history.internal.kafka",
-    "tasks.max",
-    "connector.class",
-    "max.queue.size",
-    "max.batch.size",
-    "poll.interval.ms",
-    "producer.",
-    "consumer.",
-    "notification.",
-    "custom.metric.tags",
-    "status.update.interval.ms",
-    "heartbeat.interval.ms",
-    "heartbeat.topics.prefix",
-    "sanitize.field.names",
-    "field.name.adjustment.mode",
-    "schema.name.adjustment.mode",
-    "event.processing.failure.handling.mode",
-)
 
 
 @dataclass(frozen=True)
@@ -176,7 +149,16 @@ def _expand_env(name: str, raw: Any) -> Any:
 
 
 class ConnectorConfig:
-    """Validated configuration: ``config["slot.name"]`` returns the typed value or default."""
+    """Validated configuration: ``config["slot.name"]`` returns the typed value or default.
+
+    A *partitioned* connector (several SQL Server databases, Vitess offset storage per task) is
+    captured as independent partitions, each with a config of its own (:meth:`for_partition`):
+    same ``name`` (its Delta tables and Assets are the connector's), but its own stored state,
+    lease and staged batches, kept under :attr:`state_name`.
+    """
+
+    #: the partition this config captures; None for an unpartitioned connector
+    partition: str | None = None
 
     def __init__(self, properties: Iterable[Property], raw: Mapping[str, Any]) -> None:
         self._props = {p.name: p for p in properties}
@@ -193,9 +175,16 @@ class ConnectorConfig:
     def _set(self, key: str, value: Any) -> None:
         prop = self._props.get(key)
         if prop is None:
-            if key.startswith(KAFKA_ONLY_PREFIXES):
-                log.warning("property %r only applies to Kafka Connect; ignored", key)
+            known = handling(key)
+            if known is not None and (known.status == "ignored" or accepted_value(key, value)):
+                log.warning(
+                    "property %r ignored: %s",
+                    key,
+                    known.reason if known.status == "ignored" else "its only supported value is the default",
+                )
                 return
+            if known is not None:
+                raise ConfigError(f"property {key!r} is not supported: {known.reason}")
             close = difflib.get_close_matches(key, list(self._props), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ConfigError(f"unknown property {key!r}{hint}")
@@ -206,6 +195,24 @@ class ConnectorConfig:
             raise KeyError(name)
         value = self._values.get(name)
         return self._props[name].default if value is None else value
+
+    @property
+    def state_name(self) -> str:
+        """The key of the stored state, the lease and the staged batches: the connector's
+        ``name``, or ``<name>.<partition>`` for one partition."""
+        return self["name"] if self.partition is None else f"{self['name']}.{self.partition}"
+
+    def for_partition(self, partition: str, overrides: Mapping[str, Any]) -> ConnectorConfig:
+        """A copy of this config that captures one partition, with ``overrides`` applied.
+
+        :raises ConfigError: an override is not a property of this connector.
+        """
+        part = copy.copy(self)
+        part._values = dict(self._values)
+        for key, value in overrides.items():
+            part._set(key, value)
+        part.partition = partition
+        return part
 
     def is_set(self, name: str) -> bool:
         return self._values.get(name) is not None

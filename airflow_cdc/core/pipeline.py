@@ -72,7 +72,45 @@ def build_store(config: ConnectorConfig) -> StateStore:
     return open_state_store(url)
 
 
-def build_capture(raw: Mapping[str, Any] | ConnectorConfig) -> Capture:
-    """The capture runner for a pipeline given as raw properties or a validated config."""
+def partitions(config: ConnectorConfig) -> list[ConnectorConfig]:
+    """The configs of a connector's partitions, in a stable order: ``[config]`` when the
+    connector is not partitioned, or ``config`` is already one partition's."""
+    spec = source_spec(config)
+    if config.partition is not None or spec.partitions is None:
+        return [config]
+    return spec.partitions(config)
+
+
+def partition_config(config: ConnectorConfig, partition: str | None) -> ConnectorConfig:
+    """The config of one partition of ``config`` (``None``: the connector must be unpartitioned).
+
+    :raises ConfigError: no such partition, or ``None`` for a partitioned connector.
+    """
+    parts = partitions(config)
+    keys = [p.partition for p in parts]
+    if partition is None and keys == [None]:
+        return parts[0]
+    for part in parts:
+        if part.partition == partition:
+            return part
+    shown = ", ".join(str(k) for k in keys)
+    if partition is None:
+        raise ConfigError(f"connector {config['name']!r} is partitioned ({shown}): name the partition")
+    raise ConfigError(f"connector {config['name']!r} has no partition {partition!r}; partitions: {shown}")
+
+
+def build_capture(raw: Mapping[str, Any] | ConnectorConfig, partition: str | None = None) -> Capture:
+    """The capture runner for a pipeline given as raw properties or a validated config (for a
+    partitioned connector: of its ``partition``).
+
+    :raises ConfigError: see :func:`partition_config`.
+    """
     config = raw if isinstance(raw, ConnectorConfig) else build_config(raw)
+    config = partition_config(config, partition if partition is not None else config.partition)
     return Capture(build_source(config), config, build_store(config))
+
+
+def build_captures(raw: Mapping[str, Any] | ConnectorConfig) -> list[Capture]:
+    """One capture runner per partition of a pipeline (one for an unpartitioned connector)."""
+    config = raw if isinstance(raw, ConnectorConfig) else build_config(raw)
+    return [Capture(build_source(c), c, build_store(c)) for c in partitions(config)]

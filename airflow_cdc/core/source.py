@@ -106,6 +106,12 @@ class ChangeSource(abc.ABC):
         """State to commit besides the offset (only with ``capabilities.keeps_state``)."""
         return {}
 
+    def inherit_state(self, load: Callable[[str], dict[str, Any] | None]) -> dict[str, Any] | None:
+        """The state a partition without a stored state of its own starts from, taken from other
+        stored states (``load(state_name)``), e.g. a Vitess task's shards from the previous task
+        generation; None: start fresh.  Called after :meth:`open`; never writes anything."""
+        return None
+
     # -- offsets ------------------------------------------------------------------------------
     @abc.abstractmethod
     def start_offset(self, offset: dict[str, Any] | None, when_needed: bool) -> tuple[Any, str | None]:
@@ -197,6 +203,16 @@ class SourceSpec:
         the connector name it stands for (often ``kind``; MariaDB maps to ``mariadb``).
     :param build_config: validate raw properties into a :class:`ConnectorConfig`.
     :param build_source: make the source of a validated config.
+    :param partitions: split a validated config into the configs of its partitions
+        (:meth:`ConnectorConfig.for_partition`), each captured, committed and resumed on its own
+        with an offset of its own (Debezium's source partitions: a SQL Server database, a Vitess
+        task's shards).  Partitions of one connector must never capture the same row: their
+        events go to the connector's Delta tables side by side.  ``None``, or one config that is
+        the given one: the connector is not partitioned.
+    :param check_connection: reach the server of a validated config and verify what capture
+        needs (server settings, privileges) without changing anything there; returns a one-line
+        summary and raises the :class:`CdcError` that names what is missing.  Backs the
+        Airflow connection form's *Test* button.
     """
 
     kind: str
@@ -204,6 +220,8 @@ class SourceSpec:
     build_config: Callable[[Mapping[str, Any]], ConnectorConfig]
     build_source: Callable[[ConnectorConfig], ChangeSource]
     names: tuple[str, ...] = ()  # further canonical connector names served (e.g. mariadb)
+    partitions: Callable[[ConnectorConfig], list[ConnectorConfig]] | None = None
+    check_connection: Callable[[ConnectorConfig], str] | None = None
 
 
 _SPECS: dict[str, SourceSpec] = {}
@@ -265,3 +283,16 @@ def resolve_connector(raw: Mapping[str, Any]) -> tuple[str, SourceSpec]:
 def source_spec(config: ConnectorConfig) -> SourceSpec:
     """The spec serving a validated config."""
     return resolve_connector({"connector": config["connector"]})[1]
+
+
+def check_connection(config: ConnectorConfig) -> str:
+    """Reach the source of ``config`` and verify its capture prerequisites (read only).
+
+    :returns: a one-line summary of what was checked.
+    :raises ConfigError: the connector has no connection check.
+    :raises CdcError: what is missing (settings, privileges), as the capture would report it.
+    """
+    check = source_spec(config).check_connection
+    if check is None:
+        raise ConfigError(f"connector {config['connector']!r} has no connection check")
+    return check(config)

@@ -164,8 +164,10 @@ class StaleFence(RuntimeError):
     """A newer lease holder (higher fencing token) already committed to the table."""
 
 
-def newest_fence(table_path: str) -> int | None:
-    """The fencing token of the newest airflow-cdc commit of the table (None: none recorded).
+def newest_fence(table_path: str, partition: str | None = None) -> int | None:
+    """The fencing token of the newest airflow-cdc commit of the table by ``partition`` (None:
+    none recorded).  Partitions of one connector hold leases of their own, so only the same
+    partition's tokens compare.
 
     Walks the JSON commits from the newest down to the first one airflow-cdc wrote (maintenance
     commits such as OPTIMIZE carry no token); commits older than the newest checkpoint are gone
@@ -185,20 +187,21 @@ def newest_fence(table_path: str) -> int | None:
                 ours = json.loads(meta).get("airflow_cdc") or {}
             except (ValueError, AttributeError):
                 continue
-            if "fence" in ours:
+            if "fence" in ours and ours.get("partition") == partition:
                 return int(ours["fence"])
     return None
 
 
-def check_fence(table_path: str, fence: int | None) -> None:
+def check_fence(table_path: str, fence: int | None, partition: str | None = None) -> None:
     """Refuse to write ``table_path`` when a newer lease holder already did.
 
     :param fence: this run's fencing token; ``None`` (no lease) skips the check.
+    :param partition: the partition of a partitioned connector whose lease issued ``fence``.
     :raises StaleFence: the table's newest airflow-cdc commit carries a higher token.
     """
     if fence is None:
         return
-    seen = newest_fence(table_path)
+    seen = newest_fence(table_path, partition)
     if seen is not None and seen > fence:
         raise StaleFence(
             f"{table_path} was written under lease token {seen}, newer than this run's {fence}: "

@@ -96,7 +96,8 @@ def _apply_table(
     out: dict[str, Any] = {"events": table.rows, "ops": table.ops}
     bronze_path = _path(target, "bronze", staged, table)
     for layer in ("bronze", "silver"):
-        delta_log.check_fence(_path(target, layer, staged, table), settings.fence)
+        path = _path(target, layer, staged, table)
+        delta_log.check_fence(path, settings.fence, staged.manifest.get("partition"))
     silver_path = _path(target, "silver", staged, table)
     silver_log = delta_log.replay(silver_path)
     # reads hold a batch of rows of every column: size it to the widest rows (staged or stored)

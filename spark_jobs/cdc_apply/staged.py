@@ -180,4 +180,6 @@ class StagedBatch:
         }
         if fence is not None:
             doc["fence"] = fence
+        if self.manifest.get("partition") is not None:
+            doc["partition"] = self.manifest["partition"]
         return json.dumps({"airflow_cdc": doc}, sort_keys=True, default=str)

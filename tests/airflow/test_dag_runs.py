@@ -68,7 +68,7 @@ def test_adhoc_snapshot_through_run_conf_and_form(pg_db, tmp_path, airflow_cli):
 
     # the trigger form's fields (what the UI puts into the conf)
     form = {
-        "snapshot_tables": ["public.customers"],
+        "snapshot_tables": "public.customers",
         "snapshot_filter": "id > 48",
         "surrogate_key": "",
         "stop_snapshot": False,

@@ -8,9 +8,10 @@ import threading
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
 import yaml
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from airflow_cdc.airflow.operators.apply import CdcApplyOperator
 from airflow_cdc.airflow.operators.capture import CdcCaptureOperator
@@ -210,16 +211,19 @@ def test_apply_operator_builds_spark_submit_from_job_spec(pg_db, tmp_path, monke
     assert str(seen["py_files"]).endswith(".zip") and seen["conn_id"] == "spark_local"
     assert json.dumps(result)
 
-    # an empty batch (no changes since the commit) never starts Spark
+    # an empty batch (no changes since the commit) never starts Spark: apply is skipped; its
+    # commit still stores the offset, then skips itself so that no Asset event is emitted
     _commit(props, captured["batch_path"])
     empty = _capture(props)
     seen.clear()
-    assert CdcApplyOperator(task_id="apply2", batch_path=empty["batch_path"], target="/x").execute({}) == {
-        "batch_id": empty["batch_id"],
-        "applied": False,
-    }
+    with pytest.raises(AirflowSkipException, match="holds no events"):
+        CdcApplyOperator(task_id="apply2", batch_path=empty["batch_path"], target="/x").execute({})
     assert seen == {}
     assert Batch(empty["batch_path"]).manifest["counts"]["events"] == 0
+    with pytest.raises(AirflowSkipException, match="no Asset event"):
+        _commit(props, empty["batch_path"], task_id="commit2")
+    stored = build_store(build_config(props)).load(props["name"]).data
+    assert stored["last_batch"] == empty["batch_id"]
 
 
 def test_commit_of_missing_batch_fails_fast(tmp_path):
@@ -269,4 +273,34 @@ def test_commit_refuses_a_batch_that_never_reached_delta(pg_db, tmp_path, capsys
     # an empty batch has no table to check and commits
     empty = _capture(props)
     assert Batch(empty["batch_path"]).tables() == []
-    assert _commit(props, empty["batch_path"])["state_version"] == 2
+    with pytest.raises(AirflowSkipException, match="no Asset event"):  # committed, then skipped
+        _commit(props, empty["batch_path"])
+    assert build_store(build_config(props)).load(props["name"]).version == 2
+
+
+def test_default_check_ignores_other_databases_and_guards_the_slot(pg_db, pg_server, tmp_path):
+    """The default (slot) check, sync and async, stays quiet while only other databases write WAL
+    (e.g. Airflow's metadata database on the same server), where ``wal`` fires; it fires for a
+    published change, and when the slot is gone (a missing slot must never look like no change)."""
+    from airflow_cdc.airflow.hooks.cdc import CdcHook
+
+    load_shop(pg_db)
+    props = direct_props(pg_db, tmp_path / "staging")
+    _commit(props, _capture(props)["batch_path"])
+    offset = build_store(build_config(props)).load(props["name"]).data["offset"]
+    hook = CdcHook(pipeline=props)
+    other = f"{pg_db.name}_other"
+    with psycopg.connect(pg_server.create_database(other), autocommit=True) as conn:
+        conn.execute("CREATE TABLE noise AS SELECT g FROM generate_series(1, 1000) g")
+    pg_server.drop_database(other)
+    assert hook.changes_after(offset, "wal") is True  # over-reports: costs an empty batch
+    assert hook.changes_after(offset) is False
+    assert asyncio.run(hook.achanges_after(offset)) is False
+    with pg_db.connect(autocommit=True) as conn:
+        conn.execute("UPDATE public.orders SET note = 'seen' WHERE id = 1")
+    assert hook.changes_after(offset) is True
+    assert asyncio.run(hook.achanges_after(offset)) is True
+    with pg_db.connect(autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (build_config(props)["slot.name"],))
+    assert hook.changes_after(offset) is True
+    assert asyncio.run(hook.achanges_after(offset)) is True

@@ -266,6 +266,7 @@ def test_trigger_serialize_round_trip():
         "cdc_conn_id": "c",
         "check": "slot",
         "poll_interval": 5.0,
+        "partition": None,
     }
 
 
@@ -286,8 +287,10 @@ def test_dag_factory_shape(tmp_path):
     assert dag.dag_id == "cdc_shop" and dag.max_active_runs == 1
     assert {t.task_id for t in dag.tasks} == {"sense", "capture", "apply", "commit"}
     assert dag.get_task("sense").downstream_task_ids == {"capture"}
-    assert dag.get_task("capture").downstream_task_ids == {"apply"}
+    # commit also hangs on capture: an empty batch skips apply, and its offset is still committed
+    assert dag.get_task("capture").downstream_task_ids == {"apply", "commit"}
     assert dag.get_task("apply").downstream_task_ids == {"commit"}
+    assert dag.get_task("commit").trigger_rule == "none_failed_min_one_success"
     assert all(t.retries == 3 for t in dag.tasks)
     outlets = dag.get_task("commit").outlets
     assert [a.name for a in outlets] == ["cdc.shop.public.customers", "cdc.shop.public.orders"]
@@ -476,3 +479,23 @@ def test_apply_operator_holds_the_lease_and_passes_its_token(tmp_path, monkeypat
     assert op.execute({})["applied"]
     assert seen["args"][-2:] == ["--fence", str(other.token + 1)]
     assert store.lease_store().load("conn").data["holder"] is None  # released after the job
+
+
+def test_trigger_form_needs_nothing_for_a_plain_run_and_only_tables_for_a_snapshot(tmp_path):
+    from airflow.sdk.definitions.param import ParamsDict
+
+    from airflow_cdc.airflow.dag_factory import cdc_dag
+
+    params = cdc_dag(_pipeline(tmp_path), schedule="@hourly").params
+    # Airflow's form marks a field required unless its schema type admits null
+    for name in ("snapshot_tables", "snapshot_filter", "surrogate_key"):
+        assert "null" in params.get_param(name).schema["type"], name
+    assert params.get_param("snapshot_tables").schema["format"] == "multiline"  # a text area, not a multi-select
+    assert "public.orders" in params.get_param("snapshot_tables").description
+    plain = ParamsDict({k: params.get_param(k) for k in params}).validate()
+    assert signals_from_run({}, plain) == []
+    form = ParamsDict({k: params.get_param(k) for k in params})
+    form["snapshot_tables"] = "public.orders\npublic.customers"
+    [sig] = signals_from_run({}, form.validate())
+    assert sig == {"type": "execute-snapshot",
+                   "data": {"data-collections": ["public.orders", "public.customers"], "type": "incremental"}}

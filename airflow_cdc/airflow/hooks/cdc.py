@@ -11,6 +11,8 @@ only ever lives in a :class:`~airflow_cdc.core.config.Secret`: it is never logge
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,8 +23,16 @@ import airflow_cdc.airflow.state_variable  # noqa: F401  (registers the airflow-
 from airflow_cdc.airflow.pipeline import PipelineSpec, load_pipeline
 from airflow_cdc.core.capture import Capture
 from airflow_cdc.core.config import ConnectorConfig, Secret
-from airflow_cdc.core.pipeline import build_config, build_source, build_store
+from airflow_cdc.core.errors import CdcError
+from airflow_cdc.core.pipeline import (
+    build_capture,
+    build_config,
+    build_source,
+    build_store,
+    partition_config,
+)
 from airflow_cdc.core.redact import secrets_in
+from airflow_cdc.core.source import check_connection
 from airflow_cdc.core.state import StateStore
 
 #: Connection form fields (extra) -> Debezium property, per source kind.
@@ -82,7 +92,11 @@ class CdcHook(BaseHook):
     hook_name = "CDC source: PostgreSQL"
     connector = "postgresql"
 
-    def __init__(self, *, pipeline: str | Mapping[str, Any], cdc_conn_id: str | None = None) -> None:
+    def __init__(
+        self, *, pipeline: str | Mapping[str, Any] | None = None, cdc_conn_id: str | None = None
+    ) -> None:
+        """:param pipeline: ``None`` only to reach the Connection's server alone (the connection
+            form's *Test* button: :meth:`test_connection`)."""
         super().__init__()
         self.pipeline = pipeline
         self.cdc_conn_id = cdc_conn_id
@@ -104,8 +118,27 @@ class CdcHook(BaseHook):
     @property
     def spec(self) -> PipelineSpec:
         if self._spec is None:
-            self._spec = load_pipeline(self.pipeline)
+            if self.pipeline is None:  # the Connection alone: enough to reach and check the server
+                scratch = os.path.join(tempfile.gettempdir(), "airflow-cdc-test-connection")
+                name = f"test-{self.cdc_conn_id}"
+                props = {"connector": self.connector, "name": name, "staging.path": scratch}
+                self._spec = PipelineSpec(props)
+            else:
+                self._spec = load_pipeline(self.pipeline)
         return self._spec
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Reach the server of the Connection and check what capture needs there (server settings,
+        privileges, CDC enabled ...), changing nothing.  The Airflow connection form's *Test*.
+
+        :returns: ``(True, what was checked)`` or ``(False, what is missing and how to fix it)``.
+        """
+        try:
+            return True, check_connection(self.get_conn())
+        except CdcError as e:
+            return False, str(e)
+        except Exception as e:  # noqa: BLE001 - reported on the form, never raised there
+            return False, f"{type(e).__name__}: {e}"
 
     def properties(self) -> dict[str, Any]:
         """Connection properties overlaid with the pipeline's (the pipeline wins)."""
@@ -142,20 +175,31 @@ class CdcHook(BaseHook):
     def get_store(self, config: ConnectorConfig | None = None) -> StateStore:
         return build_store(config or self.get_conn())
 
-    def get_capture(self, config: ConnectorConfig | None = None) -> Capture:
-        config = config or self.get_conn()
-        return Capture(build_source(config), config, build_store(config))
+    def get_capture(self, config: ConnectorConfig | None = None, partition: str | None = None) -> Capture:
+        """The capture runner (of ``partition`` for a partitioned connector).
 
-    def changes_after(self, offset: dict[str, Any] | None, check: str = "wal") -> bool:
+        :raises ConfigError: no such partition, or none named for a partitioned connector.
+        """
+        return build_capture(config or self.get_conn(), partition)
+
+    def get_partition(self, partition: str | None) -> ConnectorConfig:
+        """The config of one partition (``None``: the unpartitioned connector)."""
+        return partition_config(self.get_conn(), partition)
+
+    def changes_after(
+        self, offset: dict[str, Any] | None, check: str | None = None, partition: str | None = None
+    ) -> bool:
         """Whether the source may hold changes past ``offset`` (cheap; see the source's docs).
 
         """
-        return _source_changes_after(build_source(self.get_conn()), offset, check)
+        return _source_changes_after(build_source(self.get_partition(partition)), offset, check)
 
-    async def achanges_after(self, offset: dict[str, Any] | None, check: str = "wal") -> bool:
+    async def achanges_after(
+        self, offset: dict[str, Any] | None, check: str | None = None, partition: str | None = None
+    ) -> bool:
         """:meth:`changes_after` without blocking the event loop: PostgreSQL through psycopg's
         ``AsyncConnection``; other sources through a worker thread."""
-        config = build_config(await self.aproperties())
+        config = partition_config(build_config(await self.aproperties()), partition)
         if config["connector"] != "postgresql":
             source = build_source(config)
             return await asyncio.to_thread(_source_changes_after, source, offset, check)
@@ -166,7 +210,7 @@ class CdcHook(BaseHook):
         return await pg_changes_after(config, offset, check)
 
 
-def _source_changes_after(source: Any, offset: dict[str, Any] | None, check: str) -> bool:
+def _source_changes_after(source: Any, offset: dict[str, Any] | None, check: str | None) -> bool:
     return bool(source.changes_after(offset, check))
 
 

@@ -7,11 +7,13 @@ from typing import Any
 import psycopg
 
 from airflow_cdc.core.config import ConnectorConfig
+from airflow_cdc.sources.postgres import sql as q
 from airflow_cdc.sources.postgres.client import connect_params, raise_connect_error
+from airflow_cdc.sources.postgres.position import parse_pg_lsn
 from airflow_cdc.sources.postgres.source import changes_query
 
 
-async def pg_changes_after(config: ConnectorConfig, offset: dict[str, Any], check: str) -> bool:
+async def pg_changes_after(config: ConnectorConfig, offset: dict[str, Any], check: str | None) -> bool:
     """Async twin of ``PostgresSource.changes_after`` (same SQL, one short-lived connection).
 
     :raises AuthenticationFailed: wrong credentials (the message names user@host, never the password).
@@ -24,7 +26,15 @@ async def pg_changes_after(config: ConnectorConfig, offset: dict[str, Any], chec
         )
     except psycopg.OperationalError as e:
         raise_connect_error(config, e)
+    check = check or "slot"
     async with conn:
+        if check == "slot":
+            # as the sync check: a slot missing or left behind the offset would be peeked from
+            # below it, and the one change looked at could be one the offset covers
+            cur = await conn.execute(q.SLOT_INFO, (config["slot.name"],))
+            slot = await cur.fetchone()
+            if slot is None or slot[5] is None or parse_pg_lsn(slot[5]) < parse_pg_lsn(offset["lsn"]):
+                return True
         query, args = changes_query(check, config["slot.name"], config["publication.name"], offset["lsn"])
         cur = await conn.execute(query, args)
         row = await cur.fetchone()

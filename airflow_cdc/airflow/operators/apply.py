@@ -13,7 +13,7 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Context
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from airflow_cdc.airflow.errors import airflow_errors
 from airflow_cdc.airflow.hooks.cdc import CdcHook
@@ -56,7 +56,8 @@ class CdcApplyOperator(SparkSubmitOperator):
     :param delete_mode: ``delete`` or ``soft`` (keep rows flagged ``__deleted``).
     :param bronze: append events to the bronze change log.
     :param options: all apply options at once (``delete_mode`` and ``bronze`` are then ignored).
-    :param skip_empty: do not start Spark for a batch with nothing in it.
+    :param skip_empty: do not start Spark for a batch with nothing in it: the task is skipped
+        (the commit task still runs, see :func:`~airflow_cdc.airflow.dag_factory.cdc_dag`).
     :param pipeline: pipeline file path or mapping, to hold the connector's lease. (templated)
     :param cdc_conn_id: Airflow Connection of the source database (with ``pipeline``). (templated)
     """
@@ -95,17 +96,20 @@ class CdcApplyOperator(SparkSubmitOperator):
         self.skip_empty = skip_empty
 
     def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
+        if not self.batch_path:  # a partition whose capture was skipped, in a row of applies
+            raise AirflowSkipException("no batch to apply: the capture did not run")
         with airflow_errors("apply"):
             batch = Batch(self.batch_path)
-            if self.skip_empty and not batch.tables() and not batch.manifest.get("messages"):
-                self.log.info("batch %s holds no events: nothing to apply", batch.batch_id)
-                return {"batch_id": batch.batch_id, "applied": False}
+        if self.skip_empty and batch.empty:  # commit still runs: the offset may move
+            raise AirflowSkipException(f"batch {batch.batch_id} holds no events: nothing to apply")
+        with airflow_errors("apply"):
             if self.pipeline is None:
                 self.log.warning("no pipeline given: applying without the connector lease")
                 self._submit(context, batch, None)
             else:
-                config = CdcHook(pipeline=self.pipeline, cdc_conn_id=self.cdc_conn_id).get_conn()
-                leases = Leases(build_store(config), config["name"], config["lease.timeout.ms"] / 1000)
+                hook = CdcHook(pipeline=self.pipeline, cdc_conn_id=self.cdc_conn_id)
+                config = hook.get_partition(batch.partition)  # the lease of the partition that captured it
+                leases = Leases(build_store(config), config.state_name, config["lease.timeout.ms"] / 1000)
                 with leases.hold("apply") as lease:
                     self._submit(context, batch, lease.token)
         return {"batch_id": batch.batch_id, "applied": True}

@@ -23,9 +23,11 @@ class CdcCaptureOperator(BaseOperator):
     :param pipeline: pipeline file path or mapping of Debezium properties. (templated)
     :param cdc_conn_id: Airflow Connection of the source database. (templated)
     :param signals: explicit signals; ``None`` reads them from the run conf and params. (templated)
+    :param partition: the partition of a partitioned connector to capture (a SQL Server database, a
+        Vitess task); ``None`` for an unpartitioned one. (templated)
     """
 
-    template_fields: Sequence[str] = ("pipeline", "cdc_conn_id", "signals")
+    template_fields: Sequence[str] = ("pipeline", "cdc_conn_id", "signals", "partition")
     template_fields_renderers = {"signals": "json"}
     ui_color = "#d6eaf8"
 
@@ -35,9 +37,11 @@ class CdcCaptureOperator(BaseOperator):
         pipeline: str | Mapping[str, Any],
         cdc_conn_id: str | None = None,
         signals: list[dict[str, Any]] | None = None,
+        partition: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.partition = partition
         self.pipeline = pipeline
         self.cdc_conn_id = cdc_conn_id
         self.signals = signals
@@ -51,7 +55,7 @@ class CdcCaptureOperator(BaseOperator):
             if signals:
                 self.log.info("ad hoc snapshot signals: %s", signals)
             hook = CdcHook(pipeline=self.pipeline, cdc_conn_id=self.cdc_conn_id)
-            capture = hook.get_capture()
+            capture = hook.get_capture(partition=self.partition)
             result = capture.run(signals=list(signals))
         describe = capture.source.describe_offset
         for note in result.notes:

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_cdc.airflow.errors import airflow_errors
 from airflow_cdc.airflow.hooks.cdc import CdcHook
@@ -54,14 +55,17 @@ class CdcCommitOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         with airflow_errors("commit"):
             batch = Batch(self.batch_path)
-            capture = CdcHook(pipeline=self.pipeline, cdc_conn_id=self.cdc_conn_id).get_capture()
+            hook = CdcHook(pipeline=self.pipeline, cdc_conn_id=self.cdc_conn_id)
+            capture = hook.get_capture(partition=batch.partition)  # the partition that captured it
             with capture.leases.hold("commit"):
                 ensure_applied(batch, capture.config, self.target)
                 version = capture.commit(batch)
         offset = batch.manifest["to_offset"]
         counts = batch.manifest.get("counts", {})
-        self._annotate_assets(context, batch, counts)
         self.log.info("committed batch %s: offset %s, state version %d", batch.batch_id, offset, version)
+        if batch.empty:  # committed; skipped so that no Asset event wakes downstream DAGs for nothing
+            raise AirflowSkipException(f"batch {batch.batch_id} held no events: no Asset event")
+        self._annotate_assets(context, batch, counts)
         return {"batch_id": batch.batch_id, "offset": offset, "state_version": version, "counts": counts}
 
     def _annotate_assets(self, context: Context, batch: Batch, counts: dict[str, Any]) -> None:

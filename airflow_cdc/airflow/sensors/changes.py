@@ -20,19 +20,23 @@ from airflow_cdc.airflow.triggers.changes import CdcChangesTrigger
 class CdcChangesSensor(BaseSensorOperator):
     """Succeed once there is work for capture: no committed offset yet, snapshot chunks pending, an
     ad hoc snapshot requested by the run, or the source moved past the committed offset (cheap
-    check, nothing decoded; ``check="wal"`` may over-report, which only costs an empty batch).
+    check; PostgreSQL's default ``slot`` check fires only for published changes, ``wal`` may
+    over-report, which costs an empty batch).
 
     Deferrable (default from ``[operators] default_deferrable``): ``execute`` checks once, then
     defers to :class:`CdcChangesTrigger`, which polls asynchronously in the triggerer.
 
     :param pipeline: pipeline file path or mapping of Debezium properties. (templated)
     :param cdc_conn_id: Airflow Connection of the source database. (templated)
-    :param check: PostgreSQL: ``wal`` or ``slot`` (see ``PostgresSource.changes_after``); MySQL:
-        ``wal``/``binlog`` or ``gtid`` (see ``MySqlSource.changes_after``).
+    :param check: ``None``: the source's default.  PostgreSQL: ``slot`` (default) or ``wal`` (see
+        ``PostgresSource.changes_after``); MySQL: ``wal``/``binlog`` or ``gtid`` (see
+        ``MySqlSource.changes_after``).
     :param deferrable: wait in the triggerer instead of a worker slot.
+    :param partition: the partition of a partitioned connector to watch (a SQL Server database, a
+        Vitess task); ``None`` for an unpartitioned one. (templated)
     """
 
-    template_fields: Sequence[str] = ("pipeline", "cdc_conn_id")
+    template_fields: Sequence[str] = ("pipeline", "cdc_conn_id", "partition")
     ui_color = "#fcf3cf"
 
     def __init__(
@@ -40,11 +44,13 @@ class CdcChangesSensor(BaseSensorOperator):
         *,
         pipeline: str | Mapping[str, Any],
         cdc_conn_id: str | None = None,
-        check: str = "wal",
+        check: str | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        partition: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.partition = partition
         self.pipeline = pipeline
         self.cdc_conn_id = cdc_conn_id
         self.check = check
@@ -57,8 +63,8 @@ class CdcChangesSensor(BaseSensorOperator):
             self.log.info("ad hoc snapshot requested by the run")
             return True, None
         hook = CdcHook(pipeline=self.pipeline, cdc_conn_id=self.cdc_conn_id)
-        config = hook.get_conn()
-        stored = hook.get_store(config).load(config["name"])
+        config = hook.get_partition(self.partition)
+        stored = hook.get_store(config).load(config.state_name)
         if stored is None:
             self.log.info("no committed offset yet: the initial run is due")
             return True, None
@@ -66,7 +72,7 @@ class CdcChangesSensor(BaseSensorOperator):
             self.log.info("snapshot chunks are pending")
             return True, stored.data.get("offset")
         offset = stored.data.get("offset")
-        return hook.changes_after(offset, self.check), offset
+        return hook.changes_after(offset, self.check, self.partition), offset
 
     def poke(self, context: Context) -> bool:
         with airflow_errors("sense"):
@@ -87,6 +93,7 @@ class CdcChangesSensor(BaseSensorOperator):
                 cdc_conn_id=self.cdc_conn_id,
                 check=self.check,
                 poll_interval=self.poke_interval,
+                partition=self.partition,
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout),

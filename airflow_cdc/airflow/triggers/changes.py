@@ -25,6 +25,7 @@ class CdcChangesTrigger(BaseTrigger):
     :param check: ``wal`` (flushed WAL / binlog head past the offset), ``slot`` (PostgreSQL: the
         server peeks one change) or ``gtid`` (MySQL: a captured GTID the offset lacks).
     :param poll_interval: seconds between checks.
+    :param partition: the partition of a partitioned connector whose offset this is.
     """
 
     def __init__(
@@ -33,10 +34,12 @@ class CdcChangesTrigger(BaseTrigger):
         pipeline: str | Mapping[str, Any],
         offset: dict[str, Any],
         cdc_conn_id: str | None = None,
-        check: str = "wal",
+        check: str | None = None,
         poll_interval: float = 60.0,
+        partition: str | None = None,
     ) -> None:
         super().__init__()
+        self.partition = partition
         self.pipeline = pipeline if isinstance(pipeline, str) else dict(pipeline)
         self.offset = dict(offset)
         self.cdc_conn_id = cdc_conn_id
@@ -52,6 +55,7 @@ class CdcChangesTrigger(BaseTrigger):
                 "cdc_conn_id": self.cdc_conn_id,
                 "check": self.check,
                 "poll_interval": self.poll_interval,
+                "partition": self.partition,
             },
         )
 
@@ -63,7 +67,7 @@ class CdcChangesTrigger(BaseTrigger):
         while True:
             polls += 1
             try:
-                if await hook.achanges_after(self.offset, self.check):
+                if await hook.achanges_after(self.offset, self.check, self.partition):
                     yield TriggerEvent({"status": "changes", "offset": self.offset, "polls": polls})
                     return
             except CdcError as e:

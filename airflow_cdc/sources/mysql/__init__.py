@@ -21,6 +21,12 @@ def _source(config: ConnectorConfig) -> ChangeSource:
     return MySqlSource(config)
 
 
+def _check(config: ConnectorConfig) -> str:
+    from airflow_cdc.sources.mysql.client import check_connection
+
+    return check_connection(config)
+
+
 #: ``connector: mariadb`` (Debezium's MariaDB connector) is served by the same package; the source
 #: then labels its events ``source.connector = mariadb``.
 SOURCE = SourceSpec(
@@ -32,4 +38,5 @@ SOURCE = SourceSpec(
     _config,
     _source,
     names=("mariadb",),
+    check_connection=_check,
 )

@@ -314,3 +314,15 @@ class BinlogStream:
             self.conn.close()
         except Exception:  # noqa: BLE001 - the dump connection may already be gone
             pass
+
+
+def check_connection(config: ConnectorConfig) -> str:
+    """Connect and run the start-up checks of a capture: binlog settings and privileges."""
+    conn = connect(config)
+    try:
+        info = check_server(conn)
+        check_privileges(conn, info.flavour)
+        version = query(conn, "SELECT VERSION()")[0][0]
+    finally:
+        conn.close()
+    return f"{version}: binlog ROW/FULL, server_id {info.server_id}, replication privileges granted"

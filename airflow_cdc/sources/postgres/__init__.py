@@ -21,9 +21,16 @@ def _source(config: ConnectorConfig) -> ChangeSource:
     return PostgresSource(config)
 
 
+def _check(config: ConnectorConfig) -> str:
+    from airflow_cdc.sources.postgres.client import check_connection
+
+    return check_connection(config)
+
+
 SOURCE = SourceSpec(
     "postgresql",
     {"postgres": "postgresql", "io.debezium.connector.postgresql.PostgresConnector": "postgresql"},
     _config,
     _source,
+    check_connection=_check,
 )

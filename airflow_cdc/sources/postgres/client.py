@@ -49,7 +49,13 @@ def connect(config: ConnectorConfig, *, autocommit: bool = True) -> psycopg.Conn
 
 def connect_params(config: ConnectorConfig, application: str) -> dict[str, Any]:
     """psycopg connection arguments from the ``database.*`` properties (sync and async alike)."""
+    tls = {
+        key: config.secret(f"database.{key}")
+        for key in ("sslcert", "sslkey", "sslrootcert", "sslpassword")
+        if config.is_set(f"database.{key}")
+    }
     return {
+        **tls,
         "host": config["database.hostname"],
         "port": config["database.port"] or 5432,
         "user": config["database.user"],
@@ -257,3 +263,14 @@ class Catalog:
                 hint=f"GRANT SELECT ON {q.qualified(meta.id.schema, meta.id.table).as_string(self.conn)} "
                 "TO <connector user>",
             )
+
+
+def check_connection(config: ConnectorConfig) -> str:
+    """Connect and run the start-up checks of a capture (nothing is created or changed)."""
+    with connect(config) as conn:
+        info = check_server(conn)
+        check_commit_visibility(conn)
+    return (
+        f"PostgreSQL {info['version']} database {info['dbname']!r}: wal_level=logical, "
+        f"user {info['user']!r} may replicate"
+    )

@@ -16,6 +16,10 @@ PG_PROPERTIES: tuple[Property, ...] = COMMON_PROPERTIES + (
         "libpq sslmode.",
         choices=("disable", "allow", "prefer", "require", "verify-ca", "verify-full"),
     ),
+    Property("database.sslcert", "str", None, "Client certificate file (libpq sslcert)."),
+    Property("database.sslkey", "str", None, "Client private key file (libpq sslkey)."),
+    Property("database.sslrootcert", "str", None, "CA certificates checked by `verify-ca`/`verify-full`."),
+    Property("database.sslpassword", "secret", None, "Password of an encrypted `database.sslkey`."),
     Property("slot.name", "str", "debezium", "Logical replication slot."),
     Property("publication.name", "str", "dbz_publication", "Publication read by pgoutput."),
     Property(
@@ -38,6 +42,15 @@ PG_PROPERTIES: tuple[Property, ...] = COMMON_PROPERTIES + (
     Property("heartbeat.action.query", "str", None, "SQL run at the start of each capture run."),
     Property("message.prefix.include.list", "list", (), "Regexes of logical-message prefixes to capture."),
     Property("message.prefix.exclude.list", "list", (), "Regexes of logical-message prefixes to skip."),
+    Property(
+        "window.reader",
+        "enum",
+        "peek",
+        "How the change window is read: 'peek' (pg_logical_slot_peek_binary_changes, the faster "
+        "here) or 'stream' (the streaming replication protocol, START_REPLICATION ... LOGICAL, as "
+        "Debezium: nothing materialised on the server, no open transaction).",
+        choices=("stream", "peek"),
+    ),
 )
 
 

@@ -108,6 +108,18 @@ def wait_slot_free(conn: psycopg.Connection, name: str, application_name: str, t
         time.sleep(0.1)
 
 
+def wait_slot_released(conn: psycopg.Connection, name: str, pid: int, timeout: float = 10.0) -> None:
+    """Wait until backend ``pid`` (our own walsender, whose connection was just closed) no longer
+    holds the slot, so the commit that follows does not take it for an orphan.  Gives up quietly
+    after ``timeout``: :func:`wait_slot_free` still handles a backend that lingers."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        row = conn.execute(q.SLOT_HOLDER, (name,)).fetchone()
+        if row is None or row[0] != pid:
+            return
+        time.sleep(0.005)
+
+
 def drop_slot(conn: psycopg.Connection, name: str) -> None:
     conn.execute(
         "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s", (name,)

@@ -35,6 +35,7 @@ from airflow_cdc.sources.postgres.position import PgPosition, format_pg_lsn, par
 from airflow_cdc.sources.postgres.stream import WindowReader, WindowResult, prefix_filter
 from airflow_cdc.sources.postgres.tables import RelationState, build_state, source_constants
 from airflow_cdc.sources.postgres.types import HandlingModes
+from airflow_cdc.sources.postgres.walstream import ReplicationStream
 
 log = logging.getLogger(__name__)
 
@@ -264,12 +265,14 @@ class PostgresSource(ChangeSource):
     def changes_after(self, offset: dict[str, Any] | None, check: str | None = None) -> bool:
         """Whether the source may hold changes past ``offset`` -- cheap, nothing decoded here.
 
-        ``check="wal"`` compares the flushed WAL position with the offset (any WAL, also of other
-        databases, counts: it may over-report, never under-reports); ``check="slot"`` lets the server
-        peek at the slot for one published change past the offset.  No offset means yes (a snapshot
-        is due).  Uses a connection of its own when the source is not open.
+        ``check="slot"`` (the default) lets the server peek at the slot for the first transaction
+        with a published change past the offset: it fires only for changes capture would stage.
+        ``check="wal"`` compares the flushed WAL position with the offset: cheaper, but any WAL
+        counts (other databases, Airflow's own metadata database on the same server), so it
+        over-reports and each one costs an empty batch.  No offset means yes (a snapshot is due).
+        Uses a connection of its own when the source is not open.
         """
-        check = check or "wal"
+        check = check or "slot"
         if check not in ("wal", "slot"):
             raise ConfigError(f"changes check {check!r} is not supported; use 'wal' or 'slot'")
         if offset is None:
@@ -474,7 +477,18 @@ class PostgresSource(ChangeSource):
             epoch=self.epoch,
         )
         try:
-            res = reader.read(self.conn, self.slot, self.publication, from_lsn, upto_lsn, max_events)
+            if self.config["window.reader"] == "stream":
+                stream = ReplicationStream(
+                    self.config, self.slot, self.publication, from_lsn, upto_lsn, max_events
+                )
+                try:
+                    with stream:
+                        res = reader.read_stream(stream)
+                finally:
+                    if stream.backend_pid:
+                        replication.wait_slot_released(self.conn, self.slot, stream.backend_pid)
+            else:
+                res = reader.read(self.conn, self.slot, self.publication, from_lsn, upto_lsn, max_events)
         except psycopg.errors.ObjectInUse as e:
             raise ServerMisconfigured(
                 f"replication slot {self.slot!r} is in use by another process: {e.diag.message_primary}",

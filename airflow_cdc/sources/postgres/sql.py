@@ -30,6 +30,7 @@ FROM pg_replication_slots WHERE slot_name = %s
 
 CREATE_SLOT = "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')"
 
+SLOT_HOLDER = "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s"
 ADVANCE_SLOT = "SELECT end_lsn::text FROM pg_replication_slot_advance(%s, %s::pg_lsn)"
 
 HEAD_LSNS = "SELECT pg_current_wal_flush_lsn()::text, pg_current_wal_insert_lsn()::text"

@@ -1,18 +1,20 @@
 """Read one change window from the slot into a staged batch (the hot path).
 
-One streamed call of ``pg_logical_slot_peek_binary_changes`` per run (server-side cursor, fixed
-fetch size, batches fetched ahead by a helper thread while this one decodes): peeking never
-consumes, and re-decodes from the slot's confirmed position on every call, so the slot is
-advanced only when the batch is committed.  The window covers every transaction whose commit
-record starts below the window end; the next window starts there.  Transactions below the stored
-offset (the slot was not advanced after a commit) are skipped.
+The window's pgoutput messages come from the streaming replication protocol
+(:mod:`.walstream`, ``window.reader=stream``) or from one streamed call of
+``pg_logical_slot_peek_binary_changes`` per run (``window.reader=peek``: server-side cursor,
+fixed fetch size, batches fetched ahead by a helper thread while this one decodes).  Neither
+consumes: each run re-decodes from the slot's confirmed position, so the slot is advanced only
+when the batch is committed.  The window covers every transaction whose commit record starts
+below the window end; the next window starts there.  Transactions below the stored offset
+(the slot was not advanced after a commit) are skipped.
 """
 
 from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +35,7 @@ from airflow_cdc.sources.postgres.client import prefetch
 from airflow_cdc.sources.postgres.columnar import native_decoder, to_piece
 from airflow_cdc.sources.postgres.position import PgPosition, format_pg_lsn
 from airflow_cdc.sources.postgres.tables import SOURCE_TYPE, RelationState, source_constants
+from airflow_cdc.sources.postgres.walstream import ReplicationStream
 
 log = logging.getLogger(__name__)
 _decode: Any = proto.decode  # the hot loop dispatches on the first byte, so the union type adds nothing
@@ -108,33 +111,52 @@ class WindowReader:
         upto_lsn: int,
         max_events: int,
     ) -> WindowResult:
-        """Stream the window ``[from_lsn, upto_lsn)`` (at most ``max_events`` rows, whole transactions)."""
-        res = WindowResult(end_lsn=upto_lsn)
-        progress = Progress("change window", total=max(upto_lsn - from_lsn, 1), unit="WAL bytes")
-        rows = 0
-        st = _TxnState(self.epoch)
-        st.prev_commit, st.ts_us = self.resume[0], self.resume[1] or 0
-        self.last_ts_us = self.resume[1]
+        """Peek the window ``[from_lsn, upto_lsn)`` (at most ``max_events`` rows, whole transactions)."""
         with conn.transaction(), conn.cursor(name="airflow_cdc_window", binary=True) as cur:
             cur.execute(q.peek_changes(slot, format_pg_lsn(upto_lsn), max_events, publication))
             # closed explicitly: the fetching thread must be gone before the cursor closes
             with closing(prefetch(cur, FETCH_ROWS)) as batches:
-                for batch in batches:
-                    rows += len(batch)
-                    self.consume(batch, st, res, from_lsn)
-                    progress.update(rows=self._events(), done=max(0, batch[-1][0] - from_lsn))
-                    failpoint("mid_window")
+                res, rows = self.read_batches(batches, from_lsn, upto_lsn)
+        return self.finish(res, rows >= max_events)
+
+    def read_stream(self, stream: ReplicationStream) -> WindowResult:
+        """Read the window a started :class:`ReplicationStream` delivers (``window.reader=stream``)."""
+        res, _rows = self.read_batches(stream.batches(), stream.from_lsn, stream.upto_lsn)
+        return self.finish(res, stream.bounded)
+
+    def read_batches(
+        self, batches: Iterable[list[tuple[int, bytes]]], from_lsn: int, upto_lsn: int
+    ) -> tuple[WindowResult, int]:
+        """Decode the window's ``(lsn, data)`` batches; returns the result so far and the rows read."""
+        res = WindowResult(end_lsn=upto_lsn)
+        progress = Progress("change window", total=max(upto_lsn - from_lsn, 1), unit="WAL bytes")
+        self._progress = progress
+        rows = 0
+        st = _TxnState(self.epoch)
+        st.prev_commit, st.ts_us = self.resume[0], self.resume[1] or 0
+        self.last_ts_us = self.resume[1]
+        for batch in batches:
+            before, rows = rows, rows + len(batch)
+            self.consume(batch, st, res, from_lsn)
+            progress.update(rows=self._events(), done=max(0, batch[-1][0] - from_lsn))
+            if not before or rows // FETCH_ROWS > before // FETCH_ROWS:  # alike for both readers
+                failpoint("mid_window")
+        return res, rows
+
+    def finish(self, res: WindowResult, bounded: bool) -> WindowResult:
+        """Write what is still buffered; a window ``bounded`` by ``max_events`` ends after its
+        last transaction (or non-transactional message)."""
         self.drain_all()
-        if rows >= max_events:
+        if bounded:
             res.bounded = True
             nontx_end = None if self.last_nontx is None else self.last_nontx + 1
             ends = [x for x in (self.last_commit_end, nontx_end) if x]
-            res.end_lsn = max(ends) if ends else upto_lsn
+            res.end_lsn = max(ends) if ends else res.end_lsn
             self.messages = [m for m in self.messages if not (m["_nontx"] and m["_lsn"] >= res.end_lsn)]
         self._flush_messages()
         res.events += self._events()
         res.per_table.update(self.writer.op_counts("stream"))
-        progress.finish(rows=res.events)
+        self._progress.finish(rows=res.events)
         return res
 
     def _events(self) -> int:

@@ -21,6 +21,23 @@ def _source(config: ConnectorConfig) -> ChangeSource:
     return SqlServerSource(config)
 
 
+def _partitions(config: ConnectorConfig) -> list[ConnectorConfig]:
+    from airflow_cdc.sources.sqlserver.config import sqlserver_partitions
+
+    return sqlserver_partitions(config)
+
+
+def _check(config: ConnectorConfig) -> str:
+    from airflow_cdc.sources.sqlserver.checks import check_connection
+
+    return check_connection(config)
+
+
 SOURCE = SourceSpec(
-    "sqlserver", {"io.debezium.connector.sqlserver.SqlServerConnector": "sqlserver"}, _config, _source
+    "sqlserver",
+    {"io.debezium.connector.sqlserver.SqlServerConnector": "sqlserver"},
+    _config,
+    _source,
+    partitions=_partitions,
+    check_connection=_check,
 )

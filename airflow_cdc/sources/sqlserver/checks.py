@@ -100,3 +100,19 @@ def raise_purged(problems: list[str], when_needed: bool) -> bool:
     if not when_needed:
         raise OffsetUnavailable("; ".join(problems))
     return True
+
+
+def check_connection(config: Any) -> str:
+    """Connect to every database of ``database.names``: it exists, has CDC enabled, and the
+    SQL Server Agent runs (nothing is changed)."""
+    from airflow_cdc.sources.sqlserver.client import connect
+
+    databases = list(config["database.names"])
+    for database in databases:
+        conn = connect(config, database)
+        try:
+            check_database(conn, database)
+            check_agent(conn)
+        finally:
+            conn.close()
+    return f"CDC enabled on {', '.join(databases)}; SQL Server Agent not reported stopped"

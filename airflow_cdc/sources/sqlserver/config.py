@@ -85,6 +85,23 @@ def sqlserver_config(raw: Mapping[str, Any]) -> ConnectorConfig:
             raise ConfigError("set database.names or the older database.dbname, not both")
         values["database.names"] = values.pop("database.dbname")
     config = ConnectorConfig(SQLSERVER_PROPERTIES, values)
-    if not config["database.names"]:
+    names = config["database.names"]
+    if not names:
         raise ConfigError("database.names is required: the databases to capture")
+    folded = [n.lower() for n in names]  # database names compare case-insensitively on SQL Server
+    repeated = sorted({n for n, f in zip(names, folded, strict=True) if folded.count(f) > 1})
+    if repeated:
+        raise ConfigError(f"database.names lists {', '.join(repeated)} more than once")
     return config
+
+
+def sqlserver_partitions(config: ConnectorConfig) -> list[ConnectorConfig]:
+    """One partition per database of ``database.names`` (Debezium's per-database offsets).
+
+    LSNs are per database, so each database is captured, committed and resumed on its own; its
+    state is kept under ``<name>.<database>``.  One database: the connector is not partitioned.
+    """
+    names = config["database.names"]
+    if len(names) == 1:
+        return [config]
+    return [config.for_partition(db, {"database.names": [db]}) for db in names]

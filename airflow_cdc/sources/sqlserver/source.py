@@ -7,9 +7,9 @@ compare coordinates.  A window is every transaction with a commit LSN in
 ``(committed, fn_cdc_get_max_lsn()]``; nothing is acknowledged on the server (the cleanup job's
 retention decides how long changes stay).
 
-Scope of this version: one database (``database.names`` with one name; LSNs are per database,
-several need per-database coordinates in the capture core); snapshots chunk by the capture
-instance's key without ad hoc conditions or surrogate keys.
+One source reads one database: LSNs are per database, so a connector with several
+``database.names`` is captured as one partition per database (:func:`.config.sqlserver_partitions`),
+each with its own offset, as Debezium keeps one offset per database.
 """
 
 from __future__ import annotations
@@ -86,10 +86,10 @@ class SqlServerSource(ChangeSource):
     def __init__(self, config: ConnectorConfig) -> None:
         self.config, self.name = config, config["name"]
         names = config["database.names"]
-        if len(names) != 1:
+        if len(names) != 1:  # the core captures each database as a partition of its own
             raise ConfigError(
-                f"database.names lists {len(names)} databases; this version captures one database per "
-                "connector (LSNs are per database): define one connector per database"
+                f"database.names lists {len(names)} databases: a SqlServerSource reads one; build the "
+                "connector's partitions (airflow_cdc.core.pipeline.partitions) for the others"
             )
         self.database: str = names[0]
         self.filters = TableFilter(config)

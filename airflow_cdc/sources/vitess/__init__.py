@@ -21,4 +21,16 @@ def _source(config: ConnectorConfig) -> ChangeSource:
     return VitessSource(config)
 
 
-SOURCE = SourceSpec("vitess", {"io.debezium.connector.vitess.VitessConnector": "vitess"}, _config, _source)
+def _partitions(config: ConnectorConfig) -> list[ConnectorConfig]:
+    from airflow_cdc.sources.vitess.tasks import task_partitions
+
+    return task_partitions(config)
+
+
+SOURCE = SourceSpec(
+    "vitess",
+    {"io.debezium.connector.vitess.VitessConnector": "vitess"},
+    _config,
+    _source,
+    partitions=_partitions,
+)

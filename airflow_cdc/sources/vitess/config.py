@@ -138,14 +138,28 @@ def vitess_config(raw: Mapping[str, Any]) -> ConnectorConfig:
         raise ConfigError(
             "property 'vitess.gtid': a shard GTID position needs 'vitess.shard' (or give a VGTID list)"
         )
-    if config["vitess.offset.storage.per.task"] and (
-        config["vitess.offset.storage.task.key.gen"] < 0 or config["vitess.prev.num.tasks"] < 1
-    ):
-        raise ConfigError(
-            "vitess.offset.storage.per.task needs vitess.offset.storage.task.key.gen (>= 0) and "
-            "vitess.prev.num.tasks (>= 1)"
-        )
+    if config["vitess.offset.storage.per.task"]:
+        _check_per_task(config)
     for header in config["vitess.grpc.headers"]:
         if ":" not in header:
             raise ConfigError(f"property 'vitess.grpc.headers': {header!r} is not a key:value pair")
     return config
+
+
+def _check_per_task(config: ConnectorConfig) -> None:
+    """:raises ConfigError: a setting offset storage per task cannot honour (see :mod:`.tasks`)."""
+    if config["vitess.offset.storage.task.key.gen"] < 0 or config["vitess.prev.num.tasks"] < 1:
+        raise ConfigError(
+            "vitess.offset.storage.per.task needs vitess.offset.storage.task.key.gen (>= 0) and "
+            "vitess.prev.num.tasks (>= 1)"
+        )
+    if config["vitess.shard"]:
+        raise ConfigError(
+            "vitess.offset.storage.per.task deals the keyspace's shards over the tasks: unset vitess.shard"
+        )
+    if config["snapshot.mode"] in ("always", "when_needed"):
+        raise ConfigError(
+            f"property 'snapshot.mode': {config['snapshot.mode']} re-snapshots captured tables, which "
+            "vitess.offset.storage.per.task cannot do (a task cannot void only its own shards' rows); "
+            "use initial, initial_only or no_data"
+        )

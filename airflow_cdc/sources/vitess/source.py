@@ -12,8 +12,8 @@ stream, and the copied rows are staged as ``op=r`` at positions that sort after 
 their read reflects.  A copy spread over many runs resumes from the last copied key kept in the
 committed VGTID.
 
-Not done: ``tasks.max`` / ``vitess.offset.storage.per.task`` (one task reads every shard);
-snapshot conditions / surrogate keys; ``verify`` (no key-ordered reads through vtgate).
+With ``vitess.offset.storage.per.task`` the connector is partitioned into tasks, each reading its
+share of the shards with an offset of its own (:mod:`.tasks`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from airflow_cdc.core.events import now_us
 from airflow_cdc.core.filters import IncludeExclude
 from airflow_cdc.core.snapshot import TableSnapshot
 from airflow_cdc.core.source import Capabilities, ChangeSource
-from airflow_cdc.sources.vitess import offsets, orphans, position, snapshots, window
+from airflow_cdc.sources.vitess import offsets, orphans, position, snapshots, tasks, window
 from airflow_cdc.sources.vitess.client import VtgateClient
 from airflow_cdc.sources.vitess.position import VitessCoord, shard_set
 from airflow_cdc.sources.vitess.proto import binlogdata_pb2 as b
@@ -60,14 +60,13 @@ class VitessSource(ChangeSource):
     capabilities = Capabilities(chunked_snapshots=False, checks=("vgtid",))
 
     def __init__(self, config: ConnectorConfig) -> None:
-        self.config, self.name = config, config["name"]
-        if config["vitess.offset.storage.per.task"]:
-            raise ConfigError(
-                "property 'vitess.offset.storage.per.task': one offset per task is not supported yet; "
-                "one capture task reads every shard (or set vitess.shard and run one connector per shard)"
-            )
+        self.config, self.name = config, config.state_name
+        self.task = (
+            tasks.parse_task_key(config.partition) if config["vitess.offset.storage.per.task"] else None
+        )
         self.keyspace: str = config["vitess.keyspace"]
         self.shard: str | None = config["vitess.shard"] or None
+        self.shards: list[str] | None = None  # a task's shards (offset storage per task), from open()
         self._tables = IncludeExclude(
             "table.include.list",
             config["table.include.list"],
@@ -102,6 +101,8 @@ class VitessSource(ChangeSource):
         self.client = VtgateClient(self.config)
         names = self.client.list_tables(self.keyspace)
         self.captured = [t for t in (f"{self.keyspace}.{n}" for n in names) if self._tables(t)]
+        if self.task is not None:
+            self.shards = self._task_shards(self.client)
 
     def close(self) -> None:
         if self.client is not None:
@@ -118,7 +119,28 @@ class VitessSource(ChangeSource):
 
     # -- offsets ----------------------------------------------------------------------------
     def head(self) -> VitessCoord:
-        return VitessCoord(self._client().current_vgtid(self.keyspace, self.shard), self.generation)
+        return VitessCoord(self._current(), self.generation)
+
+    def _task_shards(self, client: VtgateClient) -> list[str]:
+        """The shards dealt to this task now (see :mod:`.tasks`)."""
+        assert self.task is not None
+        task, count, _ = self.task
+        current = [g.shard for g in client.current_vgtid(self.keyspace).shard_gtids]
+        return tasks.task_shards(current, task, count, self.keyspace, str(self.config.partition))
+
+    def inherit_state(self, load: Any) -> dict[str, Any] | None:
+        """A task of a new generation starts from its shards' positions in the previous one's offsets."""
+        if self.task is None or self.shards is None:
+            return None
+        every = self.shards + [g.shard for g in self._client().current_vgtid(self.keyspace).shard_gtids]
+        return tasks.inherited_offset(
+            load,
+            self.config["name"],
+            self.keyspace,
+            sorted(set(every)),
+            str(self.config.partition),
+            self.config["vitess.prev.num.tasks"],
+        )
 
     def start_offset(
         self, offset: dict[str, Any] | None, when_needed: bool
@@ -149,9 +171,17 @@ class VitessSource(ChangeSource):
                 f"{', '.join(others)}",
                 hint="use a new connector name for another keyspace",
             )
+        if self.shards is not None:
+            self._check_task_shards(vgtid)
         try:
             self._check_readable(vgtid)
         except OffsetUnavailable as e:
+            if self.task is not None:
+                e.hint = (
+                    "with vitess.offset.storage.per.task a re-snapshot cannot void only this task's shards' "
+                    "rows: reset the connector's state and snapshot again"
+                )
+                raise
             if not when_needed:
                 raise
             log.warning("%s; snapshot.mode=when_needed: restarting at the current VGTID and re-copying", e)
@@ -170,15 +200,38 @@ class VitessSource(ChangeSource):
         return self._orphan_cache
 
     def _current(self) -> b.VGtid:
-        return self._client().current_vgtid(self.keyspace, self.shard)
+        return self._mine(self._client().current_vgtid(self.keyspace, self.shard))
+
+    def _mine(self, vgtid: b.VGtid) -> b.VGtid:
+        """``vgtid`` restricted to this task's shards (all of it without offset storage per task)."""
+        if self.shards is None:
+            return vgtid
+        return b.VGtid(shard_gtids=[g for g in vgtid.shard_gtids if g.shard in self.shards])
 
     def _configured_start(self) -> VitessCoord:
         gtid = str(self.config["vitess.gtid"]).strip()
         if gtid in (offsets.CURRENT, ""):
             return VitessCoord(self._current(), 0)
-        vgtid = offsets.start_vgtid(self.keyspace, self.shard, gtid)
+        vgtid = self._mine(offsets.start_vgtid(self.keyspace, self.shard, gtid))
+        if self.shards is not None:
+            self._check_task_shards(vgtid)
         self._check_readable(vgtid)
         return VitessCoord(vgtid, 0)
+
+    def _check_task_shards(self, vgtid: b.VGtid) -> None:
+        """A task resumes the shards dealt to it; anything else is a reshard or a changed task count.
+
+        :raises ConfigError: the shards differ (nothing is read).
+        """
+        held = sorted(g.shard for g in vgtid.shard_gtids)
+        if held != sorted(self.shards or ()):
+            raise ConfigError(
+                f"task {self.config.partition} of vitess.offset.storage.per.task holds shard(s) "
+                f"{', '.join(held) or '(none)'} but is dealt {', '.join(self.shards or ())} now: the "
+                "keyspace was resharded or tasks.max changed within one generation",
+                hint="raise vitess.offset.storage.task.key.gen (with vitess.prev.num.tasks) when tasks.max "
+                "changes; a reshard is not followed in this mode",
+            )
 
     def _check_readable(self, vgtid: b.VGtid) -> None:
         """Open a stream from ``vgtid`` over no table and wait for its first answer: vtgate refuses a
@@ -215,7 +268,8 @@ class VitessSource(ChangeSource):
         """Whether some shard's current GTID set is past the offset's (or a copy is unfinished)."""
         client = self.client or VtgateClient(self.config)
         try:
-            return window.changes_after(client, self.keyspace, self.shard, offset)
+            shards = self._task_shards(client) if self.task is not None else None
+            return window.changes_after(client, self.keyspace, self.shard, offset, shards)
         finally:
             if client is not self.client:
                 client.close()
@@ -241,10 +295,12 @@ class VitessSource(ChangeSource):
     ) -> WindowResult:
         """Stage the changes from ``start`` to ``upto`` and the copy of the pending snapshots."""
         request, notes, new = snapshots.request(start.vgtid, self.pending, set(self.captured))
-        if new and self._resumed and not self._epoch_raised:
+        if self.task is not None:
+            tasks.check_task_snapshots(new, str(self.config.partition))
+        elif new and self._resumed and not self._epoch_raised:
             self.epoch += 1  # see snapshots: the copy cannot show deletes, a truncate below it can
             self._epoch_raised = True
-        for snap in new:
+        for snap in new if self.task is None else ():
             if self._resumed and snap.purge_below is None:
                 snap.purge_below = self.position_floor().hex()
         found = self._orphans()

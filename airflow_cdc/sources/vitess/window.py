@@ -134,7 +134,13 @@ def read_window(
     return window
 
 
-def changes_after(client: VtgateClient, keyspace: str, shard: str | None, offset: dict | None) -> bool:
+def changes_after(
+    client: VtgateClient,
+    keyspace: str,
+    shard: str | None,
+    offset: dict | None,
+    shards: list[str] | None = None,
+) -> bool:
     """Whether vtgate holds changes past a stored offset -- the sensor's check; no row is read.
 
     Compares the shards' current positions with the offset's: any shard past it (or not in it,
@@ -147,4 +153,6 @@ def changes_after(client: VtgateClient, keyspace: str, shard: str | None, offset
     if offsets.copying(stored):
         return True
     current = client.current_vgtid(keyspace, shard)
+    if shards is not None:  # one task's shards (offset storage per task)
+        current = b.VGtid(shard_gtids=[g for g in current.shard_gtids if g.shard in shards])
     return not offsets.reached(stored, current)

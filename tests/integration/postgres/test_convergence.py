@@ -110,16 +110,17 @@ class Writers(WriterThreads):
 
 
 
-def _setup(pg_db, tmp_path: Path) -> dict:
+def _setup(pg_db, tmp_path: Path, reader: str = "peek") -> dict:
     with psycopg.connect(pg_db.dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)
     return pipeline(pg_db, tmp_path / "staging", **{"incremental.snapshot.chunk.size": 1000,
                                                      "snapshot.max.rows.per.run": 12_000,
-                                                     "run.max.events": 20_000})
+                                                     "run.max.events": 20_000, "window.reader": reader})
 
 
-def test_converges_under_concurrent_writes(pg_db, tmp_path):
-    config = _setup(pg_db, tmp_path)
+@pytest.mark.parametrize("reader", ["stream", "peek"])
+def test_converges_under_concurrent_writes(pg_db, tmp_path, reader):
+    config = _setup(pg_db, tmp_path, reader)
     runs = 0
     with Writers(pg_db.dsn) as writers:
         while snapshot_pending(config) or runs < 3:
@@ -138,7 +139,7 @@ def test_converges_under_concurrent_writes(pg_db, tmp_path):
 
 
 def test_converges_with_sigkill_at_random_points(pg_db, tmp_path):
-    config = _setup(pg_db, tmp_path)
+    config = _setup(pg_db, tmp_path, "stream")  # peek: test_crash_between_state_commit_and_slot_advance
     config_path = tmp_path / "pipeline.json"
     config_path.write_text(json.dumps(config))
     rng = random.Random(42)

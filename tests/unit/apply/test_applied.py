@@ -115,3 +115,24 @@ def test_check_fence_reads_the_newest_airflow_cdc_commit(tmp_path):
     delta_log.check_fence(path, None)
     with pytest.raises(delta_log.StaleFence, match="token 7, newer than this run's 6"):
         delta_log.check_fence(path, 6)
+
+
+def test_fences_compare_only_within_one_partition(tmp_path):
+    """Partitions of one connector (Vitess tasks) write the same tables under leases of their own:
+    a partition's newer token must not fence another partition out, only its own older runs."""
+    path = table_path(str(tmp_path), "silver", "conn", "public.t")
+    log = Path(path) / "_delta_log"
+    log.mkdir(parents=True)
+    for version, (partition, fence) in enumerate([("task0_2_1", 3), ("task1_2_1", 9), (None, 5)]):
+        meta = {"airflow_cdc": {"batch_id": f"b{version}", "fence": fence, "partition": partition}}
+        if partition is None:
+            del meta["airflow_cdc"]["partition"]
+        commit = {"commitInfo": {"operation": "MERGE", "userMetadata": json.dumps(meta)}}
+        (log / f"{version:020d}.json").write_text(json.dumps(commit) + "\n")
+    assert delta_log.newest_fence(path, "task0_2_1") == 3
+    assert delta_log.newest_fence(path, "task1_2_1") == 9
+    assert delta_log.newest_fence(path) == 5
+    assert delta_log.newest_fence(path, "task2_3_2") is None
+    delta_log.check_fence(path, 4, "task0_2_1")  # task1's token 9 does not fence task0 out
+    with pytest.raises(delta_log.StaleFence, match="token 3, newer than this run's 2"):
+        delta_log.check_fence(path, 2, "task0_2_1")

@@ -200,3 +200,15 @@ def test_job_recognises_out_of_memory():
     except ValueError as e:
         assert _out_of_memory(e)
     assert not _out_of_memory(ValueError("file is not a parquet file"))
+
+
+def test_local_runs_keep_spark_at_warn_unless_the_user_says_otherwise(tmp_path):
+    option = launch_defaults("local[2]")["spark.driver.extraJavaOptions"]
+    assert option.startswith("-Dlog4j2.configurationFile=file:")
+    properties = Path(option.split("file:", 1)[1]).read_text()
+    assert "rootLogger.level = warn" in properties
+    assert "spark.driver.extraJavaOptions" not in launch_defaults("spark://m:7077")  # the cluster's own
+    batch = _wide_batch(tmp_path, 3, 10)[1]
+    mine = "-Dlog4j2.configurationFile=file:/etc/spark/log4j2.properties"
+    job = build_apply_job(batch, str(tmp_path / "lake"), conf={"spark.driver.extraJavaOptions": mine})
+    assert job.conf["spark.driver.extraJavaOptions"] == mine

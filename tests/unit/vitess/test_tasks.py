@@ -47,3 +47,57 @@ def test_wrong_previous_task_count_is_an_error():
     stored = {"task0_2_1": _offset(("-40", "u:1-5"), ("80-c0", "w:1-7"))}
     with pytest.raises(OffsetUnavailable, match="40-80"):
         tasks.task_offset(stored, "ks", SHARDS, 1, 4, 2, 2)
+
+
+def test_task_keys_and_partitions():
+    from airflow_cdc.sources.vitess.config import vitess_config
+
+    assert tasks.parse_task_key("task1_4_2") == (1, 4, 2)
+    for bad in (None, "task4_4_2", "task1_4", "x1_4_2", "task-1_4_2"):
+        with pytest.raises(ConfigError, match="not a task key"):
+            tasks.parse_task_key(bad)
+    base = {"name": "vt", "connector": "vitess", "staging.path": "/tmp/x", "vitess.keyspace": "ks"}
+    assert [p.partition for p in tasks.task_partitions(vitess_config(base))] == [None]
+    per_task = {**base, "vitess.offset.storage.per.task": "true", "tasks.max": 3,
+                "vitess.offset.storage.task.key.gen": 2, "vitess.prev.num.tasks": 2}  # fmt: skip
+    parts = tasks.task_partitions(vitess_config(per_task))
+    assert [p.state_name for p in parts] == ["vt.task0_3_2", "vt.task1_3_2", "vt.task2_3_2"]
+    assert all(p["name"] == "vt" for p in parts)  # the connector's tables and Assets
+    with pytest.raises(ConfigError, match="has none"):
+        tasks.task_shards(SHARDS[:2], 2, 3, "ks", "task2_3_2")
+    assert tasks.task_shards(list(reversed(SHARDS)), 1, 2, "ks", "task1_2_1") == ["40-80", "c0-"]
+
+
+def _state(*pairs, epoch=0, pending=(), tables=("ks.t",)):
+    offset = {**_offset(*pairs), "epoch": epoch, "generation": 0}
+    return {"offset": offset, "snapshot": {"pending": list(pending), "initial_done": True}, "tables": list(tables)}
+
+
+def test_inherited_offset_takes_positions_epoch_and_tables_of_the_previous_generation():
+    stored = {
+        "vt.task0_2_1": _state(("-40", "u:1-5"), ("80-c0", "w:1-7"), epoch=1, tables=("ks.a",)),
+        "vt.task1_2_1": _state(("40-80", "v:1-6"), ("c0-", "x:1-8"), epoch=3, tables=("ks.b",)),
+    }
+    got = tasks.inherited_offset(stored.get, "vt", "ks", SHARDS, "task0_1_2", 2)
+    assert [g["shard"] for g in got["offset"]["vgtid"]] == SHARDS
+    assert got["offset"]["epoch"] == 3 and got["tables"] == ["ks.a", "ks.b"]
+    assert got["snapshot"] == {"pending": [], "initial_done": True}
+    legacy = {"vt": _state(*[(s, f"g:1-{i + 1}") for i, s in enumerate(SHARDS)], epoch=2)}
+    first = tasks.inherited_offset(legacy.get, "vt", "ks", SHARDS, "task1_2_1", 1)
+    assert [g["shard"] for g in first["offset"]["vgtid"]] == ["40-80", "c0-"] and first["offset"]["epoch"] == 2
+    assert tasks.inherited_offset({}.get, "vt", "ks", SHARDS, "task0_2_1", 1) is None  # a new connector
+    with pytest.raises(OffsetUnavailable, match="no stored offset of generation 1 with 3 task"):
+        tasks.inherited_offset(stored.get, "vt", "ks", SHARDS, "task0_1_2", 3)
+    stored["vt.task1_2_1"]["snapshot"]["pending"] = [{"table": "ks.b"}]
+    with pytest.raises(OffsetUnavailable, match="vt.task1_2_1 still has a snapshot running"):
+        tasks.inherited_offset(stored.get, "vt", "ks", SHARDS, "task0_1_2", 2)
+
+
+def test_a_task_refuses_re_snapshots_of_captured_tables():
+    from airflow_cdc.core.snapshot import TableSnapshot
+
+    new = TableSnapshot(table="ks.new", origin="initial")
+    tasks.check_task_snapshots([new], "task0_2_1")  # a table new to the connector: copied as usual
+    for refused in (TableSnapshot(table="ks.t", origin="adhoc"), TableSnapshot(table="ks.t", origin="initial", purge_below="00")):
+        with pytest.raises(ConfigError, match="re-snapshot of ks.t refused"):
+            tasks.check_task_snapshots([new, refused], "task0_2_1")

@@ -1,0 +1,249 @@
+"""The change window read through the streaming replication protocol (``window.reader=stream``).
+
+``START_REPLICATION SLOT ... LOGICAL`` with pgoutput on a ``replication=database`` connection, as
+Debezium reads: the server decodes while we decode (nothing is materialised on the server), and
+the window is the same as the peek path's (:mod:`.stream`):
+
+- it starts at the committed offset (the slot's confirmed position, which ``start_offset`` has
+  aligned with it);
+- it holds every transaction whose commit record starts below the target LSN (a ``Commit`` whose
+  end reaches the target is the last one; a ``Begin`` or non-transactional message at or past it
+  is not read), and stops early after the transaction or non-transactional message at which
+  ``max_events`` messages have arrived, as ``pg_logical_slot_peek_binary_changes`` counts them;
+- when the server has nothing more below the target it says so in a keepalive (its sent
+  position reaches the target); an idle wait asks it for one.
+
+Nothing is consumed: every standby status update reports the committed offset the window
+started from as written, flushed and applied position -- never more -- so the slot's confirmed
+position never passes what the state store committed (the slot is advanced at commit, as with
+the peek path).  Keepalives asking for a reply are answered at once.  Only pgoutput protocol 1:
+the server spills large transactions itself (``logical_decoding_work_mem``) and sends each whole
+at its commit, so no change is ever handed on before its transaction committed.
+
+Memory: one batch of at most ``batch_rows`` messages is held at a time; the socket and libpq's
+buffer hold what the server sent ahead.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import struct
+import time
+from collections.abc import Iterator
+from types import TracebackType
+
+import psycopg
+from psycopg import pq
+from psycopg.conninfo import make_conninfo
+from psycopg.pq.abc import PGconn, PGresult
+
+from airflow_cdc.core.config import ConnectorConfig
+from airflow_cdc.core.errors import ProtocolError, ServerMisconfigured
+from airflow_cdc.sources.postgres import client
+from airflow_cdc.sources.postgres import sql as q
+from airflow_cdc.sources.postgres.position import format_pg_lsn
+
+log = logging.getLogger(__name__)
+
+_XLOG_DATA, _KEEPALIVE, _IDLE = 0x77, 0x6B, -1  # 'w', 'k', (no message yet)
+_BEGIN, _COMMIT, _MESSAGE = 0x42, 0x43, 0x4D  # 'B', 'C', 'M'
+_I64 = struct.Struct(">q").unpack_from
+_KEEPALIVE_MSG = struct.Struct(">qqB").unpack_from
+_STATUS = struct.Struct(">cqqqqB").pack
+#: microseconds from the Unix epoch to PostgreSQL's (2000-01-01)
+_PG_EPOCH_US = 946_684_800_000_000
+#: seconds without a message before the server is asked where it is
+IDLE_PROBE = 0.2
+#: seconds to wait before reading again when nothing is buffered (see ``_messages``)
+PILE_UP = 0.0001
+#: seconds between unsolicited status updates (well below the default wal_sender_timeout of 60 s)
+STATUS_INTERVAL = 10.0
+
+
+class ReplicationStream:
+    """One window of pgoutput messages from a logical slot, as batches of ``(lsn, data)``.
+
+    :param config: the connector configuration (``database.*`` properties).
+    :param slot: the logical slot.
+    :param publication: the publication pgoutput reads.
+    :param from_lsn: the committed offset: where the window starts and what status updates report.
+    :param upto_lsn: the window's target (the flushed head read at the run's start).
+    :param max_events: stop after the transaction at which this many messages have arrived.
+    """
+
+    def __init__(
+        self,
+        config: ConnectorConfig,
+        slot: str,
+        publication: str,
+        from_lsn: int,
+        upto_lsn: int,
+        max_events: int,
+        batch_rows: int = 4096,
+    ) -> None:
+        self.config, self.slot, self.publication = config, slot, publication
+        self.from_lsn, self.upto_lsn, self.max_events = from_lsn, upto_lsn, max_events
+        self.batch_rows = batch_rows
+        self.messages = 0
+        #: whether the window stopped at ``max_events`` before reaching the target
+        self.bounded = False
+        #: the highest flush position this stream ever reported to the server
+        self.reported: int | None = None
+        self._pg: PGconn | None = None
+        self.backend_pid = 0
+        self._last_status = 0.0
+
+    # -- connection ---------------------------------------------------------------------------
+    def __enter__(self) -> ReplicationStream:
+        self.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Connect with ``replication=database`` and start streaming from the committed offset.
+
+        :raises AuthenticationFailed, ConfigError, ConnectionFailed: the connection failed.
+        :raises ServerMisconfigured: the slot is in use by another process.
+        """
+        params = client.connect_params(self.config, "airflow-cdc")
+        conninfo = make_conninfo("", **params, options=q.SESSION_OPTIONS, replication="database")
+        pg = pq.PGconn.connect(conninfo.encode())
+        if pg.status != pq.ConnStatus.OK:
+            message = pg.get_error_message()
+            pg.finish()
+            client.raise_connect_error(self.config, psycopg.OperationalError(message))
+        self._pg = pg
+        #: the walsender serving this stream (see :func:`replication.wait_slot_released`)
+        self.backend_pid = pg.backend_pid
+        command = (
+            f'START_REPLICATION SLOT "{self.slot.replace(chr(34), chr(34) * 2)}" LOGICAL '
+            f"{format_pg_lsn(self.from_lsn)} (proto_version '1', publication_names "
+            f"{_literal(q.quote_publication_name(self.publication))}, messages 'true')"
+        )
+        res = pg.exec_(command.encode())
+        if res.status != pq.ExecStatus.COPY_BOTH:
+            self._raise_result(res)
+        self._status(reply=False)
+
+    def close(self) -> None:
+        """End the stream and the connection (the server's walsender exits, freeing the slot)."""
+        if self._pg is not None:
+            self._pg.finish()
+            self._pg = None
+
+    def _raise_result(self, res: PGresult) -> None:
+        state = (res.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode()
+        text = (res.error_message or b"").decode(errors="replace").strip()
+        if state == "55006":  # object_in_use: another process streams from the slot
+            raise ServerMisconfigured(
+                f"replication slot {self.slot!r} is in use by another process: {text}",
+                hint="make sure only one consumer uses the slot (slot.name)",
+            )
+        raise ProtocolError(
+            f"START_REPLICATION on slot {self.slot!r} failed ({state or 'no SQLSTATE'}): {text}"
+        )
+
+    # -- reading ------------------------------------------------------------------------------
+    def batches(self) -> Iterator[list[tuple[int, bytes]]]:
+        """The window's messages in order, in batches of at most ``batch_rows`` (a batch of at
+        least a quarter of that is also handed on when the server has sent nothing more yet)."""
+        batch: list[tuple[int, bytes]] = []
+        in_txn = False
+        upto, limit = self.upto_lsn, self.max_events
+        for kind, lsn, data in self._messages():
+            if kind != _XLOG_DATA:
+                if kind == _IDLE:
+                    if len(batch) >= self.batch_rows // 4:  # decode while the server catches up
+                        yield batch
+                        batch = []
+                elif lsn >= upto and not in_txn:
+                    break  # a keepalive: the server has sent everything below ``lsn``
+                continue
+            first = data[0]
+            if first == _BEGIN:
+                if _I64(data, 1)[0] >= upto:  # its commit record starts at or past the target
+                    break
+                in_txn = True
+            elif first == _MESSAGE and not data[1] & 1 and _I64(data, 2)[0] >= upto:
+                break  # a non-transactional message at or past the target
+            batch.append((lsn, data))
+            self.messages += 1
+            if first == _COMMIT:
+                in_txn = False
+                if _I64(data, 10)[0] >= upto:
+                    break
+            if (first == _COMMIT or first == _MESSAGE and not data[1] & 1) and self.messages >= limit:
+                self.bounded = True
+                break
+            if len(batch) >= self.batch_rows:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
+    def _messages(self) -> Iterator[tuple[int, int, bytes]]:
+        """``(kind, lsn, payload)`` of each XLogData (its start LSN), keepalive (the server's
+        sent position) and wait (``_IDLE``, before blocking); answers keepalives that ask for a
+        reply, probes an idle server, and sends a status update every ``STATUS_INTERVAL``."""
+        pg = self._pg
+        assert pg is not None
+        get = pg.get_copy_data
+        while True:
+            n, buf = get(1)
+            if n > 0:
+                if buf[0] == _XLOG_DATA:
+                    yield _XLOG_DATA, _I64(buf, 1)[0], bytes(buf[25:])
+                elif buf[0] == _KEEPALIVE:
+                    sent, _ts, reply = _KEEPALIVE_MSG(buf, 1)
+                    if reply:
+                        self._status(reply=False)
+                    yield _KEEPALIVE, sent, b""
+                else:
+                    raise ProtocolError(
+                        f"unexpected replication message type {chr(buf[0])!r} on slot {self.slot!r}"
+                    )
+                continue
+            if n == -1:
+                res = pg.get_result()
+                if res is not None and res.status == pq.ExecStatus.FATAL_ERROR:
+                    self._raise_result(res)
+                raise ProtocolError(f"the server ended the replication stream of slot {self.slot!r} early")
+            if n < -1:
+                raise ProtocolError(
+                    f"replication stream of slot {self.slot!r} failed: {pg.get_error_message()}"
+                )
+            if not select.select([pg.socket], [], [], 0)[0]:
+                yield _IDLE, -1, b""  # nothing more has arrived yet: decode what is here
+                # let the server's small sends (one per message) pile up a little: one read then
+                # takes dozens of messages, and the server spends less per message
+                time.sleep(PILE_UP)
+                if not select.select([pg.socket], [], [], IDLE_PROBE)[0]:
+                    self._status(reply=True)  # "where are you?": the answer is a keepalive
+            if time.monotonic() - self._last_status > STATUS_INTERVAL:
+                self._status(reply=False)
+            pg.consume_input()
+
+    def _status(self, reply: bool) -> None:
+        """Send a standby status update reporting only the committed offset (never past it)."""
+        pg = self._pg
+        assert pg is not None
+        now_us = time.time_ns() // 1000 - _PG_EPOCH_US
+        pos = self.from_lsn
+        if pg.put_copy_data(_STATUS(b"r", pos, pos, pos, now_us, 1 if reply else 0)) != 1:
+            raise ProtocolError(
+                f"cannot send a status update on slot {self.slot!r}: {pg.get_error_message()}"
+            )
+        while pg.flush() == 1:
+            select.select([], [pg.socket], [], 1.0)
+        self.reported = pos if self.reported is None else max(self.reported, pos)
+        self._last_status = time.monotonic()
+
+
+def _literal(text: str) -> str:
+    """A single-quoted SQL string literal (the replication grammar's option value)."""
+    return "'" + text.replace("'", "''") + "'"

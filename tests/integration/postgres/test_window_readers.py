@@ -1,0 +1,169 @@
+"""The two window readers (``window.reader``): the streaming replication protocol and the peek.
+
+Both must stage the same events at the same positions with the same ``source`` fields, window by
+window (interleaved transactions, TOAST, key changes, truncate, logical messages, a transaction
+larger than ``run.max.events``); the stream must never consume: a crash before the commit re-reads
+the same changes, and the slot's confirmed position never passes the committed offset.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from airflow_cdc.core.batch import Batch
+from airflow_cdc.sources.postgres import walstream
+from airflow_cdc.sources.postgres.position import parse_pg_lsn
+from tests.integration.postgres.support import pipeline, run_capture
+from tests.support.pipeline import capture_process
+
+BIG = "".join(f"{i:08x}" for i in range(3000))  # 24 kB: stored out of line (TOAST)
+
+
+def _exec(dsn: str, *statements: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for s in statements:
+            conn.execute(s)
+
+
+def _config(pg_db: Any, tmp_path: Path, reader: str, **props: Any) -> dict[str, Any]:
+    return pipeline(pg_db, tmp_path / reader, **{"name": f"{reader}_{pg_db.name}", "slot.name": f"slot_{reader}",
+                                                  "topic.prefix": "same", "window.reader": reader,
+                                                  "snapshot.mode": "no_data", "skipped.operations": "none",
+                                                  **props})
+
+
+def _staged(result: Any) -> list[tuple[str, Any]]:
+    """Every staged event and message of a run, without the capture-time envelope timestamps."""
+    if not result.events:
+        return []
+    batch = Batch(result.batch_path)
+    out: list[tuple[str, Any]] = []
+    for table in batch.tables():
+        out += [(table, _strip(r)) for rb in batch.iter_events(table) for r in rb.to_pylist()]
+    out += [("messages", _strip(r)) for rb in batch.iter_messages() for r in rb.to_pylist()]
+    return out
+
+
+def _strip(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if k not in ("ts_ms", "ts_us", "ts_ns")}
+
+
+def _workload(dsn: str) -> None:
+    """Interleaved transactions, TOAST, key change, truncate, messages, one big transaction."""
+    with psycopg.connect(dsn) as c1, psycopg.connect(dsn) as c2:
+        c1.execute("INSERT INTO a VALUES (1, 'one', %s)", (BIG,))
+        c2.execute("INSERT INTO a VALUES (2, 'two', NULL)")
+        c2.execute("SELECT pg_logical_emit_message(true, 'tx', 'in c2')")
+        c2.commit()  # commits first, began second
+        c1.execute("INSERT INTO b VALUES (1, 'b1'), (2, 'b2')")
+        c1.commit()
+    _exec(dsn,
+          "UPDATE a SET v = 'ONE' WHERE id = 1",  # the TOASTed value is not sent: unchanged
+          "UPDATE b SET v = 'B1' WHERE id = 1",  # replica identity full: old image
+          "SELECT pg_logical_emit_message(false, 'nontx', 'between')",
+          "UPDATE a SET id = 3 WHERE id = 2",  # key change: delete + create
+          "INSERT INTO a SELECT g, 'bulk', NULL FROM generate_series(100, 1099) g",  # > run.max.events
+          "TRUNCATE b",
+          "DELETE FROM a WHERE id = 3",
+          "BEGIN; INSERT INTO b VALUES (5, 'five'); SELECT pg_logical_emit_message(true, 'tx', 'last'); COMMIT")
+
+
+def _runs(config: dict[str, Any]) -> list[tuple[int, dict[str, Any], list]]:
+    out = []
+    for _ in range(20):
+        res = run_capture(config)
+        if not res.events:
+            return out
+        out.append((res.events, res.to_offset, _staged(res)))
+    raise AssertionError("the windows did not catch up")
+
+
+@pytest.mark.parametrize("max_events", [3, 5_000_000])
+def test_stream_and_peek_stage_the_same_windows(pg_db: Any, tmp_path: Path, max_events: int) -> None:
+    _exec(pg_db.dsn, "CREATE TABLE a (id int PRIMARY KEY, v text, big text)",
+          "CREATE TABLE b (id int PRIMARY KEY, v text)", "ALTER TABLE b REPLICA IDENTITY FULL")
+    configs = [_config(pg_db, tmp_path, r, **{"run.max.events": max_events}) for r in ("stream", "peek")]
+    for config in configs:
+        run_capture(config)  # creates both slots before any change
+    _workload(pg_db.dsn)
+    stream_runs, peek_runs = (_runs(c) for c in configs)
+    pairs = list(zip(stream_runs, peek_runs, strict=True))
+    for n, ((s_events, s_offset, s_rows), (p_events, p_offset, p_rows)) in enumerate(pairs, start=1):
+        assert s_events == p_events and s_rows == p_rows
+        # a window cut by run.max.events ends on the same commit; the last one ends at its run's
+        # target LSN, which other databases of the shared server move between the two runs
+        assert s_offset == p_offset if n < len(pairs) else parse_pg_lsn(s_offset["lsn"]) <= parse_pg_lsn(p_offset["lsn"])
+    events = [e for _, _, rows in stream_runs for e in rows]
+    assert len(events) == 1011 + 3  # 1011 row events and truncates, 3 logical messages
+    if max_events < 10:
+        # the 1000-row transaction is larger than run.max.events and still lands whole, in one window
+        assert len(stream_runs) > 4
+        bulk = [rows for _, _, rows in stream_runs if any(e.get("after", {}) and e["after"]["v"] == "bulk"
+                                                          for _, e in rows)]
+        assert len(bulk) == 1 and sum(e["after"]["v"] == "bulk" for _, e in bulk[0]) == 1000
+    toast = [e for t, e in events if t == "public.a" and e["op"] == "u" and e["after"]["id"] == 1]
+    assert toast and toast[0]["after"]["big"] == "__debezium_unavailable_value"
+
+
+def _confirmed(dsn: str, slot: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT (confirmed_flush_lsn - '0/0')::int8 FROM pg_replication_slots "
+                           "WHERE slot_name = %s", (slot,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _lsn(result: Any) -> int:
+    return parse_pg_lsn(result.to_offset["lsn"])
+
+
+def test_slot_never_passes_the_committed_offset(pg_db: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Status updates go out on every wait and every keepalive asks for one: the slot's confirmed
+    position, read while the stream runs and after it, stays at the committed offset."""
+    _exec(pg_db.dsn, "CREATE TABLE a (id int PRIMARY KEY, v text, big text)")
+    config = _config(pg_db, tmp_path, "stream", **{"run.max.events": 300})
+    committed = _lsn(run_capture(config))
+    _exec(pg_db.dsn, *[f"INSERT INTO a SELECT g, 'x', NULL FROM generate_series({i * 100}, {i * 100 + 99}) g"
+                       for i in range(10)])
+    seen: list[int] = []
+    status = walstream.ReplicationStream._status
+
+    def spy(self: walstream.ReplicationStream, reply: bool) -> None:
+        status(self, True)  # every update asks the server to answer at once
+        seen.append(_confirmed(pg_db.dsn, "slot_stream"))
+
+    monkeypatch.setattr(walstream.ReplicationStream, "_status", spy)
+    monkeypatch.setattr(walstream, "STATUS_INTERVAL", 0.0)
+    res = run_capture(config, commit=False)
+    assert res.events == 300 and seen
+    assert max(seen) <= committed and _confirmed(pg_db.dsn, "slot_stream") <= committed
+    res = run_capture(config)  # not committed before: the same window again, now committed
+    assert res.events == 300 and committed < _lsn(res)
+    assert _confirmed(pg_db.dsn, "slot_stream") <= _lsn(res)
+
+
+def test_crash_mid_stream_rereads_the_same_changes(pg_db: Any, tmp_path: Path) -> None:
+    """SIGKILL while the window streams (failpoint ``mid_window``): nothing was consumed, the next
+    run stages exactly the events an uncrashed run stages, and the slot stayed where it was."""
+    _exec(pg_db.dsn, "CREATE TABLE a (id int PRIMARY KEY, v text, big text)")
+    config = _config(pg_db, tmp_path, "stream")
+    run_capture(config)
+    before = _confirmed(pg_db.dsn, "slot_stream")
+    _exec(pg_db.dsn, "INSERT INTO a SELECT g, 'x', NULL FROM generate_series(1, 20000) g",
+          "UPDATE a SET v = 'y' WHERE id % 3 = 0", "SELECT pg_logical_emit_message(false, 'p', 'm')",
+          "INSERT INTO a VALUES (0, 'flushes the message', NULL)")
+    reference = _staged(run_capture(config, commit=False))
+    path = tmp_path / "pipeline.json"
+    path.write_text(json.dumps(config))
+    proc = capture_process(path, "mid_window")
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == -signal.SIGKILL, err.decode()[-2000:]
+    assert _confirmed(pg_db.dsn, "slot_stream") == before
+    again = _staged(run_capture(config))
+    assert len(again) == 20000 + 20000 // 3 + 2 and again == reference
