@@ -110,19 +110,51 @@ class Capture:
         """The source's JSON offset of a coordinate outside a window."""
         return self.source.offset_at(coord, None, None)
 
-    def _wait_flushed(self, lsn: Any, timeout: float = 10.0) -> Any:
+    def _wait_flushed(self, lsn: Any, timeout: float = 30.0) -> Any:
         """Poll the source's head until it has logged ``lsn`` (a chunk's closing watermark)."""
         deadline = time.monotonic() + timeout
+        nudge = time.monotonic() + 0.1
         while True:
             flush = self.source.head()
             if flush >= lsn:
                 return flush
+            if time.monotonic() > nudge:  # nothing committed since the watermark: flush it ourselves
+                self.source.flush_log()
+                nudge = time.monotonic() + 1.0
             if time.monotonic() > deadline:
                 raise ServerMisconfigured(
                     f"{self.source.kind}: the server's flushed log did not reach "
                     f"{self.source.describe_offset(self._offset_json(lsn))} within {timeout}s"
                 )
             time.sleep(0.01)
+
+    def _anchor(
+        self, lease: Lease, stored: Any, start: Any, ctx: SnapshotContext, tables: list[str]
+    ) -> tuple[dict[str, Any], int]:
+        """Store a new start (no offset yet, or a lost one) before any batch is published.
+
+        Without it a run killed after publishing its batch (or a batch applied whose commit failed)
+        leaves snapshot rows positioned at a start the next run does not reuse: that run starts at a
+        later "now", and a row deleted in between stays in silver from the orphaned batch.  With
+        the start stored, every retry re-reads from it, so its batches cover the orphan's.
+        """
+        state = {
+            "source": self.source.kind,
+            "offset": self._offset_json(start),
+            "snapshot": ctx.to_json(),
+            "last_batch": None,
+            "tables": tables,
+            **self.source.extra_state(),
+        }
+        lease.check()
+        state = fence_state(lease, stored.data if stored else None, state)
+        version = self.store.compare_and_set(self.name, stored.version if stored else None, state)
+        log.info(
+            "stored the start offset %s (state version %d)",
+            self.source.describe_offset(state["offset"]),
+            version,
+        )
+        return state, version
 
     def run(
         self, signals: list[dict[str, Any] | SnapshotSignal] | None = None, commit: bool = False
@@ -161,6 +193,9 @@ class Capture:
                         snap.purge_below = floor
             if reason is None:
                 notes += _plan_new_tables(ctx, mode, data.get("tables"), tables, include)
+            version = stored.version if stored else None
+            if reason is not None:
+                data, version = self._anchor(lease, stored, from_lsn, ctx, tables)
             notes += apply_signals(ctx, parsed, tables)
             writer = BatchWriter(
                 staging,
@@ -172,7 +207,6 @@ class Capture:
                 partition=self.config.partition,
             )
             try:
-                version = stored.version if stored else None
                 result = self._capture(writer, ctx, from_lsn, data, version, notes, tables)
             except BaseException:
                 writer.abort()

@@ -124,6 +124,13 @@ class ChangeSource(abc.ABC):
     def head(self) -> Any:
         """The coordinate up to which the server has durably logged changes now."""
 
+    def flush_log(self) -> None:
+        """Make the server durably log everything it has written so far.
+
+        Called while :meth:`head` lags a chunk's closing watermark: on a server with nothing left to
+        commit, log records that no commit follows may stay unflushed indefinitely.  No-op by default.
+        """
+
     @abc.abstractmethod
     def offset_at(self, end: Any, window: Any, previous: dict[str, Any] | None) -> dict[str, Any]:
         """The JSON offset of coordinate ``end`` (a window end, or a start with ``window=None``)."""

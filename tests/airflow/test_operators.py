@@ -67,7 +67,7 @@ def test_commit_race_on_metastore_table_only_one_commits(pg_db, tmp_path):
     assert isinstance(losses[0], AirflowFailException) != held and "another run" in str(losses[0])
     winner = a if wins == ["a"] else b
     stored = build_store(build_config(props)).load(props["name"])
-    assert stored is not None and stored.version == 2
+    assert stored is not None and stored.version == 3  # the start stored by the first capture, then one commit
     assert stored.data["last_batch"] == winner["batch_id"] and stored.data["offset"] == winner["to_offset"]
     # the next run continues from the winner's offset and converges
     with pg_db.connect(autocommit=True) as conn:
@@ -264,18 +264,19 @@ def test_commit_refuses_a_batch_that_never_reached_delta(pg_db, tmp_path, capsys
     assert f"run apply for batch {batch.batch_id}" in capsys.readouterr().err
     assert cli.main(["capture", "--config", str(pipeline), "--commit"]) == 2
     assert "capture --commit would move the offset" in capsys.readouterr().err
-    assert build_store(build_config(props)).load(props["name"]) is None
+    stored = build_store(build_config(props)).load(props["name"])  # only the start the capture stored
+    assert stored is not None and stored.version == 1 and stored.data["last_batch"] is None
     _mark_applied(target, batch, layers=("silver",))  # half applied: bronze missing
     with pytest.raises(AirflowFailException, match="bronze:public"):
         _commit(props, captured["batch_path"])
     _mark_applied(target, batch)
-    assert _commit(props, captured["batch_path"])["state_version"] == 1
+    assert _commit(props, captured["batch_path"])["state_version"] == 2
     # an empty batch has no table to check and commits
     empty = _capture(props)
     assert Batch(empty["batch_path"]).tables() == []
     with pytest.raises(AirflowSkipException, match="no Asset event"):  # committed, then skipped
         _commit(props, empty["batch_path"])
-    assert build_store(build_config(props)).load(props["name"]).version == 2
+    assert build_store(build_config(props)).load(props["name"]).version == 3
 
 
 def test_default_check_ignores_other_databases_and_guards_the_slot(pg_db, pg_server, tmp_path):

@@ -238,6 +238,17 @@ class PostgresSource(ChangeSource):
         flush, _insert = self.conn.execute(q.HEAD_LSNS).fetchone()  # type: ignore[misc]
         return parse_pg_lsn(flush)
 
+    def flush_log(self) -> None:
+        """Commit an empty transaction that has an xid: having written no other WAL it commits
+        asynchronously, and the WAL writer flushes its commit record (with every record before it)
+        within ``wal_writer_delay``.  PostgreSQL's WAL writer
+        flushes only whole pages and asynchronous commits, so a record no commit follows (the
+        standby snapshot logged when our slot was created, say) otherwise waits for the next
+        commit on the server.  Logical decoding emits nothing for a transaction without changes."""
+        assert self.conn is not None
+        with self.conn.transaction():
+            self.conn.execute(q.ASSIGN_XID)
+
     def offset_at(
         self, end: int, window: WindowResult | None, previous: dict[str, Any] | None
     ) -> dict[str, Any]:

@@ -95,6 +95,8 @@ SYNC_VISIBILITY_CHECK = (
 )
 
 INSERT_LSN = "SELECT pg_current_wal_insert_lsn()::text"
+# flush_log: an empty transaction with an xid (an asynchronous commit the WAL writer flushes)
+ASSIGN_XID = "SELECT txid_current()"
 
 
 def qualified(schema: str, table: str) -> sql.Composed:

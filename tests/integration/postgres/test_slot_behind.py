@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +139,30 @@ def test_offset_never_moves_backwards(
     assert lsns == sorted(lsns), f"the offset moved backwards: {lsns}"
     assert lsns[-1] > lsns[0], "no progress"
     pg.assert_converged(config, [TABLE])
+
+
+def test_flush_log_makes_written_wal_durable(pg_db: Any, tmp_path: Path) -> None:
+    """A chunk's closing watermark is the insert LSN, and capture waits until the server has flushed
+    it.  WAL that no commit follows waits for the WAL writer's next whole page or asynchronous
+    commit; ``flush_log`` supplies such a commit, so the wait ends within ``wal_writer_delay`` (a
+    busy CI machine once failed the 10 s wait without it).  The record is written until another
+    session's commit does not flush it first."""
+    source = PostgresSource(build_config(pg.pipeline(pg_db, tmp_path / "staging")))
+    source.open()
+    try:
+        with pg_db.connect(autocommit=True) as conn:
+            for _ in range(20):
+                conn.execute("SELECT pg_logical_emit_message(false, 'airflow-cdc-test', 'x')")
+                row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+                written = parse_pg_lsn(row[0])
+                if source.head() < written:
+                    break
+            else:
+                pytest.skip("the shared server kept flushing on its own")
+        source.flush_log()  # an asynchronous commit: the WAL writer flushes it within wal_writer_delay
+        deadline = time.monotonic() + 5
+        while source.head() < written and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert source.head() >= written
+    finally:
+        source.close()
