@@ -98,7 +98,7 @@ def _target(args: argparse.Namespace, config: Any) -> str:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    from airflow_cdc.apply.applied import ensure_applied
+    from airflow_cdc.apply.applied import ensure_applied, missing_tables
     from airflow_cdc.apply.submit import ApplyOptions, build_apply_job, run_apply_job
 
     config = build_config(read_pipeline_file(args.config))
@@ -109,7 +109,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     stray = [b.batch_id for b in given if b.partition not in {c.config.partition for c in captures}]
     if stray:
         raise ConfigError(f"batch(es) {', '.join(stray)} belong to no partition of {config['name']!r} here")
-    applied = []
+    applied, skipped = [], []
     for capture in captures:
         mine = [b for b in given if b.partition == capture.config.partition]
         batches = mine if given else list_batches(config["staging.path"], capture.name)
@@ -118,15 +118,20 @@ def cmd_apply(args: argparse.Namespace) -> int:
         conf = _spark_conf(args)
         with capture.leases.hold("apply") as lease:  # one lease over every apply and commit of this call
             for batch in batches:
-                job = build_apply_job(
-                    batch.path, target, options=options, conf=conf, fence=lease.token, master=args.master
-                )
-                run_apply_job(job, master=args.master, lease=lease)
+                if batch.manifest.get("messages") or missing_tables(
+                    batch, target, config["delta.bronze.enabled"]
+                ):
+                    job = build_apply_job(
+                        batch.path, target, options=options, conf=conf, fence=lease.token, master=args.master
+                    )
+                    run_apply_job(job, master=args.master, lease=lease)
+                else:  # empty, or every table already carries its mark: no Spark start for nothing
+                    skipped.append(batch.batch_id)
                 if args.commit:
                     ensure_applied(batch, config, target)
                     capture.commit(batch)
                 applied.append(batch.batch_id)
-    _print({"applied": applied, "target": target, "committed": args.commit})
+    _print({"applied": applied, "without_spark": skipped, "target": target, "committed": args.commit})
     return 0
 
 

@@ -55,20 +55,26 @@ def get_provider_info() -> dict[str, Any]:
             {"integration-name": "airflow-cdc", "python-modules": ["airflow_cdc.airflow.triggers.changes"]}
         ],
         "hooks": [{"integration-name": "airflow-cdc", "python-modules": [_HOOKS]}],
+        "extra-links": ["airflow_cdc.airflow.links.CdcBatchLink", "airflow_cdc.airflow.links.CdcDeltaLink"],
         "connection-types": [
             _conn_type(
-                "cdc_postgres",
+                "cdcpostgres",
                 "CDC source: PostgreSQL",
                 "CdcHook",
                 5432,
                 {
-                    "slot_name": _field("Replication slot", "slot.name", "debezium"),
-                    "publication_name": _field("Publication", "publication.name", "dbz_publication"),
-                    "sslmode": _field("SSL mode", "database.sslmode", "prefer"),
+                    "slot_name": _field(
+                        "Replication slot", "slot.name (empty: the pipeline's, else Debezium's 'debezium')"
+                    ),
+                    "publication_name": _field(
+                        "Publication",
+                        "publication.name (empty: the pipeline's, else Debezium's 'dbz_publication')",
+                    ),
+                    "sslmode": _field("SSL mode", "database.sslmode (empty: the pipeline's, else 'prefer')"),
                 },
             ),
             _conn_type(
-                "cdc_mysql",
+                "cdcmysql",
                 "CDC source: MySQL / MariaDB",
                 "CdcMySqlHook",
                 3306,
@@ -80,7 +86,7 @@ def get_provider_info() -> dict[str, Any]:
                 },
             ),
             _conn_type(
-                "cdc_sqlserver",
+                "cdcsqlserver",
                 "CDC source: SQL Server",
                 "CdcSqlServerHook",
                 1433,

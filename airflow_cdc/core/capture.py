@@ -255,6 +255,13 @@ class Capture:
             window = None
             end_lsn = upto
         else:
+            log.info(
+                "reading changes from %s up to %s (the source's position now; at most %d events)%s",
+                self.source.describe_offset(previous or self._offset_json(from_lsn)),
+                self.source.describe_offset(self._offset_json(upto)),
+                self.config["run.max.events"],
+                _chunks_note(chunks),
+            )
             window = self.source.read_window(from_lsn, upto, writer, tracker, self.config["run.max.events"])
             end_lsn = window.end
         if native:
@@ -306,13 +313,20 @@ class Capture:
         path = writer.finish(manifest)
         for table, n in self._snapshot_counts.items():
             tables.setdefault(table, {})["r"] = n
+        seconds = max(time.time() - started, 1e-9)
         log.info(
-            "captured batch %s: %d events, %d snapshot rows, %s -> %s",
+            "captured batch %s: %d events, %d snapshot rows in %.1fs (%.0f/s), %s -> %s; %s%s",
             writer.batch_id,
             events,
             snap_rows,
+            seconds,
+            (events + snap_rows) / seconds,
             self.source.describe_offset(manifest["from_offset"]),
             self.source.describe_offset(to_offset),
+            "bounded by run.max.events: the source holds more, the next run goes on"
+            if getattr(window, "bounded", False)
+            else "caught up with the source's position at the run's start",
+            f"; snapshots pending: {', '.join(s.table for s in ctx.pending)}" if ctx.pending else "",
         )
         return CaptureResult(
             writer.batch_id, str(path), data.get("offset"), to_offset, events, snap_rows, tables, notes
@@ -406,3 +420,10 @@ class Capture:
             version,
         )
         return version
+
+
+def _chunks_note(chunks: list) -> str:
+    """``; snapshot: N chunk(s) of t1, t2`` for a run's start line (empty without chunks)."""
+    if not chunks:
+        return ""
+    return f"; snapshot: {len(chunks)} chunk(s) of {', '.join(sorted({c.snapshot.table for c in chunks}))}"

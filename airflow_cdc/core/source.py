@@ -124,7 +124,7 @@ class ChangeSource(abc.ABC):
     def head(self) -> Any:
         """The coordinate up to which the server has durably logged changes now."""
 
-    def flush_log(self) -> None:
+    def flush_log(self) -> None:  # noqa: B027 - an optional hook, a no-op by default
         """Make the server durably log everything it has written so far.
 
         Called while :meth:`head` lags a chunk's closing watermark: on a server with nothing left to

@@ -39,7 +39,7 @@ def pg_connection_env(db: Any, conn_id: str = "cdc_postgres_default") -> dict[st
     """``AIRFLOW_CONN_<ID>`` for the test database ``db`` (the ``pg_db`` fixture)."""
     server = db.server
     conn = {
-        "conn_type": "cdc_postgres",
+        "conn_type": "cdcpostgres",
         "host": server.host,
         "port": server.port,
         "login": server.superuser,

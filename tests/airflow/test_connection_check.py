@@ -27,26 +27,26 @@ def _role(suffix: str) -> str:
 
 def test_postgres_connection_checks_replication_prerequisites(monkeypatch, pg_db, pg_server):
     base = {"host": pg_server.host, "port": pg_server.port, "schema": pg_db.name}
-    ok, message = _test(monkeypatch, "cdc_postgres", login="postgres", password=pg_server.password, **base)
+    ok, message = _test(monkeypatch, "cdcpostgres", login="postgres", password=pg_server.password, **base)
     assert ok, message
     assert "wal_level=logical" in message and pg_db.name in message
     plain = _role("plain")
     pg_server.execute(f"CREATE ROLE \"{plain}\" LOGIN PASSWORD 'pw-{plain}'")
-    ok, message = _test(monkeypatch, "cdc_postgres", login=plain, password=f"pw-{plain}", **base)
+    ok, message = _test(monkeypatch, "cdcpostgres", login=plain, password=f"pw-{plain}", **base)
     assert not ok and "lacks the REPLICATION attribute" in message and f"ALTER ROLE \"{plain}\" REPLICATION" in message
-    ok, message = _test(monkeypatch, "cdc_postgres", login="postgres", password="wrong-secret", **base)
+    ok, message = _test(monkeypatch, "cdcpostgres", login="postgres", password="wrong-secret", **base)
     assert not ok and "wrong-secret" not in message and "postgres" in message
 
 
 def test_mariadb_connection_checks_binlog_privileges(monkeypatch, mariadb_server):
     base = {"host": mariadb_server.host, "port": mariadb_server.port}
-    ok, message = _test(monkeypatch, "cdc_mysql", login="root", password=mariadb_server.password, **base)
+    ok, message = _test(monkeypatch, "cdcmysql", login="root", password=mariadb_server.password, **base)
     assert ok, message
     assert "MariaDB" in message and "binlog ROW/FULL" in message
     user = _role("noreplica")
     mariadb_server.execute(f"CREATE USER '{user}'@'%' IDENTIFIED BY 'pw'")
     mariadb_server.execute(f"GRANT SELECT ON *.* TO '{user}'@'%'")
-    ok, message = _test(monkeypatch, "cdc_mysql", login=user, password="pw", **base)
+    ok, message = _test(monkeypatch, "cdcmysql", login=user, password="pw", **base)
     assert not ok and "REPLICATION SLAVE" in message and user in message
 
 
@@ -58,15 +58,15 @@ def test_sqlserver_connection_checks_cdc_on_every_database(monkeypatch, contract
     base = {"host": emu.host, "port": emu.port, "login": emu.user, "password": emu.password,
             "extra": json.dumps({"encrypt": False})}  # fmt: skip
     try:
-        ok, message = _test(monkeypatch, "cdc_sqlserver", schema=",".join(names), **base)
+        ok, message = _test(monkeypatch, "cdcsqlserver", schema=",".join(names), **base)
         assert ok, message
         assert all(db in message for db in names)
         with emu.pg_connect(names[1]) as pg:  # sys.sp_cdc_disable_db
             pg.execute("UPDATE sys.databases SET is_cdc_enabled = 0")
-        ok, message = _test(monkeypatch, "cdc_sqlserver", schema=",".join(names), **base)
+        ok, message = _test(monkeypatch, "cdcsqlserver", schema=",".join(names), **base)
         assert not ok and f"change data capture is not enabled on database {names[1]!r}" in message
         assert "sp_cdc_enable_db" in message
-        ok, message = _test(monkeypatch, "cdc_sqlserver", schema="no_such_db", **base)
+        ok, message = _test(monkeypatch, "cdcsqlserver", schema="no_such_db", **base)
         assert not ok and "'no_such_db'" in message
     finally:
         for db in names:

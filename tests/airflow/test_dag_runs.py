@@ -126,7 +126,7 @@ def test_deferred_sensor_waits_in_trigger_until_changes(pg_db, tmp_path, airflow
 
 
 def test_mysql_pipeline_through_airflow(mariadb_db, tmp_path, airflow_cli):
-    """The MySQL/MariaDB source behind a ``cdc_mysql`` Connection: snapshot run, then a change run."""
+    """The MySQL/MariaDB source behind a ``cdcmysql`` Connection: snapshot run, then a change run."""
     with mariadb_db.connect(autocommit=True) as conn, conn.cursor() as cur:
         cur.execute("CREATE TABLE orders (id INT PRIMARY KEY, status VARCHAR(20) NOT NULL)")
         cur.execute("INSERT INTO orders VALUES (1, 'new'), (2, 'paid'), (3, 'new')")
@@ -150,7 +150,7 @@ def test_mysql_pipeline_through_airflow(mariadb_db, tmp_path, airflow_cli):
     dags = tmp_path / "dags"
     write_dag(dags, pipeline)
     conn = {
-        "conn_type": "cdc_mysql",
+        "conn_type": "cdcmysql",
         "host": server.host,
         "port": server.port,
         "login": server.superuser,

@@ -52,7 +52,7 @@ def _dag(tmp_path: Path, emu, names: list[str], **airflow) -> tuple[str, dict[st
     pipeline = write_pipeline(tmp_path / "pipeline.yaml", props, options)
     dags = tmp_path / "dags"
     write_dag(dags, pipeline)
-    conn = {"conn_type": "cdc_sqlserver", "host": emu.host, "port": emu.port, "login": emu.user,
+    conn = {"conn_type": "cdcsqlserver", "host": emu.host, "port": emu.port, "login": emu.user,
             "password": emu.password, "extra": {"encrypt": False}}  # fmt: skip
     env = {f"AIRFLOW_CONN_{CONN.upper()}": json.dumps(conn)}
     return "t_parts", env, dags, staging

@@ -1,4 +1,4 @@
-"""The provider's SQL Server pieces: the ``cdc_sqlserver`` Connection type (form fields -> Debezium
+"""The provider's SQL Server pieces: the ``cdcsqlserver`` Connection type (form fields -> Debezium
 properties, secrets kept), its hook capturing from the CDC emulator through pyodbc, and the example
 DAG + pipeline file."""
 
@@ -18,7 +18,7 @@ def _connection(**overrides):
 
     fields = dict(
         conn_id="s",
-        conn_type="cdc_sqlserver",
+        conn_type="cdcsqlserver",
         host="db",
         port=1433,
         login="cdc",
@@ -81,7 +81,7 @@ def test_hook_captures_from_the_emulator_through_the_connection(monkeypatch, tmp
         pg.execute("INSERT INTO dbo.customers SELECT g, 'c' || g FROM generate_series(1, 5) g")
     emu.run_capture_job(db.name)
     conn = {
-        "conn_type": "cdc_sqlserver",
+        "conn_type": "cdcsqlserver",
         "host": emu.host,
         "port": emu.port,
         "login": emu.user,

@@ -183,7 +183,7 @@ def test_provider_entry_point_and_classes():
     info = ep.load()()
     assert info["package-name"] == "airflow-cdc"
     types = {c["connection-type"]: c for c in info["connection-types"]}
-    assert set(types) == {"cdc_postgres", "cdc_mysql", "cdc_sqlserver"}
+    assert set(types) == {"cdcpostgres", "cdcmysql", "cdcsqlserver"}
     for c in types.values():
         module, _, name = c["hook-class-name"].rpartition(".")
         hook = getattr(importlib.import_module(module), name)
@@ -198,7 +198,7 @@ def test_providers_manager_lists_connection_types():
     from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
 
     assert "airflow-cdc" in ProvidersManager().providers
-    hook = ProvidersManagerTaskRuntime().hooks["cdc_postgres"]
+    hook = ProvidersManagerTaskRuntime().hooks["cdcpostgres"]
     assert hook is not None and hook.hook_class_name == "airflow_cdc.airflow.hooks.cdc.CdcHook"
 
 
@@ -210,7 +210,7 @@ def test_hook_connection_properties_keep_password_secret():
 
     conn = Connection(
         conn_id="c",
-        conn_type="cdc_postgres",
+        conn_type="cdcpostgres",
         host="db",
         port=5433,
         login="cdc",
@@ -236,7 +236,7 @@ def test_hook_maps_the_database_field_per_source():
 
     conn = Connection(
         conn_id="m",
-        conn_type="cdc_mysql",
+        conn_type="cdcmysql",
         host="db",
         port=3306,
         login="cdc",
@@ -499,3 +499,33 @@ def test_trigger_form_needs_nothing_for_a_plain_run_and_only_tables_for_a_snapsh
     [sig] = signals_from_run({}, form.validate())
     assert sig == {"type": "execute-snapshot",
                    "data": {"data-collections": ["public.orders", "public.customers"], "type": "incremental"}}
+
+
+@pytest.mark.parametrize(
+    ("conn_type", "connector"),
+    [("cdcpostgres", "postgresql"), ("cdcmysql", "mysql"), ("cdcsqlserver", "sqlserver"),
+     ("cdc_postgres", "postgresql"), ("cdc_mysql", "mysql"), ("cdc_sqlserver", "sqlserver")],
+)  # fmt: skip
+def test_connection_types_map_to_connectors_old_names_too(conn_type, connector):
+    from airflow_cdc.airflow.hooks.cdc import CdcHook
+
+    assert CdcHook._connector_for(conn_type) == connector
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_connection_types_are_rfc3986_schemes(capfd, legacy):
+    """Airflow warns, each time it reads a Connection, when its type has ``_`` (not a URI scheme);
+    the legacy ``cdc_*`` names show that the check sees the warning."""
+    import re
+
+    from airflow.models.connection import Connection
+
+    from airflow_cdc.airflow.get_provider_info import get_provider_info
+
+    for entry in get_provider_info()["connection-types"]:
+        conn_type = entry["connection-type"].replace("cdc", "cdc_") if legacy else entry["connection-type"]
+        uri = Connection(conn_id="c", conn_type=conn_type, host="db", login="u", password="p").get_uri()
+        out = capfd.readouterr()
+        assert ("RFC3986" in out.out + out.err) == legacy
+        assert legacy or re.fullmatch(r"[a-z][a-z0-9+.]*", conn_type), conn_type
+        assert Connection(conn_id="c", uri=uri).conn_type == conn_type  # the URI reads back as is

@@ -65,7 +65,7 @@ def snapshot_pending(config: dict[str, Any]) -> bool:
 
 def capture_process(config_path: Path, failpoints: str) -> subprocess.Popen:
     """``airflow-cdc capture --commit`` in a child process (to be SIGKILLed), with failpoints armed."""
-    env = dict(os.environ, AIRFLOW_CDC_FAILPOINTS=failpoints)
+    env = dict(os.environ, AIRFLOW_CDC_FAILPOINTS=failpoints, PYTHONFAULTHANDLER="1")
     return subprocess.Popen(
         [sys.executable, "-m", "airflow_cdc.cli", "capture", "--config", str(config_path), "--commit"],
         env=env,

@@ -78,6 +78,16 @@ def connection_properties(conn: Any, connector: str) -> dict[str, Any]:
     return props
 
 
+#: connector per Connection type; the ``cdc_*`` names of earlier releases keep working (Airflow
+#: logs an RFC 3986 warning for a type with ``_`` each time it reads such a Connection)
+_CONNECTORS = {
+    "cdcmysql": "mysql",
+    "cdcsqlserver": "sqlserver",
+    "cdc_mysql": "mysql",
+    "cdc_sqlserver": "sqlserver",
+}
+
+
 class CdcHook(BaseHook):
     """Interact with a CDC source described by a pipeline file and (optionally) an Airflow Connection.
 
@@ -88,7 +98,7 @@ class CdcHook(BaseHook):
 
     conn_name_attr = "cdc_conn_id"
     default_conn_name = "cdc_postgres_default"
-    conn_type = "cdc_postgres"
+    conn_type = "cdcpostgres"
     hook_name = "CDC source: PostgreSQL"
     connector = "postgresql"
 
@@ -166,7 +176,7 @@ class CdcHook(BaseHook):
 
     @staticmethod
     def _connector_for(conn_type: str | None) -> str:
-        return {"cdc_mysql": "mysql", "cdc_sqlserver": "sqlserver"}.get(conn_type or "", "postgresql")
+        return _CONNECTORS.get(conn_type or "", "postgresql")
 
     def get_conn(self) -> ConnectorConfig:
         """The validated connector configuration."""
@@ -218,7 +228,7 @@ class CdcMySqlHook(CdcHook):
     """:class:`CdcHook` for MySQL / MariaDB sources (binlog)."""
 
     default_conn_name = "cdc_mysql_default"
-    conn_type = "cdc_mysql"
+    conn_type = "cdcmysql"
     hook_name = "CDC source: MySQL / MariaDB"
     connector = "mysql"
 
@@ -227,7 +237,7 @@ class CdcSqlServerHook(CdcHook):
     """:class:`CdcHook` for SQL Server sources (CDC change tables)."""
 
     default_conn_name = "cdc_sqlserver_default"
-    conn_type = "cdc_sqlserver"
+    conn_type = "cdcsqlserver"
     hook_name = "CDC source: SQL Server"
     connector = "sqlserver"
 

@@ -17,6 +17,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from airflow_cdc.airflow.errors import airflow_errors
 from airflow_cdc.airflow.hooks.cdc import CdcHook
+from airflow_cdc.airflow.links import CdcBatchLink, CdcDeltaLink, storage_url
 from airflow_cdc.apply.submit import ApplyOptions, apply_exit_error, build_apply_job
 from airflow_cdc.core.batch import Batch
 from airflow_cdc.core.lease import Leases
@@ -71,6 +72,7 @@ class CdcApplyOperator(SparkSubmitOperator):
         "cdc_conn_id",
     )
     ui_color = "#fdebd0"
+    operator_extra_links = (CdcBatchLink(), CdcDeltaLink())
 
     def __init__(
         self,
@@ -100,6 +102,8 @@ class CdcApplyOperator(SparkSubmitOperator):
             raise AirflowSkipException("no batch to apply: the capture did not run")
         with airflow_errors("apply"):
             batch = Batch(self.batch_path)
+        CdcBatchLink().persist(context, storage_url(self.batch_path))
+        CdcDeltaLink().persist(context, storage_url(self.target))
         if self.skip_empty and batch.empty:  # commit still runs: the offset may move
             raise AirflowSkipException(f"batch {batch.batch_id} holds no events: nothing to apply")
         with airflow_errors("apply"):
@@ -109,10 +113,23 @@ class CdcApplyOperator(SparkSubmitOperator):
             else:
                 hook = CdcHook(pipeline=self.pipeline, cdc_conn_id=self.cdc_conn_id)
                 config = hook.get_partition(batch.partition)  # the lease of the partition that captured it
+                self._lineage_config = config
                 leases = Leases(build_store(config), config.state_name, config["lease.timeout.ms"] / 1000)
                 with leases.hold("apply") as lease:
                     self._submit(context, batch, lease.token)
         return {"batch_id": batch.batch_id, "applied": True}
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the batch's source tables in (when the pipeline is known), its bronze and
+        silver Delta tables out."""
+        from airflow_cdc.airflow.lineage import delta_datasets, operator_lineage, source_datasets
+
+        batch = Batch(self.batch_path)
+        tables = batch.tables()
+        config = getattr(self, "_lineage_config", None)
+        inputs = source_datasets(config, tables) if config is not None else []
+        outputs = delta_datasets(self.target, batch.manifest["connector"], tables, self.options.bronze)
+        return operator_lineage(inputs, outputs)
 
     def _submit(self, context: Context, batch: Batch, fence: int | None) -> None:
         counts = batch.manifest.get("counts", {})

@@ -9,6 +9,7 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_cdc.airflow.errors import airflow_errors
 from airflow_cdc.airflow.hooks.cdc import CdcHook
+from airflow_cdc.airflow.links import CdcBatchLink, storage_url
 from airflow_cdc.airflow.signals import signals_from_run
 
 
@@ -30,6 +31,7 @@ class CdcCaptureOperator(BaseOperator):
     template_fields: Sequence[str] = ("pipeline", "cdc_conn_id", "signals", "partition")
     template_fields_renderers = {"signals": "json"}
     ui_color = "#d6eaf8"
+    operator_extra_links = (CdcBatchLink(),)
 
     def __init__(
         self,
@@ -57,6 +59,8 @@ class CdcCaptureOperator(BaseOperator):
             hook = CdcHook(pipeline=self.pipeline, cdc_conn_id=self.cdc_conn_id)
             capture = hook.get_capture(partition=self.partition)
             result = capture.run(signals=list(signals))
+        self._lineage = (capture.config, list(result.tables))
+        CdcBatchLink().persist(context, storage_url(result.batch_path))
         describe = capture.source.describe_offset
         for note in result.notes:
             self.log.info("note: %s", note)
@@ -71,3 +75,10 @@ class CdcCaptureOperator(BaseOperator):
         summary = result.summary(max_notes=20)
         del summary["committed"]  # the commit task commits
         return summary
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the source tables this run captured from (the batch is intermediate)."""
+        from airflow_cdc.airflow.lineage import operator_lineage, source_datasets
+
+        config, tables = getattr(self, "_lineage", (None, []))
+        return operator_lineage(source_datasets(config, tables) if config is not None else [], [])

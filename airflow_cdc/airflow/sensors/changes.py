@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context
 from airflow.sdk.configuration import conf
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout, AirflowSkipException
 
 from airflow_cdc.airflow.errors import airflow_errors
 from airflow_cdc.airflow.hooks.cdc import CdcHook
 from airflow_cdc.airflow.pipeline import without_literal_secrets
 from airflow_cdc.airflow.signals import signals_from_run
+from airflow_cdc.airflow.triggerer_health import triggerer_status
 from airflow_cdc.airflow.triggers.changes import CdcChangesTrigger
 
 
@@ -23,15 +25,20 @@ class CdcChangesSensor(BaseSensorOperator):
     check; PostgreSQL's default ``slot`` check fires only for published changes, ``wal`` may
     over-report, which costs an empty batch).
 
-    Deferrable (default from ``[operators] default_deferrable``): ``execute`` checks once, then
-    defers to :class:`CdcChangesTrigger`, which polls asynchronously in the triggerer.
+    Deferrable by default where a triggerer runs: ``execute`` checks once, then defers to
+    :class:`CdcChangesTrigger`, which polls asynchronously in the triggerer.  Without an explicit
+    ``deferrable`` (and with ``[operators] default_deferrable`` off), the API server's health
+    endpoint decides: a healthy triggerer -> defer; none (or no answer) -> poke from the worker,
+    with a warning saying why.
 
     :param pipeline: pipeline file path or mapping of Debezium properties. (templated)
     :param cdc_conn_id: Airflow Connection of the source database. (templated)
     :param check: ``None``: the source's default.  PostgreSQL: ``slot`` (default) or ``wal`` (see
         ``PostgresSource.changes_after``); MySQL: ``wal``/``binlog`` or ``gtid`` (see
         ``MySqlSource.changes_after``).
-    :param deferrable: wait in the triggerer instead of a worker slot.
+    :param deferrable: True: wait in the triggerer; False: poke from the worker (``mode``);
+        None (default): ``[operators] default_deferrable`` if set, else defer when the API server
+        reports a healthy triggerer.
     :param partition: the partition of a partitioned connector to watch (a SQL Server database, a
         Vitess task); ``None`` for an unpartitioned one. (templated)
     """
@@ -45,7 +52,7 @@ class CdcChangesSensor(BaseSensorOperator):
         pipeline: str | Mapping[str, Any],
         cdc_conn_id: str | None = None,
         check: str | None = None,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        deferrable: bool | None = None,
         partition: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -78,8 +85,25 @@ class CdcChangesSensor(BaseSensorOperator):
         with airflow_errors("sense"):
             return self._due(context)[0]
 
+    def _defers(self) -> bool:
+        """Whether to defer (see the class docstring); logs the reason when it decides itself."""
+        if self.deferrable is not None:
+            return bool(self.deferrable)
+        if conf.getboolean("operators", "default_deferrable", fallback=False):
+            return True
+        healthy, why = triggerer_status()
+        if healthy:
+            self.log.info("deferring to the triggerer: %s", why)
+        else:
+            self.log.warning(
+                "not deferring: %s; poking from a worker instead (mode=%s, every %ss; pass "
+                "deferrable=True or False, or set the pipeline's `deferrable` option, to choose)",
+                why, self.mode, self.poke_interval,
+            )  # fmt: skip
+        return healthy
+
     def execute(self, context: Context) -> Any:
-        if not self.deferrable:
+        if not self._defers():
             return super().execute(context)
         with airflow_errors("sense"):
             due, offset = self._due(context)
@@ -94,12 +118,23 @@ class CdcChangesSensor(BaseSensorOperator):
                 check=self.check,
                 poll_interval=self.poke_interval,
                 partition=self.partition,
+                timeout_at=time.time() + self.timeout,
             ),
             method_name="execute_complete",
-            timeout=timedelta(seconds=self.timeout),
+            # the trigger ends the wait itself at the sensor's timeout; this is a safety net only
+            timeout=timedelta(seconds=self.timeout + 2 * self.poke_interval + 60),
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> None:
+        if event and event.get("status") == "timeout":
+            message = (
+                f"no change past offset {event.get('offset')} within {self.timeout:.0f}s "
+                f"({event.get('polls')} checks)"
+            )
+            self.log.info("%s: %s", message, "skipping this run" if self.soft_fail else "timing out")
+            if self.soft_fail:
+                raise AirflowSkipException(message)
+            raise AirflowSensorTimeout(message)
         if not event or event.get("status") != "changes":
             raise AirflowException(f"waiting for changes failed: {(event or {}).get('message', event)}")
         self.log.info(

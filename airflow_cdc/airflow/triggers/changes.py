@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -26,6 +27,8 @@ class CdcChangesTrigger(BaseTrigger):
         server peeks one change) or ``gtid`` (MySQL: a captured GTID the offset lacks).
     :param poll_interval: seconds between checks.
     :param partition: the partition of a partitioned connector whose offset this is.
+    :param timeout_at: epoch seconds after which the wait ends with a ``timeout`` event (no change
+        in time is a normal outcome: the sensor skips, and the triggerer logs no error).
     """
 
     def __init__(
@@ -37,9 +40,11 @@ class CdcChangesTrigger(BaseTrigger):
         check: str | None = None,
         poll_interval: float = 60.0,
         partition: str | None = None,
+        timeout_at: float | None = None,
     ) -> None:
         super().__init__()
         self.partition = partition
+        self.timeout_at = timeout_at
         self.pipeline = pipeline if isinstance(pipeline, str) else dict(pipeline)
         self.offset = dict(offset)
         self.cdc_conn_id = cdc_conn_id
@@ -56,6 +61,7 @@ class CdcChangesTrigger(BaseTrigger):
                 "check": self.check,
                 "poll_interval": self.poll_interval,
                 "partition": self.partition,
+                "timeout_at": self.timeout_at,
             },
         )
 
@@ -77,4 +83,11 @@ class CdcChangesTrigger(BaseTrigger):
                 self.log.warning("change check failed, retrying in %.0fs: %s", self.poll_interval, e)
             except Exception as e:  # noqa: BLE001 - e.g. the slot is in use by a running capture
                 self.log.warning("change check failed, retrying in %.0fs: %s", self.poll_interval, e)
-            await asyncio.sleep(self.poll_interval)
+            if self.timeout_at is not None:
+                left = self.timeout_at - time.time()
+                if left <= 0:
+                    yield TriggerEvent({"status": "timeout", "offset": self.offset, "polls": polls})
+                    return
+                await asyncio.sleep(min(self.poll_interval, left))
+            else:
+                await asyncio.sleep(self.poll_interval)

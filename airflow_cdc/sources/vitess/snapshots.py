@@ -16,7 +16,11 @@ everything after it are above the floor).
 
 A reshard during a copy retires shards with their unfinished entries; the tables they still listed
 are requested again on the new shards (which hold every row of the keyspace), so the copy stays
-complete -- rows re-read there sort after the old shards' (a new shard generation).
+complete -- rows re-read there sort after the old shards' (a new shard generation).  Deletes made
+while such a table waits for its re-copy are dropped like any change of an uncopied table, so the
+re-copy's completion voids every row of the table below a new epoch, which the windows after the
+reshard's run use (a truncate, as for an ad hoc snapshot): what the old shards copied or streamed,
+and what the new shards streamed before the re-copy, is superseded by it.
 """
 
 from __future__ import annotations
@@ -70,8 +74,9 @@ def request(
     return out, notes, new
 
 
-def carry_over_retired(end: b.VGtid, last_seen: dict[tuple[str, str], b.ShardGtid]) -> None:
-    """Request on the shards of ``end`` the tables that shards retired by a reshard had not finished."""
+def carry_over_retired(end: b.VGtid, last_seen: dict[tuple[str, str], b.ShardGtid]) -> set[str]:
+    """Request on the shards of ``end`` the tables that shards retired by a reshard had not
+    finished; returns their names (the caller voids what was captured of them before)."""
     current = {offsets.shard_key(g) for g in end.shard_gtids}
     unfinished: set[str] = set()
     for key, sgtid in last_seen.items():
@@ -80,6 +85,21 @@ def carry_over_retired(end: b.VGtid, last_seen: dict[tuple[str, str], b.ShardGti
     for sgtid in end.shard_gtids:
         for name in sorted(unfinished - listed(sgtid)):
             sgtid.table_p_ks.append(b.TableLastPK(table_name=name))
+    return unfinished
+
+
+def void_before_recopy(
+    pending: Iterable[TableSnapshot], keyspace: str, tables: set[str], floor: str
+) -> list[TableSnapshot]:
+    """Make the snapshots of ``tables`` (copied again from the first row on the new shards) void,
+    on completion, every row of theirs captured below ``floor`` (hex position of a new epoch): the
+    re-copy holds every row, but not the deletes made while it waited."""
+    out = []
+    for snap in pending:
+        if snap.last_key == REQUESTED and snap.table in {f"{keyspace}.{t}" for t in tables}:
+            snap.purge_below = max(snap.purge_below or "", floor)
+            out.append(snap)
+    return out
 
 
 def finished(pending: Iterable[TableSnapshot], end: b.VGtid, keyspace: str) -> list[TableSnapshot]:

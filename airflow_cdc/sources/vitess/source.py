@@ -321,8 +321,18 @@ class VitessSource(ChangeSource):
             notes.append(f"{voided} delete(s) void rows only uncommitted batches held")
         end = b.VGtid()
         end.CopyFrom(win.end)
-        snapshots.carry_over_retired(end, stager.last_seen)
+        carried = snapshots.carry_over_retired(end, stager.last_seen)
         generation = stager.generation_of(end)
+        if carried and self.task is None:
+            # the next windows (the re-copy, and changes of the table on the new shards, which this
+            # window already streamed unfiltered) run in a new epoch; completion voids below it
+            self.epoch += 1
+            floor = self.position_floor().hex()
+            for snap in snapshots.void_before_recopy(self.pending, self.keyspace, carried, floor):
+                notes.append(
+                    f"snapshot of {snap.table}: copied again on the shards of a reshard; rows captured "
+                    "before it are void once it completes"
+                )
         result = WindowResult(VitessCoord(end, generation), stager.events)
         result.per_table, result.snapshot_rows = stager.per_table, stager.copied
         result.snapshots_done = snapshots.finished(self.pending, end, self.keyspace)

@@ -12,6 +12,7 @@ VGTID after the last of them.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +22,9 @@ from airflow_cdc.sources.vitess import offsets
 from airflow_cdc.sources.vitess.client import VtgateClient
 from airflow_cdc.sources.vitess.proto import binlogdata_pb2 as b
 from airflow_cdc.sources.vitess.protocol import Assembler, Table, Transaction
+
+log = logging.getLogger(__name__)
+PROGRESS_EVERY = 10.0  # seconds between progress lines of a long window
 
 
 @dataclass
@@ -47,6 +51,31 @@ def _after_journal(position: b.VGtid, journal: b.Journal) -> b.VGtid:
     gone = {(p.keyspace, p.shard) for p in journal.participants}
     kept = [g for g in position.shard_gtids if offsets.shard_key(g) not in gone]
     return b.VGtid(shard_gtids=[*kept, *journal.shard_gtids])
+
+
+def _retire(copy_shards: set[tuple[str, str]], position: b.VGtid) -> None:
+    """Drop from ``copy_shards`` the shards a reshard retired from ``position``.
+
+    A keyspace-wide entry (shard ``""``: vtgate resolves the shards) stands for every shard of
+    the keyspace once the position names them.
+    """
+    live = {offsets.shard_key(g) for g in position.shard_gtids}
+    if any(shard == "" for _, shard in live):
+        return  # not resolved yet
+    for keyspace, shard in list(copy_shards):
+        if shard == "":
+            copy_shards.discard((keyspace, shard))
+            copy_shards.update(k for k in live if k[0] == keyspace)
+    copy_shards.intersection_update(live)
+
+
+def _brief(vgtid: b.VGtid) -> str:
+    """Shard positions for a log line: ``shard@gtid`` with the copied tables' names."""
+    parts = []
+    for g in vgtid.shard_gtids:
+        copying = f" copying {','.join(t.table_name for t in g.table_p_ks)}" if g.table_p_ks else ""
+        parts.append(f"{g.keyspace}/{g.shard or '*'}@{g.gtid or '-'}{copying}")
+    return "; ".join(parts) or "-"
 
 
 def read_window(
@@ -80,12 +109,24 @@ def read_window(
     window = Window(start, start)
     position = b.VGtid()
     position.CopyFrom(start)
-    copying = offsets.copying(start)
+    # shards whose copy phase is unfinished: done at the stream's COPY_COMPLETED, or when a reshard
+    # retires them (their unfinished tables are requested again on the new shards)
+    copy_shards = {offsets.shard_key(g) for g in start.shard_gtids if not g.gtid or g.table_p_ks}
+    copying = bool(copy_shards)
     assembler = Assembler(start)
     call = client.vstream(request)
-    last_progress = time.monotonic()
+    last_progress = last_report = started = time.monotonic()
     try:
         for event in client.events(call):
+            if time.monotonic() - last_report >= PROGRESS_EVERY:
+                last_report = time.monotonic()
+                elapsed = last_report - started
+                log.info(
+                    "VStream window: %d changes in %.0fs (%.0f/s), %d copy chunks, copy %s; at %s, "
+                    "target %s",
+                    window.events, elapsed, window.events / max(elapsed, 1e-9), window.copy_chunks,
+                    "unfinished" if copying else "done", _brief(position), _brief(target),
+                )  # fmt: skip
             for item in assembler.feed(event):
                 if isinstance(item, Transaction):
                     if on_transaction is not None:
@@ -100,13 +141,16 @@ def read_window(
                 elif item.kind == "position" and item.vgtid is not None:
                     position = item.vgtid
                 elif item.kind == "copy_completed" and not item.shard:
-                    copying, window.copy_completed = False, True
+                    copy_shards.clear()
+                    window.copy_completed = True
                 elif item.kind == "copy_completed":
                     window.shards_copied.add((item.keyspace, item.shard))
                 elif item.kind == "journal" and item.journal is not None:
                     window.journal = item.journal
                     position = _after_journal(position, item.journal)
             window.end = position
+            _retire(copy_shards, position)
+            copying = bool(copy_shards)
             if assembler._txn is not None:
                 continue  # inside a transaction: never stop here
             if (

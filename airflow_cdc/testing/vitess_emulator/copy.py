@@ -72,6 +72,9 @@ def _start_table(session: VStreamSession, st: _ShardStream, table: str) -> Itera
                 st.seq = txn.seq
                 if events:
                     yield events
+                if st not in session.streams:  # retired at a journal: the copy is abandoned
+                    conn.close()
+                    return
         except ProtocolError as e:
             conn.close()
             raise session._dump_error(st, e) from None

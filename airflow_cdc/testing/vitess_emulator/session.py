@@ -309,16 +309,16 @@ class VStreamSession:
     def _journal(self, st: _ShardStream, txn: Transaction) -> list[b.VEvent]:
         journal = b.Journal.FromString(txn.journal or b"")
         if self.flags.stop_on_reshard:
-            self.streams.remove(st)
+            self._retire(st)
             return [self._event(st, b.JOURNAL, txn.timestamp, journal=journal)]
         joined = self.journals.setdefault(journal.id, set())
         joined.add((st.shard.keyspace, st.shard.name))
         participants = {(p.keyspace, p.shard) for p in journal.participants}
         if joined < participants:
-            self.streams.remove(st)
+            self._retire(st)
             return []
         for old in [s for s in self.streams if (s.shard.keyspace, s.shard.name) in participants]:
-            self.streams.remove(old)
+            self._retire(old)
         kept = [g for g in self.vgtid.shard_gtids if (g.keyspace, g.shard) not in participants]
         del self.vgtid.shard_gtids[:]
         self.vgtid.shard_gtids.extend(kept)
@@ -329,6 +329,17 @@ class VStreamSession:
             )
             new.seq = shard.parse(target.gtid)
         return []
+
+    def _retire(self, st: _ShardStream) -> None:
+        """End a shard's stream at its journal.  A copy still running on it (its catch-up met the
+        journal) is abandoned: vtgate's new shard positions carry no ``table_p_ks``, and no
+        COPY_COMPLETED is sent for it."""
+        self.streams.remove(st)
+        if st.copy is not None:
+            if st.copy.conn is not None:
+                st.copy.conn.close()
+            st.copy = None
+            self.copying -= 1
 
     # -- copy phase --------------------------------------------------------------------------
     def _copy_step(self, st: _ShardStream) -> Iterator[list[b.VEvent]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -62,12 +63,16 @@ class Writers(WriterThreads):
             self.errors.append(e)
 
 
-
-
-
-def sigkill_scenario(vtgate, shard_servers, keyspace: str, tmp_path: Path) -> dict:
+def sigkill_scenario(
+    vtgate, shard_servers, keyspace: str, tmp_path: Path, reshard_at: int | None = None
+) -> dict:
     """Two shards, 300 rows, writers running; capture processes (committing) SIGKILLed at random
-    points until the copy is done and three runs went through; then drained.  Returns the props."""
+    points until the copy is done and three runs went through; then drained.  Returns the props.
+
+    :param reshard_at: merge the two shards into one (``-80``, ``80-`` -> ``0``, the way a Reshard
+        workflow ends: journal on the old shards, new shard set in the VGTID) while capture run
+        number ``reshard_at`` is running, with the copy still unfinished and writers writing.
+    """
     ks = keyspace
     vtgate.add_keyspace(ks, {"-80": shard_servers[1], "80-": shard_servers[2]}, SCHEMA)
     for i in range(1, 301):
@@ -76,17 +81,27 @@ def sigkill_scenario(vtgate, shard_servers, keyspace: str, tmp_path: Path) -> di
     config_path = tmp_path / "pipeline.json"
     config_path.write_text(json.dumps(props))
     rng = random.Random(7)
-    kills = clean = copy_runs = 0
+    kills = clean = copy_runs = runs = 0
     with Writers(vtgate, ks) as writers:
         while snapshot_pending(props) or clean < 3:
             copy_runs += snapshot_pending(props)
+            runs += 1
             proc = capture_process(
                 config_path, "after_batch_write:0.25,after_state_commit:0.2,mid_window:0.1"
             )
-            if rng.random() < 0.3:
+            if runs == reshard_at:
+                assert snapshot_pending(props), "the reshard should come while the copy is unfinished"
+                time.sleep(rng.random() * 0.5)
+                vtgate.reshard(ks, {"0": shard_servers[0]})
+            elif rng.random() < 0.3:
                 time.sleep(rng.random() * 1.5)
                 proc.send_signal(signal.SIGKILL)
-            _, err = proc.communicate(timeout=300)
+            try:
+                _, err = proc.communicate(timeout=300)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: the child's stacks on stderr
+                _, err = proc.communicate()
+                raise AssertionError(f"capture hung (run {runs}): {err.decode()[-6000:]}") from None
             if proc.returncode == 0:
                 clean += 1
             elif proc.returncode == -signal.SIGKILL:
@@ -97,13 +112,17 @@ def sigkill_scenario(vtgate, shard_servers, keyspace: str, tmp_path: Path) -> di
     assert not writers.errors
     assert kills >= 5, f"only {kills} kills happened"
     assert copy_runs >= 5, "the copy should be spread over many runs"
+    assert reshard_at is None or [s.name for s in vtgate.keyspace_shards(ks)] == ["0"]
     while run_capture(props).events:
         pass
     return props
 
 
-def test_two_shards_converge_with_sigkills_during_the_copy(vtgate, shard_servers, keyspace, tmp_path):
-    props = sigkill_scenario(vtgate, shard_servers, keyspace, tmp_path)
+@pytest.mark.parametrize("reshard_at", [None, 2], ids=["two-shards", "merged-mid-copy"])
+def test_two_shards_converge_with_sigkills_during_the_copy(
+    vtgate, shard_servers, keyspace, tmp_path, reshard_at
+):
+    props = sigkill_scenario(vtgate, shard_servers, keyspace, tmp_path, reshard_at=reshard_at)
     oracle = replay(props)
     expected = shard_rows(vtgate, keyspace)
     assert len(expected) > 150

@@ -1,6 +1,7 @@
-"""The two-shard SIGKILL convergence scenario replayed through the Spark apply job: silver equals
-the union of the shards and the reference applier (every published batch, committed or not,
-applied in order, as a crash after apply and before commit leaves them)."""
+"""The two-shard SIGKILL convergence scenario, with the keyspace resharded (2 shards -> 1) in the
+middle of a capture run while the copy phase is unfinished, replayed through the Spark apply job:
+silver equals the union of the shards and the reference applier (every published batch, committed
+or not, applied in order, as a crash after apply and before commit leaves them)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 def test_sigkill_scenario_through_spark(spark, vtgate, shard_servers, keyspace, tmp_path):
-    props = sigkill_scenario(vtgate, shard_servers, keyspace, tmp_path)
+    props = sigkill_scenario(vtgate, shard_servers, keyspace, tmp_path, reshard_at=3)
     target = str(tmp_path / "delta")
     batches = list_batches(props["staging.path"], props["name"])
     for batch in batches:

@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 
 from airflow_cdc.core.errors import AuthenticationFailed, ConfigError, ConnectionFailed, OffsetUnavailable
-from airflow_cdc.sources.vitess import offsets
+from airflow_cdc.sources.vitess import offsets, snapshots
 from airflow_cdc.sources.vitess.client import VtgateClient
 from airflow_cdc.sources.vitess.config import vitess_config
+from airflow_cdc.sources.vitess.proto import binlogdata_pb2 as b
 from airflow_cdc.sources.vitess.window import changes_after, read_window
 from airflow_cdc.testing.servers import free_port
 from airflow_cdc.testing.vitess_emulator import VtgateEmulator
@@ -123,6 +124,43 @@ def test_reshard_inside_a_window(vtgate, shard_servers, ks):
     assert sorted(g.shard for g in second.end.shard_gtids) == ["-80", "80-"]
     ids = [c.after["id"] for w in (first, second) for t in w.transactions for c in t.changes]
     assert sorted(ids) == list(range(1, 16))
+
+
+def test_reshard_during_an_unfinished_copy(vtgate, shard_servers, ks):
+    """The journal retires a shard whose copy is unfinished: the window still ends (at the new
+    shards, without a COPY_COMPLETED for the abandoned copy), the table is requested again on the
+    new shards, and that re-copy reads every row the keyspace holds then."""
+    for i in range(1, 21):
+        vtgate.execute(ks, "INSERT INTO t1 VALUES (%s, 'a', NULL, NULL)", (i,))
+    client = client_for(vtgate.address, ks)
+    try:
+        first = read_window(client, offsets.start_vgtid(ks, None, ""), client.current_vgtid(ks), None, 3, 10)
+        assert first.bounded and offsets.copying(first.end), "one chunk of the copy, not all of it"
+        retired = {offsets.shard_key(g): g for g in first.end.shard_gtids}
+        vtgate.execute(ks, "DELETE FROM t1 WHERE id IN (2, 15)")
+        vtgate.reshard(ks, {"-80": shard_servers[1], "80-": shard_servers[2]})
+        for i in (30, 31, 32):
+            vtgate.execute(ks, "INSERT INTO t1 VALUES (%s, 'b', NULL, NULL)", (i,), key=i)
+        second = read_window(client, first.end, client.current_vgtid(ks), None, 1000, idle_timeout=10)
+        assert not second.copy_completed and second.journal is None
+        assert sorted(g.shard for g in second.end.shard_gtids) == ["-80", "80-"]
+        assert not offsets.copying(second.end), "vtgate's new shards carry no table_p_ks"
+        end = b.VGtid()
+        end.CopyFrom(second.end)
+        assert snapshots.carry_over_retired(end, retired) == {"t1"}
+        assert all(snapshots.listed(g) == {"t1"} for g in end.shard_gtids)
+        recopy = []
+        while True:
+            window = read_window(client, end, client.current_vgtid(ks), None, 1000, idle_timeout=10)
+            recopy += [c.after for t in window.transactions if t.kind == "copy" for c in t.changes]
+            end = window.end
+            if not offsets.copying(end):
+                break
+    finally:
+        client.close()
+    assert sorted(r["id"] for r in recopy) == sorted(table_rows(vtgate, ks)) == [
+        *[i for i in range(1, 21) if i not in (2, 15)], 30, 31, 32
+    ]
 
 
 def test_stop_on_reshard_ends_the_window_at_the_journal(vtgate, shard_servers, ks):
