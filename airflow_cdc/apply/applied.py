@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import re
 
+from airflow_cdc.apply.submit import ApplyOptions
 from airflow_cdc.core.batch import Batch
 from airflow_cdc.core.config import ConnectorConfig
 from airflow_cdc.core.errors import BatchNotApplied, ConfigError
@@ -84,8 +85,6 @@ def ensure_applied(batch: Batch, config: ConnectorConfig, target: str | None = N
     root = delta_target(config, target)
     if root is None:
         return
-    from airflow_cdc.apply.submit import ApplyOptions
-
     history = ApplyOptions.from_config(config).history_tables()
     missing = missing_tables(batch, root, config["delta.bronze.enabled"], history)
     if missing:

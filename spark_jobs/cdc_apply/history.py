@@ -159,8 +159,10 @@ def fold(log: DataFrame, keys: list[str], data: list[str], tracked: list[str]) -
     for name in (c for c in data if c not in keys):  # unchanged-TOAST columns the batch left
         unsent = F.coalesce(F.array_contains(UNAVAILABLE, name), F.lit(False))
         known = F.when(~is_delete & ~unsent, F.struct(F.col(quoted(name)).alias("v")))
-        earlier = F.last(known, ignorenulls=True).over(in_seg).getField("v")
-        events = events.withColumn(name, F.when(unsent, earlier).otherwise(F.col(quoted(name))))
+        earlier = F.last(known, ignorenulls=True).over(in_seg)
+        # no earlier upsert in the log: keep what the batch's own fill gave (or null)
+        fill = F.when(unsent & earlier.isNotNull(), earlier.getField("v"))
+        events = events.withColumn(name, fill.otherwise(F.col(quoted(name))))
     values = F.to_json(F.struct(*(F.col(quoted(c)) for c in tracked))) if tracked else F.lit("")
     events = events.withColumn("__tracked", values)
     prev = F.lag(F.struct(F.col(ACTION).alias("a"), F.col("__tracked").alias("v"))).over(by_key)

@@ -157,7 +157,7 @@ def _apply_history(
         return "already applied"
     log_path = _path(target, "history_log", staged, table)
     for path in (history_path, log_path):
-        delta_log.check_fence(path, settings.fence)
+        delta_log.check_fence(path, settings.fence, staged.manifest.get("partition"))
     if not delta_log.has_applied(log_path, commit.app_id):
         silver_path = _path(target, "silver", staged, table)
         stored = spark.read.format("delta").load(silver_path) if silver_log.files else None
