@@ -75,11 +75,15 @@ def files_changed(spark, path: str) -> dict[str, int]:
     return {"operation": row["operation"], **{k: int(metrics[k]) for k in keys if k in metrics}}
 
 
-def run(spark, work: Path, sizes: list[int], updates: int, repeats: int, settings) -> dict[int, list[float]]:
+def run(
+    spark, work: Path, sizes: list[int], updates: int, repeats: int, settings
+) -> tuple[dict[int, list[float]], dict[int, list[int]]]:
+    """Per size: the seconds of each timed batch, and the files each MERGE rewrote."""
     from spark_jobs.cdc_apply.job import apply_batch
 
     rng = random.Random(11)
     out: dict[int, list[float]] = {}
+    rewritten: dict[int, list[int]] = {}
     for size in sizes:
         path = work / f"lake-{size}"
         silver_path = path / "silver" / "bench" / "public.items"
@@ -108,9 +112,10 @@ def run(spark, work: Path, sizes: list[int], updates: int, repeats: int, setting
             )
             if r:
                 times.append(took)
+                rewritten.setdefault(size, []).append(changed.get("numTargetFilesRemoved", 0))
         out[size] = times
         shutil.rmtree(path, ignore_errors=True)
-    return out
+    return out, rewritten
 
 
 def main() -> None:
@@ -126,9 +131,13 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-apply-scale-"))
     try:
         spark = session.build(app_name="bench-apply-scale")
-        times = run(spark, work, sizes, args.updates, args.repeats, ApplySettings(bronze=False))
+        settings = ApplySettings(bronze=False)
+        times, rewritten = run(spark, work, sizes, args.updates, args.repeats, settings)
         for size in sizes:
-            log(f"{size:>12,} rows: {fmt(times[size], 2)} s, median {median(times[size]):.2f}s")
+            log(
+                f"{size:>12,} rows: {fmt(times[size], 2)} s, median {median(times[size]):.2f}s; "
+                f"files rewritten per batch {rewritten[size]}"
+            )
         ratio = median(times[sizes[-1]]) / median(times[sizes[0]])
         spark.stop()
         print(

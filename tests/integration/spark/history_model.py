@@ -20,7 +20,7 @@ COLUMNS = ("id", "a", "b", "x")  # id: key; a, b: tracked; x: excluded from trac
 @dataclass
 class Event:
     pos: int
-    op: str  # c, u, d, t (truncate); a key change is a d of the old key and a c with ``old``
+    op: str  # r, c, u, d, t (truncate); a key change is a d of the old key and a c with ``old``
     key: int | None = None
     values: dict[str, Any] | None = None
     old: int | None = None  # the old key of a key change's c
@@ -59,6 +59,8 @@ class Model:
     versions: list[Version] = field(default_factory=list)
     current: dict[int, Version] = field(default_factory=dict)
     last: dict[int, dict[str, Any]] = field(default_factory=dict)  # values since the last delete
+    in_place: int = 0  # upserts that changed only untracked columns of a current version
+    reopened: int = 0  # versions opened for a key that had a closed one (re-inserts)
 
     def close(self, key: int, event: Event) -> None:
         version = self.current.pop(key, None)
@@ -71,10 +73,13 @@ class Model:
         values = {c: (earlier.get(c) if v is UNSENT else v) for c, v in sent.items()}
         cur = self.current.get(key)
         if cur is not None and all(cur.values[c] == values[c] for c in self.tracked):
+            self.in_place += cur.values != values
             cur.values = values
         else:
             if cur is not None:
                 cur.end, cur.end_ts = event.pos, event.ts_ms
+            elif any(v.key == key for v in self.versions):
+                self.reopened += 1
             cur = self.current[key] = Version(key, values, event.pos, start_ts=event.ts_ms)
             self.versions.append(cur)
         self.last[key] = values
@@ -91,21 +96,27 @@ class Model:
                 self.upsert(e, e.key, e.values)  # type: ignore[arg-type]
         return self
 
-    def rows(self) -> set[tuple]:
-        return {v.row() for v in self.versions}
+    def rows(self) -> list[tuple]:
+        return sorted((v.row() for v in self.versions), key=repr)
 
     def current_rows(self) -> dict[int, dict[str, Any]]:
         return {k: v.values for k, v in self.current.items()}
 
 
-def random_events(seed: int, n: int = 140, keys: int = 25, toast: bool = True) -> list[Event]:
-    """A random change sequence: inserts, updates (some only of ``x``, some of nothing, some with
-    ``b`` unsent), deletes, re-inserts of deleted keys, key changes (sent whole, as with
-    ``REPLICA IDENTITY FULL``), and a truncate."""
+def random_events(
+    seed: int, n: int = 240, keys: int = 40, toast: bool = True, snapshot: int = 12
+) -> list[Event]:
+    """A random change sequence: ``snapshot`` snapshot rows (``r``), then inserts, updates (some
+    only of ``x``, some of nothing, some with ``b`` unsent), deletes, re-inserts of deleted keys,
+    key changes (sent whole, as with ``REPLICA IDENTITY FULL``), and a truncate."""
     rng = random.Random(seed)
     live: dict[int, dict[str, Any]] = {}
     out: list[Event] = []
     pos = 0
+    for key in rng.sample(range(1, keys + 1), snapshot):
+        pos += 2
+        live[key] = {"id": key, "a": rng.randrange(3), "b": rng.choice("pq"), "x": f"x{rng.randrange(99)}"}
+        out.append(Event(pos, "r", key, dict(live[key])))
     truncate_at = rng.randrange(n // 3, n)
     truncated = False
 
