@@ -51,11 +51,13 @@ def matches(patterns: Iterable[str], name: str) -> bool:
     return any(re.fullmatch(p, name, re.IGNORECASE) for p in patterns)
 
 
-def tracked_columns(frame: TableFrame, table: str, except_patterns: Iterable[str]) -> list[str]:
+def tracked_columns(
+    columns: Iterable[str], keys: list[str], table: str, except_patterns: Iterable[str]
+) -> list[str]:
     """Data columns whose changes open a new version: all but the key and the columns named by
     ``delta.history.except.columns`` (``<table>.<column>`` regexes)."""
     patterns = list(except_patterns)
-    return [c for c in frame.columns if c not in frame.keys and not matches(patterns, f"{table}.{c}")]
+    return [c for c in columns if c not in keys and not matches(patterns, f"{table}.{c}")]
 
 
 def log_schema(frame: TableFrame) -> T.StructType:
@@ -71,9 +73,12 @@ def log_schema(frame: TableFrame) -> T.StructType:
     return T.StructType([*data, *meta])
 
 
-def history_schema(frame: TableFrame) -> T.StructType:
-    data = [T.StructField(n, t, n not in frame.keys) for n, t in frame.columns.items()]
+def history_schema(columns: dict[str, T.DataType], keys: list[str]) -> T.StructType:
+    data = [T.StructField(n, t, n not in keys) for n, t in columns.items()]
     return T.StructType([*data, *HISTORY_FIELDS])
+
+
+LOG_META = (POSITION, ACTION, OP, SOURCE_TS, UNAVAILABLE, BATCH)
 
 
 def _log_rows(spark: SparkSession, frame: TableFrame, actions: DataFrame, batch_id: str) -> DataFrame:
@@ -149,20 +154,10 @@ def _key_cols(keys: list[str], prefix: str = "") -> list[Column]:
 def fold(log: DataFrame, keys: list[str], data: list[str], tracked: list[str]) -> DataFrame:
     """The versions of every key in ``log`` (rows of :func:`log_schema`, truncates already turned
     into per-key deletes), as rows of :func:`history_schema`."""
-    events = log.dropDuplicates([*keys, POSITION, ACTION])
     by_key = Window.partitionBy(*_key_cols(keys)).orderBy(POSITION, ACTION)
     upto = by_key.rowsBetween(Window.unboundedPreceding, 0)
     is_delete = F.col(ACTION) != "upsert"
-    events = events.withColumn("__seg", F.sum(is_delete.cast("int")).over(upto))
-    in_seg = Window.partitionBy(*_key_cols(keys), "__seg").orderBy(POSITION, ACTION)
-    in_seg = in_seg.rowsBetween(Window.unboundedPreceding, 0)
-    for name in (c for c in data if c not in keys):  # unchanged-TOAST columns the batch left
-        unsent = F.coalesce(F.array_contains(UNAVAILABLE, name), F.lit(False))
-        known = F.when(~is_delete & ~unsent, F.struct(F.col(quoted(name)).alias("v")))
-        earlier = F.last(known, ignorenulls=True).over(in_seg)
-        # no earlier upsert in the log: keep what the batch's own fill gave (or null)
-        fill = F.when(unsent & earlier.isNotNull(), earlier.getField("v"))
-        events = events.withColumn(name, fill.otherwise(F.col(quoted(name))))
+    events = _fill_unsent(log.dropDuplicates([*keys, POSITION, ACTION]), keys, data)
     values = F.to_json(F.struct(*(F.col(quoted(c)) for c in tracked))) if tracked else F.lit("")
     events = events.withColumn("__tracked", values)
     prev = F.lag(F.struct(F.col(ACTION).alias("a"), F.col("__tracked").alias("v"))).over(by_key)
@@ -192,6 +187,26 @@ def fold(log: DataFrame, keys: list[str], data: list[str], tracked: list[str]) -
         end_ts.alias(END_TS),
         end.isNull().alias(CURRENT),
     )
+
+
+def _fill_unsent(events: DataFrame, keys: list[str], data: list[str]) -> DataFrame:
+    """Unchanged-TOAST columns the batch's own fill left (still in ``__unavailable``) take the
+    key's previous upsert's value since its last delete; with none in the log they stay as they
+    are (the batch's fill, or null)."""
+    by_key = Window.partitionBy(*_key_cols(keys)).orderBy(POSITION, ACTION)
+    is_delete = F.col(ACTION) != "upsert"
+    events = events.withColumn(
+        "__seg", F.sum(is_delete.cast("int")).over(by_key.rowsBetween(Window.unboundedPreceding, 0))
+    )
+    in_seg = Window.partitionBy(*_key_cols(keys), "__seg").orderBy(POSITION, ACTION)
+    in_seg = in_seg.rowsBetween(Window.unboundedPreceding, 0)
+    for name in (c for c in data if c not in keys):
+        unsent = F.coalesce(F.array_contains(UNAVAILABLE, name), F.lit(False))
+        known = F.when(~is_delete & ~unsent, F.struct(F.col(quoted(name)).alias("v")))
+        earlier = F.last(known, ignorenulls=True).over(in_seg)
+        fill = F.when(unsent & earlier.isNotNull(), earlier.getField("v"))
+        events = events.withColumn(name, fill.otherwise(F.col(quoted(name))))
+    return events
 
 
 def _with_truncates(log: DataFrame, keys: list[str]) -> DataFrame:
@@ -226,31 +241,32 @@ def rebuild(
     log_path: str,
     frame: TableFrame,
     commit: Commit,
-    tracked: list[str],
+    untracked: tuple[str, tuple[str, ...]],
 ) -> int:
     """Replace the versions of the keys this batch touches (every key after a truncate) with the
     fold of their whole log; the append is the batch's marked write.  Returns the keys rebuilt.
 
+    The fold covers every column the log has (one the source dropped keeps its past values).
     Two commits: a delete of the keys' old versions, then the append.  A crash between them is
     repaired by running the batch again (the log already holds it; the fold is deterministic).
+
+    :param untracked: the table's name and ``delta.history.except.columns``.
     """
-    keys, data = frame.keys, list(frame.columns)
-    schema = history_schema(frame)
+    keys = frame.keys
+    log = spark.read.format("delta").load(log_path)
+    columns = {f.name: f.dataType for f in log.schema.fields if f.name not in LOG_META}
+    schema = history_schema(columns, keys)
     create_table(spark, history_path, schema, PROPERTIES)
     current = ensure_columns(spark, history_path, schema)
-    log = spark.read.format("delta").load(log_path)
     rows = log.where(F.col(ACTION) != TRUNCATE)
-    if frame.truncate_at is not None:
-        touched = rows.select(*_key_cols(keys)).distinct()
-    else:
-        touched = frame.actions.select(*_key_cols(keys)).distinct()
+    source = rows if frame.truncate_at is not None else frame.actions
     # both writes below read it, and the second one changes what it was read from
-    touched = touched.toDF(*(f"__k{i}" for i in range(len(keys)))).localCheckpoint(eager=True)
+    touched = source.select(*_key_cols(keys)).distinct().toDF(*(f"__k{i}" for i in range(len(keys))))
+    touched = touched.localCheckpoint(eager=True)
     keyed = rows.join(touched, _null_safe(keys, rows, touched), "left_semi")
-    folded = fold(
-        _with_truncates(keyed.unionByName(log.where(F.col(ACTION) == TRUNCATE)), keys), keys, data, tracked
-    )
-    folded = folded.select(
+    tracked = tracked_columns(columns, keys, untracked[0], untracked[1])
+    changes = _with_truncates(keyed.unionByName(log.where(F.col(ACTION) == TRUNCATE)), keys)
+    folded = fold(changes, keys, list(columns), tracked).select(
         *(F.col(quoted(f.name)).cast(current[f.name]).alias(f.name) for f in schema.fields)
     )
     from delta.tables import DeltaTable

@@ -165,8 +165,8 @@ def _apply_history(
         filled = toast.fill_unavailable(every, stored)
         history.append_log(spark, log_path, frame, filled, commit, stored)
         crash_point("apply_after_history_log")
-    tracked = history.tracked_columns(frame, table.name, settings.history_except)
-    keys = history.rebuild(spark, history_path, log_path, frame, commit, tracked)
+    untracked = (table.name, settings.history_except)
+    keys = history.rebuild(spark, history_path, log_path, frame, commit, untracked)
     return f"rebuilt {keys} keys"
 
 
