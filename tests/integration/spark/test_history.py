@@ -19,7 +19,7 @@ from airflow_cdc.core.batch import BatchWriter, list_batches
 from airflow_cdc.core.pipeline import build_config
 from airflow_cdc.core.table_sink import SourceLayout
 from spark_jobs.cdc_apply.job import ApplySettings, apply_batch
-from spark_jobs.cdc_apply.layout import table_path
+from spark_jobs.cdc_apply.layout import app_id, table_path
 from tests.integration.postgres.support import pipeline, run_capture
 from tests.integration.spark.history_model import UNSENT, Event, Model, random_events
 from tests.unit.core.test_batch import IntCodec, TextCodec
@@ -132,16 +132,17 @@ def _diff(want: list[tuple], got: list[tuple]) -> str:
     ("seed", "batches", "order"),
     [(1, 3, "in order"), (2, 4, "out of order, one batch twice")],
 )
-def test_history_matches_the_model(spark, tmp_path, seed, batches, order):
+def test_history_matches_the_model(spark, tmp_path, monkeypatch, seed, batches, order):
     rng = random.Random(seed)
     events = random_events(seed)
     staged = write_batches(tmp_path / "staging", events, batches, rng)
     plan = staged
+    target = str(tmp_path / "lake")
     if order != "in order":
         plan = [staged[-1], *rng.sample(staged[:-1], len(staged) - 1)]  # the newest batch first
         plan.insert(rng.randrange(1, len(plan) + 1), rng.choice(staged))
         assert plan != sorted(plan) and len(set(plan)) < len(plan)
-    target = str(tmp_path / "lake")
+        _crash_after_history_log(spark, monkeypatch, plan[1], target)
     for batch in plan:
         apply_batch(spark, str(batch), target, SETTINGS)
     model = Model().apply(events)
@@ -180,6 +181,28 @@ def _versions(spark, target: str, config: dict) -> dict[int, list[tuple]]:
             assert mine[-1][-1] is not None and bytes(mine[-1][-1]) <= bytes(r["__start_at"]), (mine, r)
         mine.append((r.a, r.note, r.big, r["__is_current"], r["__end_at"]))
     return {k: [v[:4] for v in vs] for k, vs in out.items()}
+
+
+class Killed(Exception):
+    pass
+
+
+def _crash_after_history_log(spark, monkeypatch, batch: Path, target: str) -> None:
+    """Apply ``batch`` up to its history log write and stop there (as a SIGKILL would): its
+    history rebuild and silver are left for the next run of the batch."""
+    from spark_jobs.cdc_apply import delta_log, job
+
+    def crash(name: str) -> None:
+        if name == "apply_after_history_log":
+            raise Killed(name)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(job, "crash_point", crash)
+        with pytest.raises(Killed):
+            apply_batch(spark, str(batch), target, SETTINGS)
+    mark = app_id(CONNECTOR, batch.name)
+    assert delta_log.has_applied(table_path(target, "history_log", CONNECTOR, TABLE), mark)
+    assert not delta_log.has_applied(table_path(target, "history", CONNECTOR, TABLE), mark)
 
 
 def test_history_of_a_postgres_capture(spark, pg_db, tmp_path):
