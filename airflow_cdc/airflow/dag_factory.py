@@ -39,6 +39,8 @@ from airflow_cdc.airflow.pipeline import (
 )
 from airflow_cdc.airflow.sensors.changes import CdcChangesSensor
 from airflow_cdc.apply.submit import silver_table_path
+from airflow_cdc.core.conditions import RAW_SQL_PROPERTY
+from airflow_cdc.core.config import COMMON_PROPERTIES
 from airflow_cdc.core.errors import ConfigError
 from airflow_cdc.core.pipeline import build_config, partitions
 
@@ -47,13 +49,44 @@ BATCH_PATH = "{{ ti.xcom_pull(task_ids='capture')['batch_path'] }}"
 PARTITION_BATCH_PATH = "{{ (ti.xcom_pull(task_ids='%s') or {}).get('batch_path', '') }}"
 
 
-def snapshot_params(tables: list[str]) -> dict[str, Param]:
+#: What the trigger form says about the condition field (the safe language of
+#: :mod:`airflow_cdc.core.conditions`).
+CONDITION_HELP = (
+    "Optional filter on the rows to snapshot, applied to each table listed. Not SQL but a safe "
+    "condition language: column = <> != < <= > >= literal, column IS [NOT] NULL, column [NOT] IN "
+    "(literal, ...), column [NOT] BETWEEN literal AND literal, combined with AND, OR, NOT and "
+    "parentheses. Literals: numbers, 'text' ('' for a quote), TRUE, FALSE, DATE 'YYYY-MM-DD', "
+    "TIMESTAMP 'YYYY-MM-DD HH:MM:SS'; quote odd column names with \"double quotes\". "
+    "Example: status = 'open' AND id BETWEEN 10 AND 20. (Debezium additional-conditions.)"
+)
+
+
+def _raw_sql_allowed(spec: PipelineSpec) -> bool:
+    """Whether the pipeline opts in to raw-SQL conditions (for the form's wording only: the
+    capture task decides with the resolved configuration)."""
+    prop = next(p for p in COMMON_PROPERTIES if p.name == RAW_SQL_PROPERTY)
+    with contextlib.suppress(ConfigError):
+        return bool(prop.parse(spec.properties.get(RAW_SQL_PROPERTY)))
+    return False
+
+
+def snapshot_params(tables: list[str], raw_sql: bool = False) -> dict[str, Param]:
     """The trigger form for ad hoc snapshots (Debezium ``execute-snapshot`` / ``stop-snapshot``).
 
     Every field may stay empty (JSON schema type includes ``null``: Airflow's form then does not
     mark it required), so a plain run needs nothing and a snapshot needs only its tables.
+
+    :param raw_sql: the pipeline sets ``snapshot.additional.conditions.raw.sql``: the condition
+        field takes raw SQL, and says so.
     """
     captured = f" Captured: {', '.join(tables[:20])}{' ...' if len(tables) > 20 else ''}." if tables else ""
+    condition_help = (
+        "Optional SQL condition on the rows to snapshot, applied to each table listed, run as the "
+        f"connector's database user: this pipeline sets {RAW_SQL_PROPERTY}=true. "
+        "Example: status = 'open' (Debezium additional-conditions)."
+        if raw_sql
+        else CONDITION_HELP
+    )
     return {
         "snapshot_tables": Param(
             None,
@@ -69,8 +102,7 @@ def snapshot_params(tables: list[str]) -> dict[str, Param]:
             type=["null", "string"],
             title="Additional condition",
             section="Ad hoc snapshot",
-            description="Optional SQL condition limiting the snapshot rows, e.g. status = 'open' "
-            "(Debezium additional-conditions; applies to each table listed).",
+            description=condition_help,
         ),
         "surrogate_key": Param(
             None,
@@ -144,7 +176,7 @@ def cdc_dag(
         max_active_runs=1,
         catchup=False,
         default_args={**args, **(default_args or {})},
-        params=snapshot_params(tables),
+        params=snapshot_params(tables, _raw_sql_allowed(spec)),
         tags=list(opt["tags"]),
         doc_md=f"Change data capture for connector `{spec.name}` from `{path}`: "
         "sense -> capture -> apply -> commit.  Trigger with a config to run an ad hoc snapshot.",
@@ -166,7 +198,37 @@ def cdc_dag(
             verify_task = CdcVerifyOperator(task_id="verify", target=target, **common)
             verify_task.trigger_rule = TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS
             commits >> verify_task
+    _place_tasks(dag, opt["task_options"], path)
     return dag
+
+
+#: BaseOperator arguments that say where a task runs (``task_options`` per step)
+PLACEMENT_KEYS = ("queue", "pool", "pool_slots", "priority_weight", "executor", "executor_config")
+STEPS = ("sense", "capture", "apply", "commit", "verify")
+
+
+def _place_tasks(dag: DAG, task_options: Any, path: str) -> None:
+    """Set the ``task_options`` of each step on its tasks (every partition's).
+
+    :raises ConfigError: not a mapping, an unknown step or an unknown argument.
+    """
+    if not isinstance(task_options, dict):
+        raise ConfigError(f"pipeline {path}: option 'airflow.task_options' must map steps to arguments")
+    for step, kwargs in task_options.items():
+        if step not in STEPS or not isinstance(kwargs, dict):
+            raise ConfigError(
+                f"pipeline {path}: option 'airflow.task_options.{step}': expected one of "
+                f"{', '.join(STEPS)} mapped to arguments"
+            )
+        unknown = sorted(set(kwargs) - set(PLACEMENT_KEYS))
+        if unknown:
+            raise ConfigError(
+                f"pipeline {path}: option 'airflow.task_options.{step}': unknown argument(s) "
+                f"{', '.join(unknown)} (allowed: {', '.join(PLACEMENT_KEYS)})"
+            )
+    for task in dag.tasks:
+        for key, value in (task_options.get(task.task_id.rsplit(".", 1)[-1]) or {}).items():
+            setattr(task, key, value)
 
 
 def partition_keys(spec: PipelineSpec) -> list[str | None]:

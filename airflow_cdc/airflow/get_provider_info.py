@@ -102,5 +102,15 @@ def get_provider_info() -> dict[str, Any]:
                     "odbc_driver": _field("ODBC driver", "database.odbc.driver (FreeTDS by default)"),
                 },
             ),
+            _conn_type(
+                "cdcvitess",
+                "CDC source: Vitess",
+                "CdcVitessHook",
+                15991,
+                {
+                    "tablet_type": _field("Tablet type", "vitess.tablet.type (empty: MASTER)"),
+                    "tls": _field("TLS", "vitess.grpc.tls", False, kind="boolean"),
+                },
+            ),
         ],
     }

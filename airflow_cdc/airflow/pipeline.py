@@ -54,6 +54,9 @@ OPTIONS: dict[str, Any] = {
     "apply": True,
     "verify": False,
     "tags": ["cdc"],
+    # per step (sense, capture, apply, commit, verify): queue, pool, pool_slots, priority_weight,
+    # executor, executor_config -- where a task runs under Celery / Kubernetes executors
+    "task_options": {},
 }
 
 _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")

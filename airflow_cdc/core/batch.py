@@ -160,6 +160,18 @@ class BatchWriter:
             else:
                 (self.tmp / part.file).unlink()
 
+    def inserted_rows(self, table: str, kind: str = "stream") -> list[dict[str, Any]]:
+        """The after images of the ``c`` events of ``table`` staged so far in parts of ``kind``,
+        in staging order (its open part is closed first).  For small tables (the signal table)."""
+        self.close_table(table)
+        out: list[dict[str, Any]] = []
+        for part in self._parts.get(table, []):
+            if part.kind != kind:
+                continue
+            events = pq.read_table(self.tmp / part.file, columns=["op", "after"]).to_pylist()
+            out += [e["after"] for e in events if e["op"] == "c" and e["after"] is not None]
+        return out
+
     def op_counts(self, kind: str) -> dict[str, dict[str, int]]:
         """Events per table and op in parts of ``kind`` so far (flushes open parts of that kind)."""
         out: dict[str, dict[str, int]] = {}

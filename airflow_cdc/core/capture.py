@@ -18,14 +18,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_cdc.core.batch import Batch, BatchWriter, clean_incomplete, expire_batches
-from airflow_cdc.core.config import ConnectorConfig
+from airflow_cdc.core.conditions import RAW_SQL_PROPERTY
+from airflow_cdc.core.config import ConnectorConfig, signal_table
 from airflow_cdc.core.errors import ConfigError, ServerMisconfigured
 from airflow_cdc.core.failpoints import failpoint
 from airflow_cdc.core.lease import Lease, Leases, fence_state
-from airflow_cdc.core.signals import SnapshotSignal, apply_signals, parse_signal
-from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, SnapshotContext, match_tables
+from airflow_cdc.core.signals import SnapshotSignal, apply_signals, check_signals, parse_signal
+from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, SnapshotContext, TableSnapshot, match_tables
 from airflow_cdc.core.source import ChangeSource
 from airflow_cdc.core.state import StateStore
+from airflow_cdc.core.windows import merge_windows
 
 log = logging.getLogger(__name__)
 
@@ -182,8 +184,18 @@ class Capture:
             self.source.heartbeat()
             from_lsn, reason = self.source.start_offset(data.get("offset"), mode == "when_needed")
             tables = self.source.tables()
+            # a bad signal (unknown table or column, a condition outside the safe language) fails
+            # here, before the start is anchored or anything else is stored
+            check_signals(parsed, tables, self.source.table_columns, self.config[RAW_SQL_PROPERTY])
+            guard = _guardrail(self.config, tables)
+            table = signal_table(self.config)
+            if table is not None and table not in tables:
+                raise ConfigError(
+                    f"property 'signal.data.collection': the signal table {table} is not captured; "
+                    "include it (table.include.list, and the publication / CDC where the source needs it)"
+                )
             include = self.config["snapshot.include.collection.list"]
-            notes = _plan_snapshots(ctx, mode, reason, tables, include)
+            notes = _plan_snapshots(ctx, mode, reason, tables, include) + guard
             if reason is not None and data.get("offset") is not None:
                 # a lost offset: what changed meanwhile is only in the re-snapshot, which cannot
                 # show deletions -- so its completion voids everything captured before this epoch
@@ -268,6 +280,15 @@ class Capture:
             snap_rows = self._finish_native(writer, ctx, window, end_lsn, notes)
         else:
             snap_rows = self._reconcile(writer, ctx, chunks, tracker, end_lsn, notes)
+        if window is not None:
+            before = {s.id for s in ctx.pending}
+            signal_notes, seen = self._table_signals(writer, ctx)
+            notes += signal_notes
+            begun = [s for s in ctx.pending if s.id not in before]
+            if begun and not native:
+                read = sum(c.data.num_rows for c in chunks)
+                window, end_lsn, more = self._signal_chunks(writer, ctx, begun, window, read, seen, notes)
+                snap_rows += more
         if not any(p.origin == "initial" for p in ctx.pending):
             ctx.initial_done = True
         if end_lsn < from_lsn and previous is not None:
@@ -345,6 +366,68 @@ class Capture:
             notes.append(f"snapshot of {snap.table} complete: {snap.rows} rows")
         return sum(self._snapshot_counts.values())
 
+    def _signal_chunks(
+        self,
+        writer: BatchWriter,
+        ctx: SnapshotContext,
+        started: list[TableSnapshot],
+        window: Any,
+        read: int,
+        seen: int,
+        notes: list[str],
+    ) -> tuple[Any, Any, int]:
+        """Start the snapshots a signal-table row asked for in this run, as Debezium starts them
+        at the signal: read their first chunks now and a follow-on window from the first one's
+        end that reconciles them (``(window, end, snapshot rows)``, the windows merged).  When the
+        first window stopped at ``run.max.events``, the run's row budget is spent, or the source
+        cannot continue a window in the same run, the chunks start with the next run."""
+        end = window.end
+        budget = self.config["snapshot.max.rows.per.run"] - read
+        if getattr(window, "bounded", False) or budget <= 0 or not self.source.continue_window(window):
+            notes.append("snapshot(s) started by the signal table are read from the next run on")
+            return window, end, 0
+        chunks = self.source.read_chunks(started, budget, self.config["incremental.snapshot.chunk.size"])
+        if not chunks:
+            return window, end, 0
+        need = max(c.watermark.lsn_after for c in chunks)
+        flush = self.source.head()
+        upto = max(flush, self._wait_flushed(need)) if need > flush else flush
+        tracker = ChunkTracker(chunks, self.source.reflects)
+        second = self.source.read_window(end, upto, writer, tracker, self.config["run.max.events"])
+        rows = self._reconcile(writer, ctx, chunks, tracker, second.end, notes, reset=False)
+        notes += self._table_signals(writer, ctx, seen)[0]  # signals of the follow-on window
+        return merge_windows(window, second), second.end, rows
+
+    def _table_signals(
+        self, writer: BatchWriter, ctx: SnapshotContext, seen: int = 0
+    ) -> tuple[list[str], int]:
+        """Apply the signals inserted into the signal table in this window (Debezium's ``source``
+        channel), after the first ``seen`` rows; returns notes and the rows seen.
+
+        A malformed signal is skipped with a warning (as Debezium does): failing the run would
+        stop the pipeline at that row forever.
+        """
+        table = signal_table(self.config)
+        if table is None:
+            return [], 0
+        notes: list[str] = []
+        tables = self.source.tables()
+        rows = writer.inserted_rows(table)
+        for row in rows[seen:]:
+            values = list(row.values())
+            sig_id = values[0] if values else None
+            try:
+                if len(values) < 3:
+                    raise ConfigError("the signal table needs the columns id, type, data (in that order)")
+                sig = parse_signal({"type": values[1], "data": values[2] or "{}"})
+                check_signals([sig], tables, self.source.table_columns, self.config[RAW_SQL_PROPERTY])
+            except (ConfigError, ValueError) as e:
+                log.warning("signal %r from %s ignored: %s", sig_id, table, e)
+                notes.append(f"signal {sig_id!r} from {table} ignored: {e}")
+                continue
+            notes += [f"signal {sig_id!r} from {table}: {n}" for n in apply_signals(ctx, [sig], tables)]
+        return notes, len(rows)
+
     def _reconcile(
         self,
         writer: BatchWriter,
@@ -353,10 +436,12 @@ class Capture:
         tracker: ChunkTracker | None,
         end_lsn: Any,
         notes: list[str],
+        reset: bool = True,
     ) -> int:
         """Emit surviving chunk rows at the window end; chunks the window does not cover wait."""
         total = 0
-        self._snapshot_counts = {}
+        if reset:
+            self._snapshot_counts = {}
         for i, chunk in enumerate(chunks):
             if chunk.watermark.lsn_after > end_lsn:
                 notes.append(
@@ -427,3 +512,22 @@ def _chunks_note(chunks: list) -> str:
     if not chunks:
         return ""
     return f"; snapshot: {len(chunks)} chunk(s) of {', '.join(sorted({c.snapshot.table for c in chunks}))}"
+
+
+def _guardrail(config: ConnectorConfig, tables: list[str]) -> list[str]:
+    """Debezium's ``guardrail.collections.max``: more captured tables than allowed warns (a note
+    for the batch) or fails the run before anything is stored.
+
+    :raises ConfigError: over the limit with ``guardrail.collections.limit.action=fail``.
+    """
+    limit = config["guardrail.collections.max"]
+    if not limit or len(tables) <= limit:
+        return []
+    message = (
+        f"the connector captures {len(tables)} tables, more than guardrail.collections.max={limit} "
+        f"(e.g. {', '.join(tables[:5])})"
+    )
+    if config["guardrail.collections.limit.action"] == "fail":
+        raise ConfigError(message, hint="narrow table.include.list, or raise guardrail.collections.max")
+    log.warning("%s; guardrail.collections.limit.action=warn: going on", message)
+    return [message]

@@ -14,8 +14,7 @@ Reproduces ``io.debezium.relational.mapping`` (``TruncateColumn``, ``MaskStrings
   NULL (not ``Serializable``).
 
 Only character columns are mapped; Debezium passes every other type through.
-
-Not yet applied to staged rows: the properties are still refused by the configuration.
+:mod:`airflow_cdc.core.column_mapping` applies them to the sources' column codecs.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from airflow_cdc.core.errors import ConfigError
 
@@ -70,14 +69,17 @@ def modified_utf8(text: str) -> bytes:
 
 def java_serialized_string(text: str) -> bytes:
     """``ObjectOutputStream.writeObject(text)`` as a whole stream."""
-    body = modified_utf8(text)
+    if "\x00" not in text and (text.isascii() or max(text) < "\U00010000"):
+        body = text.encode("utf-8")  # no NUL, no surrogate pair: modified UTF-8 is UTF-8
+    else:
+        body = modified_utf8(text)
     if len(body) <= 0xFFFF:
         return _STREAM_HEADER + _TC_STRING + struct.pack(">H", len(body)) + body
     return _STREAM_HEADER + _TC_LONGSTRING + struct.pack(">Q", len(body)) + body
 
 
 def _digest(algorithm: str) -> hashlib._Hash:
-    name = algorithm.lower()
+    name = algorithm.lower().replace("/", "_")  # SHA-512/256 -> sha512_256
     name = name.replace("sha3-", "sha3_") if name.startswith("sha3-") else name.replace("-", "")
     try:
         return hashlib.new(name)
@@ -96,6 +98,24 @@ def hash_value(value: str | None, algorithm: str, salt: str, v2: bool, column_le
     return text[:column_length] if column_length > 0 else text
 
 
+def hash_values(
+    values: list[str | None], algorithm: str, salt: str, v2: bool, column_length: int = -1
+) -> list[str | None]:
+    """:func:`hash_value` of each value (the salted digest state is computed once)."""
+    salted = _digest(algorithm)
+    salted.update(salt.encode("utf-8"))
+    cut = column_length if column_length > 0 else None
+    out: list[str | None] = []
+    for value in values:
+        if value is None:
+            out.append(None)
+            continue
+        digest = salted.copy()
+        digest.update(value.encode("utf-8") if v2 else java_serialized_string(value))
+        out.append(digest.hexdigest()[:cut])
+    return out
+
+
 @dataclass(frozen=True)
 class Mapper:
     """One configured mapper: ``kind`` truncate/mask/hash, the column regexes and its parameters."""
@@ -104,28 +124,61 @@ class Mapper:
     columns: tuple[re.Pattern[str], ...]
     length: int = 0
     algorithm: str = ""
-    salt: str = ""
+    salt: str = field(default="", repr=False)
     v2: bool = False
+    prop: str = field(default="", repr=False)  # the property that defined it (holds the salt)
 
     def matches(self, qualified_column: str) -> bool:
         """Whether ``<schema>.<table>.<column>`` is one of this mapper's columns (anchored regex)."""
         return any(p.fullmatch(qualified_column) for p in self.columns)
 
 
+#: the properties that add the source column type as schema parameters, and their mapper kinds:
+#: matched against ``<table>.<column>`` and ``<table>.<type name>``
+PROPAGATE = {
+    "column.propagate.source.type": "propagate-column",
+    "datatype.propagate.source.type": "propagate-type",
+}
+
+
+def shown_name(name: str) -> str:
+    """The property name as errors show it: the salt of a hash property masked."""
+    return re.sub(r"(\.with\.salt\.).*", r"\1***", name)
+
+
 def parse_mapper(name: str, columns: tuple[str, ...]) -> Mapper | None:
     """The mapper a property defines, or ``None`` when ``name`` is no mapper property.
 
-    :raises ConfigError: a bad regex or an unknown hash algorithm, naming the property.
+    :raises ConfigError: a bad regex, a length that is not a number or an unknown hash algorithm,
+        naming the property.
     """
     try:
         patterns = tuple(re.compile(c, re.IGNORECASE) for c in columns)
     except re.error as e:
-        raise ConfigError(f"property {name!r}: invalid column regex: {e}") from e
+        raise ConfigError(f"property {shown_name(name)!r}: invalid column regex: {e}") from e
+    if name in PROPAGATE:
+        return Mapper(PROPAGATE[name], patterns, prop=name)
     if m := _TRUNCATE.fullmatch(name):
-        return Mapper("truncate", patterns, length=int(m.group(1)))
+        return Mapper("truncate", patterns, length=int(m.group(1)), prop=name)
     if m := _MASK.fullmatch(name):
-        return Mapper("mask", patterns, length=int(m.group(1)))
+        return Mapper("mask", patterns, length=int(m.group(1)), prop=name)
     if m := _HASH.fullmatch(name):
-        _digest(m.group(2))
-        return Mapper("hash", patterns, algorithm=m.group(2), salt=m.group(3), v2=bool(m.group(1)))
+        try:
+            _digest(m.group(2))
+        except ConfigError as e:
+            raise ConfigError(
+                f"property {shown_name(name)!r}: unknown hash algorithm "
+                f"{m.group(2)!r} (a Java MessageDigest name: MD5, SHA-1, SHA-256, SHA-512, SHA3-256 ...)"
+            ) from e
+        return Mapper("hash", patterns, algorithm=m.group(2), salt=m.group(3), v2=bool(m.group(1)), prop=name)
+    if name.startswith(("column.truncate.to.", "column.mask.with.")):
+        raise ConfigError(
+            f"property {name!r}: the length before '.chars' must be a non-negative integer "
+            "(e.g. column.truncate.to.20.chars, column.mask.with.8.chars)"
+        )
+    if name.startswith("column.mask.hash."):
+        raise ConfigError(
+            f"property {name!r}: expected column.mask.hash.[v2.]<algorithm>.with.salt.<salt> "
+            "(e.g. column.mask.hash.SHA-256.with.salt.CzQMA0cB5K)"
+        )
     return None

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_cdc.core.column_mappers import parse_mapper
 from airflow_cdc.core.errors import ConfigError
 from airflow_cdc.core.property_status import accepted_value, handling
 from airflow_cdc.core.redact import Secret as Secret  # re-exported: callers import it from here
@@ -45,6 +46,18 @@ class Property:
     required: bool = False
     minimum: int | None = None
     aliases: Mapping[str, str] = field(default_factory=dict)  # deprecated value -> canonical value
+    #: validates a parsed value, given the concrete property name (templated properties)
+    check: Callable[[str, Any], Any] | None = None
+
+    @property
+    def templated(self) -> bool:
+        """Whether the name is a template (``column.truncate.to.<length>.chars``)."""
+        return "<" in self.name
+
+    def matches(self, name: str) -> bool:
+        """Whether the concrete ``name`` is an instance of this (templated) property."""
+        parts = re.split(r"<[a-z]+>", self.name)
+        return re.fullmatch(r"[^.]+(?:\.[^.]+)*".join(re.escape(p) for p in parts), name) is not None
 
     def parse(self, raw: Any) -> Any:
         """Convert a raw value to this property's type.
@@ -163,6 +176,7 @@ class ConnectorConfig:
     def __init__(self, properties: Iterable[Property], raw: Mapping[str, Any]) -> None:
         self._props = {p.name: p for p in properties}
         self._values: dict[str, Any] = {}
+        self._templated: dict[str, tuple[str, Any]] = {}  # concrete name -> (template, value)
         self.raw_names = frozenset(str(k) for k in raw)
         for key, value in raw.items():
             self._set(str(key), value)
@@ -175,6 +189,13 @@ class ConnectorConfig:
     def _set(self, key: str, value: Any) -> None:
         prop = self._props.get(key)
         if prop is None:
+            template = next((p for p in self._props.values() if p.templated and p.matches(key)), None)
+            if template is not None:
+                value = template.parse(_expand_env(key, value))
+                if template.check is not None:
+                    template.check(key, value)
+                self._templated[key] = (template.name, value)
+                return
             known = handling(key)
             if known is not None and (known.status == "ignored" or accepted_value(key, value)):
                 log.warning(
@@ -209,10 +230,15 @@ class ConnectorConfig:
         """
         part = copy.copy(self)
         part._values = dict(self._values)
+        part._templated = dict(self._templated)
         for key, value in overrides.items():
             part._set(key, value)
         part.partition = partition
         return part
+
+    def templated(self, template: str) -> list[tuple[str, Any]]:
+        """The concrete properties set for a templated one, as (name, value), in config order."""
+        return [(name, value) for name, (t, value) in self._templated.items() if t == template]
 
     def is_set(self, name: str) -> bool:
         return self._values.get(name) is not None
@@ -260,6 +286,34 @@ COMMON_PROPERTIES: tuple[Property, ...] = (
         None,
         "`<table regex>:<col>,<col>;...` key columns for tables without (or overriding) a primary key.",
     ),
+    *(
+        Property(
+            template,
+            "list",
+            (),
+            doc,
+            check=lambda name, value: parse_mapper(name, tuple(value)),
+        )
+        for template, doc in (
+            (
+                "column.truncate.to.<length>.chars",
+                "Regexes of fully-qualified character columns whose values are cut to `<length>` "
+                "characters (UTF-16 units, as Java).",
+            ),
+            (
+                "column.mask.with.<length>.chars",
+                "Regexes of fully-qualified character columns whose values (NULL included) are "
+                "replaced by `<length>` asterisks.",
+            ),
+            (
+                "column.mask.hash.<algorithm>.with.salt.<salt>",
+                "Regexes of fully-qualified character columns whose values are replaced by the hex "
+                "hash of salt + value, byte for byte as Debezium (`.v2.` after `hash`: hash of the "
+                "UTF-8 bytes); cut to the column's length. `<algorithm>`: a Java MessageDigest name "
+                "(MD5, SHA-1, SHA-256, SHA-512, SHA3-256 ...).",
+            ),
+        )
+    ),
     Property("skipped.operations", "list", ("t",), "Operations not emitted: c, u, d, t, or none."),
     Property(
         "snapshot.mode",
@@ -274,6 +328,60 @@ COMMON_PROPERTIES: tuple[Property, ...] = (
     ),
     Property("incremental.snapshot.chunk.size", "int", 1024, "Rows per snapshot chunk.", minimum=1),
     Property("snapshot.max.rows.per.run", "int", 1_000_000, "Snapshot rows read per capture run.", minimum=1),
+    Property(
+        "column.propagate.source.type",
+        "list",
+        (),
+        "Regexes of fully-qualified column names whose staged field carries the source type as "
+        "Debezium's schema parameters (`__debezium.source.column.type`, `.length`, `.scale`), in the "
+        "Parquet field metadata.",
+    ),
+    Property(
+        "datatype.propagate.source.type",
+        "list",
+        (),
+        "Regexes of fully-qualified type names (`<table>.<type>`, e.g. `.+\\.NUMERIC`) whose columns "
+        "carry the source type parameters, as `column.propagate.source.type`.",
+    ),
+    Property(
+        "guardrail.collections.max",
+        "int",
+        0,
+        "Most tables the connector may capture; `0` disables the guardrail.",
+        minimum=0,
+    ),
+    Property(
+        "guardrail.collections.limit.action",
+        "enum",
+        "warn",
+        "What exceeding `guardrail.collections.max` does: `warn` (log and note in the batch) or `fail` "
+        "(the run stops before anything is stored).",
+        choices=("warn", "fail"),
+    ),
+    Property(
+        "signal.data.collection",
+        "str",
+        None,
+        "The signal table (`schema.table`, MySQL `db.table`, SQL Server `db.schema.table`), captured like "
+        "any table: rows inserted into it (columns id, type, data, in that order) are Debezium signals "
+        "(`execute-snapshot`, `stop-snapshot`) read in the change window; the snapshot they ask for "
+        "starts in that run (its first chunks, reconciled by a follow-on window).",
+    ),
+    Property(
+        "signal.enabled.channels",
+        "list",
+        ("source",),
+        "Signal channels: `source` (the signal table). Signals in the DAG run conf, the trigger form and "
+        "`airflow-cdc capture --signal` always work.",
+    ),
+    Property(
+        "snapshot.additional.conditions.raw.sql",
+        "bool",
+        False,
+        "Ours, not Debezium's: pass `execute-snapshot` additional-conditions to the database as raw SQL. "
+        "Default false: a condition must be in the safe condition language (columns compared with "
+        "literals, AND/OR/NOT), rendered with bound values.",
+    ),
     Property("decimal.handling.mode", "enum", "precise", choices=("precise", "double", "string")),
     Property(
         "time.precision.mode",
@@ -376,3 +484,21 @@ def skipped_ops(config: ConnectorConfig) -> frozenset[str]:
             f"property 'skipped.operations': invalid operation(s) {sorted(bad)}; allowed: c, u, d, t, none"
         )
     return ops
+
+
+def signal_table(config: ConnectorConfig) -> str | None:
+    """The signal table to read in change windows (``signal.data.collection`` with the ``source``
+    channel enabled), validated.
+
+    :raises ConfigError: a channel other than ``source``.
+    """
+    channels = {c.strip().lower() for c in config["signal.enabled.channels"]}
+    other = sorted(channels - {"source"})
+    if other:
+        raise ConfigError(
+            f"property 'signal.enabled.channels': channel(s) {', '.join(other)} are not supported; "
+            "use `source` (the signal table) -- signals in the DAG run conf or `airflow-cdc capture "
+            "--signal` always work"
+        )
+    table = config["signal.data.collection"]
+    return str(table) if table and "source" in channels else None

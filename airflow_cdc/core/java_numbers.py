@@ -109,7 +109,7 @@ def java_to_string(value: float, bits: int = 64) -> str:
     e = len(digits) + i - 1  # 10**e <= |d| < 10**(e+1)
     if 0 <= e < 7:
         whole = digits[: e + 1].ljust(e + 1, "0")
-        return f"{sign}{whole}.{digits[e + 1:] or '0'}"
+        return f"{sign}{whole}.{digits[e + 1 :] or '0'}"
     if -3 <= e < 0:
         return f"{sign}0.{'0' * (-e - 1)}{digits}"
     return f"{sign}{digits[0]}.{digits[1:] or '0'}E{e}"

@@ -127,14 +127,6 @@ IGNORED: dict[str, str] = {
 
 #: Refused with a ConfigError saying what to use instead.
 REFUSED: dict[str, str] = {
-    "column.truncate.to.<length>.chars": "not implemented yet; drop the column with `column.exclude.list`",
-    "column.mask.with.<length>.chars": "not implemented yet; drop the column with `column.exclude.list`",
-    "column.mask.hash.": "not implemented yet; drop the column with `column.exclude.list`",
-    "column.propagate.source.type": "not implemented yet; the source types are in the batch schema",
-    "datatype.propagate.source.type": "not implemented yet; the source types are in the batch schema",
-    "signal.data.collection": "the signal table is not read yet; send signals in the DAG run conf "
-    "(`signals`) or with `airflow-cdc capture --signal`",
-    "signal.enabled.channels": "signals come from the DAG run conf or `airflow-cdc capture --signal`",
     "snapshot.select.statement.overrides.": "use an `execute-snapshot` signal with "
     "`additional-conditions` to filter a table's snapshot",
     "snapshot.select.statement.overrides": "use an `execute-snapshot` signal with "
@@ -160,7 +152,6 @@ REFUSED: dict[str, str] = {
     "when_needed, always)",
     "snapshot.locking.mode.custom.name": _SPI,
     "snapshot.query.mode.custom.name": _SPI,
-    "guardrail.collections.": "not implemented; bound the captured tables with `table.include.list`",
     "skip.messages.without.change": "not implemented; unchanged updates are staged as `u` events",
     "event.processing.failure.handling.mode": "only `fail` (the default) is supported: a bad event "
     "stops the run with nothing committed; `warn`/`skip` would drop data silently",

@@ -7,15 +7,21 @@ Accepted shapes (from DAG run conf, the trigger form, the CLI or Python)::
       "surrogate-key": "order_no"}}
     {"execute-snapshot": {...data...}}         # run-conf shorthand
     {"type": "stop-snapshot", "data": {"data-collections": [...], "type": "incremental"}}
+
+A filter is a condition in the safe language of :mod:`airflow_cdc.core.conditions` (raw SQL only
+with the pipeline property ``snapshot.additional.conditions.raw.sql``); :func:`check_signals`
+parses it against the table's columns before a capture run stores anything.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_cdc.core.conditions import condition_pieces
 from airflow_cdc.core.errors import ConfigError
 from airflow_cdc.core.snapshot import SnapshotContext, match_tables
 
@@ -69,21 +75,63 @@ def parse_signal(raw: dict[str, Any] | str) -> SnapshotSignal:
     return SnapshotSignal(action, tuple(collections), conditions, data.get("surrogate-key") or None)
 
 
+def _execute_tables(sig: SnapshotSignal, tables: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The captured tables an execute-snapshot signal names, and each one's condition.
+
+    :raises ConfigError: no captured table matches, or an additional-conditions entry names none
+        of them (its table would be snapshotted unfiltered).
+    """
+    matched = match_tables(sig.data_collections, tables)
+    if not matched:
+        raise ConfigError(
+            f"execute-snapshot: data-collections {list(sig.data_collections)} match no "
+            f"captured table (captured: {tables})"
+        )
+    conds: dict[str, str] = {}
+    for pattern, text in sig.conditions.items():
+        hit = match_tables([pattern], matched)
+        if not hit:
+            raise ConfigError(
+                f"execute-snapshot: additional-conditions data-collection {pattern!r} matches none of "
+                f"the tables to snapshot {matched}"
+            )
+        conds.update((t, text) for t in hit)
+    return matched, conds
+
+
+def check_signals(
+    signals: list[SnapshotSignal],
+    tables: list[str],
+    columns_of: Callable[[str], Sequence[str] | None],
+    raw_sql: bool,
+) -> None:
+    """Validate execute-snapshot signals against the captured tables, before anything is stored.
+
+    Each additional condition is parsed in the safe condition language against its table's
+    columns (``columns_of(table)``, None when the source cannot tell), unless ``raw_sql``.
+
+    :raises ConfigError: naming the signal field, table and column at fault.
+    """
+    for sig in signals:
+        if sig.action != "execute-snapshot":
+            continue
+        _, conds = _execute_tables(sig, tables)
+        for table, text in conds.items():
+            condition_pieces(table, text, None if raw_sql else columns_of(table), raw_sql)
+
+
 def apply_signals(ctx: SnapshotContext, signals: list[SnapshotSignal], tables: list[str]) -> list[str]:
-    """Apply signals to the snapshot context; returns log lines saying what changed."""
+    """Apply signals to the snapshot context; returns log lines saying what changed.
+
+    :raises ConfigError: as :func:`check_signals` (without parsing the conditions).
+    """
     notes = []
     for sig in signals:
         if sig.action == "stop-snapshot":
             stopped = ctx.stop(match_tables(sig.data_collections, tables) if sig.data_collections else None)
             notes.append(f"stop-snapshot: stopped {stopped or 'nothing'}")
             continue
-        matched = match_tables(sig.data_collections, tables)
-        if not matched:
-            raise ConfigError(
-                f"execute-snapshot: data-collections {list(sig.data_collections)} match no "
-                f"captured table (captured: {tables})"
-            )
-        conds = {t: f for pattern, f in sig.conditions.items() for t in match_tables([pattern], matched)}
+        matched, conds = _execute_tables(sig, tables)
         ctx.add(matched, "adhoc", conds, sig.surrogate_key)
         notes.append(f"execute-snapshot: queued {matched}")
     return notes

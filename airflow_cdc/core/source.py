@@ -150,9 +150,20 @@ class ChangeSource(abc.ABC):
         """
 
     # -- snapshots and the window -------------------------------------------------------------
+    def table_columns(self, table: str) -> list[str] | None:
+        """Column names of a captured table (after :meth:`open`), which an ad hoc snapshot's
+        additional condition may name; None when the source cannot tell (nothing is checked)."""
+        return None
+
     def read_chunks(self, pending: list, max_rows: int, chunk_size: int) -> list:
         """Key-ordered chunks of the pending table snapshots (``chunked_snapshots`` sources)."""
         raise NotImplementedError(f"{self.kind} does not read snapshot chunks")
+
+    def continue_window(self, window: Any) -> bool:
+        """Prepare a follow-on ``read_window`` from ``window.end`` in the same run (the first chunks
+        of a snapshot the signal table started); False (the default) when the source cannot, and
+        such chunks wait for the next run."""
+        return False
 
     def plan_native_snapshots(self, pending: list) -> None:  # noqa: B027 (optional hook)
         """Hand the pending table snapshots to a source that snapshots natively inside its window

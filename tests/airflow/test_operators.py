@@ -98,7 +98,7 @@ def test_wrong_password_fails_without_retry_and_hides_secret(pg_db, tmp_path):
 
 
 @pytest.mark.parametrize("check", ["wal", "slot"])
-def test_sensor_pokes(pg_db, tmp_path, check):
+def test_sensor_pokes(pg_db, tmp_path, check, capsys):
     load_shop(pg_db)
     props = direct_props(pg_db, tmp_path / "staging", **{"incremental.snapshot.chunk.size": 1000})
     sensor = CdcChangesSensor(task_id="sense", pipeline=props, check=check, deferrable=False)
@@ -107,6 +107,8 @@ def test_sensor_pokes(pg_db, tmp_path, check):
     _commit(props, _capture(props)["batch_path"])
     if check == "slot":  # exact: nothing published past the committed offset
         assert sensor.poke(ctx) is False
+        out = capsys.readouterr().out
+        assert "no change past the committed offset" in out and "check slot" in out, out
     adhoc = {
         "dag_run": type("Run", (), {"conf": {"execute-snapshot": {"data-collections": ["public.orders"]}}})(),
         "params": {},

@@ -183,7 +183,7 @@ def test_provider_entry_point_and_classes():
     info = ep.load()()
     assert info["package-name"] == "airflow-cdc"
     types = {c["connection-type"]: c for c in info["connection-types"]}
-    assert set(types) == {"cdcpostgres", "cdcmysql", "cdcsqlserver"}
+    assert set(types) == {"cdcpostgres", "cdcmysql", "cdcsqlserver", "cdcvitess"}
     for c in types.values():
         module, _, name = c["hook-class-name"].rpartition(".")
         hook = getattr(importlib.import_module(module), name)
@@ -267,6 +267,7 @@ def test_trigger_serialize_round_trip():
         "check": "slot",
         "poll_interval": 5.0,
         "partition": None,
+        "timeout_at": None,
     }
 
 
@@ -501,9 +502,24 @@ def test_trigger_form_needs_nothing_for_a_plain_run_and_only_tables_for_a_snapsh
                    "data": {"data-collections": ["public.orders", "public.customers"], "type": "incremental"}}
 
 
+def test_trigger_form_condition_field_describes_the_condition_language(tmp_path):
+    from airflow_cdc.airflow.dag_factory import cdc_dag
+
+    safe = cdc_dag(_pipeline(tmp_path), schedule="@hourly").params.get_param("snapshot_filter").description
+    for part in ("Not SQL", "IS [NOT] NULL", "[NOT] IN", "BETWEEN", "AND, OR, NOT", "DATE 'YYYY-MM-DD'", "''"):
+        assert part in safe, part
+    (tmp_path / "raw").mkdir()
+    raw_pipeline = _pipeline(tmp_path / "raw").read_text().replace(
+        "airflow:", "snapshot.additional.conditions.raw.sql: true\nairflow:"
+    )
+    (tmp_path / "raw" / "shop.yaml").write_text(raw_pipeline)
+    raw = cdc_dag(tmp_path / "raw" / "shop.yaml", schedule="@hourly").params.get_param("snapshot_filter").description
+    assert "SQL condition" in raw and "snapshot.additional.conditions.raw.sql=true" in raw
+
+
 @pytest.mark.parametrize(
     ("conn_type", "connector"),
-    [("cdcpostgres", "postgresql"), ("cdcmysql", "mysql"), ("cdcsqlserver", "sqlserver"),
+    [("cdcpostgres", "postgresql"), ("cdcmysql", "mysql"), ("cdcsqlserver", "sqlserver"), ("cdcvitess", "vitess"),
      ("cdc_postgres", "postgresql"), ("cdc_mysql", "mysql"), ("cdc_sqlserver", "sqlserver")],
 )  # fmt: skip
 def test_connection_types_map_to_connectors_old_names_too(conn_type, connector):

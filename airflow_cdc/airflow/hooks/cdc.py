@@ -47,6 +47,8 @@ FORM_PROPERTIES = {
     "trust_server_certificate": "database.trustServerCertificate",
     "application_intent": "database.applicationIntent",
     "odbc_driver": "database.odbc.driver",
+    "tablet_type": "vitess.tablet.type",
+    "tls": "vitess.grpc.tls",
 }
 #: Where the Connection's *schema* field (the database) goes, per source kind.
 DATABASE_PROPERTY = {
@@ -54,6 +56,7 @@ DATABASE_PROPERTY = {
     "mysql": "database.include.list",
     "mariadb": "database.include.list",
     "sqlserver": "database.names",
+    "vitess": "vitess.keyspace",
 }
 
 
@@ -83,6 +86,7 @@ def connection_properties(conn: Any, connector: str) -> dict[str, Any]:
 _CONNECTORS = {
     "cdcmysql": "mysql",
     "cdcsqlserver": "sqlserver",
+    "cdcvitess": "vitess",
     "cdc_mysql": "mysql",
     "cdc_sqlserver": "sqlserver",
 }
@@ -251,5 +255,29 @@ class CdcSqlServerHook(CdcHook):
                 "port": "1433",
                 "schema": "shop",
                 "extra": '{"database_names": "shop", "encrypt": true, "trust_server_certificate": false}',
+            },
+        }
+
+
+class CdcVitessHook(CdcHook):
+    """:class:`CdcHook` for Vitess keyspaces (vtgate's gRPC VStream)."""
+
+    default_conn_name = "cdc_vitess_default"
+    conn_type = "cdcvitess"
+    hook_name = "CDC source: Vitess"
+    connector = "vitess"
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        return {
+            "hidden_fields": [],
+            "relabeling": {
+                "host": "vtgate host", "port": "vtgate gRPC port", "schema": "Keyspace", "login": "User",
+            },  # fmt: skip
+            "placeholders": {
+                "host": "vtgate.example.com",
+                "port": "15991",
+                "schema": "commerce",
+                "extra": '{"tablet_type": "MASTER", "tls": false}',
             },
         }

@@ -79,7 +79,16 @@ class CdcChangesSensor(BaseSensorOperator):
             self.log.info("snapshot chunks are pending")
             return True, stored.data.get("offset")
         offset = stored.data.get("offset")
-        return hook.changes_after(offset, self.check, self.partition), offset
+        due = hook.changes_after(offset, self.check, self.partition)
+        self.log.info(
+            "%s past the committed offset %s (check %s; state version %s, last batch %s)",
+            "changes" if due else "no change",
+            offset,
+            self.check or "default",
+            stored.version,
+            stored.data.get("last_batch"),
+        )
+        return due, offset
 
     def poke(self, context: Context) -> bool:
         with airflow_errors("sense"):

@@ -1,6 +1,6 @@
 """Snapshot chunks: key-ordered reads under a consistent snapshot, in neutral values.
 
-Each chunk runs in its own ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` (REPEATABLE READ).
+Each chunk runs in its own ``START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY`` (REPEATABLE READ).
 On MariaDB, ``binlog_snapshot_file/position`` read inside it is the exact binlog coordinate of
 that snapshot: a transaction is reflected by the chunk iff it starts below it.  MySQL has no
 such status; its chunks are reflected by no transaction of the window (every chunk row touched
@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pymysql
 
+from airflow_cdc.core.conditions import Piece
 from airflow_cdc.core.snapshot import ChunkRead, TableSnapshot
 from airflow_cdc.sources.mysql import chunk_keys as ck
 from airflow_cdc.sources.mysql import client
@@ -121,12 +122,16 @@ def read_chunk(
     key: list[str],
     limit: int,
     status_sql: str,
+    condition: list[Piece] | None = None,
 ) -> MySqlChunk:
     """Read one chunk of ``snap`` after ``cursor`` in a consistent snapshot of its own.
 
     Ordered by a key that may repeat (a surrogate key, NULLs in ``message.key.columns``), a full
     chunk is re-read up to and including its last cursor value, so a run of equal values never
     straddles two chunks.
+
+    ``condition``: the ad hoc snapshot's additional condition
+    (:func:`airflow_cdc.core.conditions.condition_pieces`).
 
     :raises UnsupportedType: a chunking column has no exact order (nothing is read).
     """
@@ -137,7 +142,7 @@ def read_chunk(
         cursor = _restart_old_cursor(snap, cursor)
         cur.execute(ck.SESSION_SQL)
         cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
         try:
             coord = None
             if snapshot_sql is not None:
@@ -147,14 +152,14 @@ def read_chunk(
                     status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
                 )
             if snap.max_key is None:
-                cur.execute(q.max_key(tdef.db, tdef.table, [k.cursor for k in keys], order, snap.condition))
+                cur.execute(*q.max_key(tdef.db, tdef.table, [k.cursor for k in keys], order, condition))
                 row = cur.fetchone()
                 snap.max_key = [None if v is None else str(v) for v in row] if row else []
             rows: list[tuple] = []
             if snap.max_key:
-                rows = _select(cur, tdef, keys, cursor, snap.max_key, snap.condition, limit)
+                rows = _select(cur, tdef, keys, cursor, snap.max_key, condition, limit)
                 if len(rows) == limit and order != tdef.key:
-                    rows = _select(cur, tdef, keys, cursor, _cursor_of(rows[-1], keys), snap.condition, None)
+                    rows = _select(cur, tdef, keys, cursor, _cursor_of(rows[-1], keys), condition, None)
             lsn_after = coord
             if coord is None:
                 cur.execute(status_sql)
@@ -175,7 +180,7 @@ def _select(
     keys: list[ck.KeyColumn],
     after: list | None,
     upto: list,
-    condition: str | None,
+    condition: list[Piece] | None,
     limit: int | None,
 ) -> list[tuple]:
     """Rows after ``after`` up to ``upto`` (cursor texts): table columns then cursor texts."""
@@ -186,7 +191,11 @@ def _select(
         where.append(lower)
         args += more
     select = [select_expr(c) for c in tdef.columns] + [k.cursor for k in keys]
-    cur.execute(q.chunk(tdef.db, tdef.table, select, [k.name for k in keys], where, condition, limit), args)
+    if condition:
+        text, more = q.condition_sql(condition)
+        where.append(text)
+        args += more
+    cur.execute(q.chunk(tdef.db, tdef.table, select, [k.name for k in keys], where, limit), args)
     return list(cur.fetchall())
 
 

@@ -16,6 +16,8 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_cdc.core.batch import BatchWriter, list_batches
+from airflow_cdc.core.column_mapping import configured_mappers
+from airflow_cdc.core.conditions import RAW_SQL_PROPERTY, condition_pieces
 from airflow_cdc.core.config import ConnectorConfig, skipped_ops
 from airflow_cdc.core.errors import OffsetUnavailable, SchemaError
 from airflow_cdc.core.events import now_us
@@ -86,6 +88,7 @@ class MySqlSource(ChangeSource):
             self.config["inconsistent.schema.handling.mode"],
             self.files,
             self._head_coord,
+            configured_mappers(self.config),
         )
         for tdef in self._tables.values():
             # no key / unsupported type / a key without exact chunk order: fail before anything is read
@@ -316,6 +319,10 @@ class MySqlSource(ChangeSource):
     def table_state(self, table: str) -> TableState:
         return self.resolver.build(self._tables[table])
 
+    def table_columns(self, table: str) -> list[str] | None:
+        """Columns of a captured table, as the schema history has it now."""
+        return [c.name for c in self._tables[table].columns]
+
     def read_chunks(self, pending: list[TableSnapshot], max_rows: int, chunk_size: int) -> list[ChunkRead]:
         """Read chunks of pending table snapshots, in order, up to ``max_rows`` rows in total."""
         return read_budgeted(pending, self._tables, max_rows, chunk_size, self._read_chunk)
@@ -355,6 +362,8 @@ class MySqlSource(ChangeSource):
         for attempt in range(3):
             tdef = self._tables[snap.table]
             state = self.table_state(snap.table)
+            columns = [c.name for c in tdef.columns]
+            condition = condition_pieces(snap.table, snap.condition, columns, self.config[RAW_SQL_PROPERTY])
             try:
                 return snapshot.read_chunk(
                     self.conn,
@@ -365,6 +374,7 @@ class MySqlSource(ChangeSource):
                     state.key_columns,
                     limit,
                     self.flavour.status_sql,
+                    condition,
                 )
             except Exception as e:
                 if not snapshot.is_missing_column(e) or attempt == 2:
@@ -440,6 +450,12 @@ class MySqlSource(ChangeSource):
         self.history.prune(from_lsn)
         self._discover_tables()
         return result
+
+    def continue_window(self, window: WindowResult) -> bool:
+        """A follow-on window starts at this one's end: its file, position and GTID set."""
+        self._start = (window.end_file, window.end_lsn & 0xFFFFFFFF, window.gtids)
+        self._skip = None
+        return True
 
     def _discover_tables(self) -> None:
         """Add captured tables that exist now but did not when the run opened (created or renamed

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
+from airflow_cdc.core.conditions import Piece, pieces_to_text
 
 TABLES = (
     "SELECT t.TABLE_SCHEMA, t.TABLE_NAME, t.TABLE_COLLATION FROM information_schema.TABLES t "
@@ -39,13 +42,31 @@ def qualified(db: str, table: str) -> str:
     return f"{ident(db)}.{ident(table)}"
 
 
-def max_key(db: str, table: str, cursors: Sequence[str], order: Sequence[str], condition: str | None) -> str:
+def _percent(text: str) -> str:
+    """Text of a query with parameters: pymysql %-formats it, so a literal ``%`` is doubled."""
+    return text.replace("%", "%%")
+
+
+def condition_sql(pieces: Sequence[Piece]) -> tuple[str, list[Any]]:
+    """An ad hoc snapshot's additional condition, parenthesised, and its parameters: columns
+    quoted by :func:`ident`, literals bound (``%s``), a raw-SQL condition (opted in) as written.
+    ``%`` is doubled: the text goes into a query executed with parameters."""
+    text, args = pieces_to_text(pieces, ident, "%s", escape=_percent)
+    return f"({text})", args
+
+
+def max_key(
+    db: str, table: str, cursors: Sequence[str], order: Sequence[str], condition: Sequence[Piece] | None
+) -> tuple[str, list[Any] | None]:
     """The cursor texts of the greatest key (``ORDER BY ... DESC``: NULLs last, as ascending
-    order puts them first)."""
-    where = f" WHERE {condition}" if condition else ""
+    order puts them first), and the parameters of the query (None: it takes none)."""
     desc = ", ".join(f"{ident(c)} DESC" for c in order)
-    # identifiers quoted by ident(); the condition is the operator's own additional-conditions SQL
-    return f"SELECT {', '.join(cursors)} FROM {qualified(db, table)}{where} ORDER BY {desc} LIMIT 1"  # noqa: S608
+    # identifiers quoted by ident(); literals of the condition are parameters
+    query = f"SELECT {', '.join(cursors)} FROM {qualified(db, table)}"  # noqa: S608
+    if not condition:
+        return f"{query} ORDER BY {desc} LIMIT 1", None
+    where, args = condition_sql(condition)
+    return f"{_percent(query)} WHERE {where} ORDER BY {_percent(desc)} LIMIT 1", args
 
 
 def chunk(
@@ -54,16 +75,13 @@ def chunk(
     select: Sequence[str],
     order: Sequence[str],
     where: Sequence[str],
-    condition: str | None,
     limit: int | None,
 ) -> str:
-    """A key-ordered chunk: rows matching the bound predicates ``where`` (see
-    :func:`airflow_cdc.sources.mysql.chunk_keys.bound`), ``limit`` rows at most (None: all)."""
-    clauses = list(where)
-    if condition:
-        clauses.append(f"({condition})")  # additional-conditions: the operator's own SQL filter
+    """A key-ordered chunk: rows matching the predicates ``where`` (the bounds of
+    :func:`airflow_cdc.sources.mysql.chunk_keys.bound`, then any :func:`condition_sql`), ``limit``
+    rows at most (None: all)."""
     tail = f" LIMIT {int(limit)}" if limit is not None else ""
     return (
-        f"SELECT {', '.join(select)} FROM {qualified(db, table)} WHERE {' AND '.join(clauses)} "  # noqa: S608
+        f"SELECT {', '.join(select)} FROM {qualified(db, table)} WHERE {' AND '.join(where)} "  # noqa: S608
         f"ORDER BY {', '.join(ident(c) for c in order)}{tail}"
     )

@@ -21,6 +21,8 @@ import pyarrow as pa
 
 from airflow_cdc import __version__
 from airflow_cdc.core.batch import BatchWriter
+from airflow_cdc.core.column_mappers import Mapper
+from airflow_cdc.core.column_mapping import ColumnInfo, declared_size, map_codecs
 from airflow_cdc.core.errors import ProtocolError, SchemaError, UnsupportedType
 from airflow_cdc.core.filters import TableFilter, TableId
 from airflow_cdc.core.table_sink import SourceLayout, TableSink
@@ -184,9 +186,12 @@ class TableResolver:
         inconsistent: str,
         files: dict[int, str],
         head: Callable[[], int] | None = None,
+        mappers: tuple[Mapper, ...] = (),
     ) -> None:
-        """:param head: the binlog head coordinate now (read after each information_schema read)."""
+        """:param head: the binlog head coordinate now (read after each information_schema read).
+        :param mappers: the configured column mappers, matched against ``<db>.<table>.<column>``."""
         self.conn, self.filters, self.modes, self.history = conn, filters, modes, history
+        self.mappers = mappers
         self.constants, self.json_decoder, self.inconsistent = constants, json_decoder, inconsistent
         self.files, self.head = files, head
         self.charsets = Charsets(conn)
@@ -309,7 +314,7 @@ class TableResolver:
             )
         enums = iter(tm.enums) if tm is not None else iter(())
         sets = iter(tm.sets) if tm is not None else iter(())
-        select, codecs, layout = [], [], []
+        select, codecs, layout, infos = [], [], [], []
         for i, col in enumerate(tdef.columns):
             labels = (
                 next(enums, None)
@@ -328,6 +333,8 @@ class TableResolver:
             except UnsupportedType as e:
                 raise UnsupportedType(f"table {tdef.name}, {e.args[0]}", hint=e.hint) from e
             select.append(i)
+            infos.append(_column_info(col))
+        codecs = map_codecs(codecs, str(tid), infos, self.mappers, key)
         sig = hashlib.sha1(
             repr([(c.name, c.column_type) for c in tdef.columns] + [tm.signature() if tm else None]).encode()
         ).hexdigest()[:12]
@@ -409,3 +416,16 @@ def source_constants(connector_name: str, connector: str = "mysql") -> dict[str,
     (Debezium's MariaDbConnector writes ``mariadb``, its MySqlConnector ``mysql`` whatever the
     server is)."""
     return {"version": __version__, "connector": connector, "name": connector_name, "sequence": None}
+
+
+#: MySQL types whose JDBC type is a character type (CHAR, VARCHAR, LONGVARCHAR): mappers apply
+_CHARACTER = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set"})
+
+
+def _column_info(col: ColumnDef) -> ColumnInfo:
+    """Whether a column is character-typed and its declared length (``varchar(32)``: 32)."""
+    character = col.data_type in _CHARACTER
+    sized = character and col.data_type in ("char", "varchar") and "(" in col.column_type
+    length = int(col.column_type.split("(", 1)[1].split(")", 1)[0]) if sized else -1
+    size, scale = declared_size(col.column_type)
+    return ColumnInfo(col.name, character, length, col.data_type.upper(), size, scale)

@@ -22,6 +22,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from airflow_cdc.core.batch import BatchWriter
+from airflow_cdc.core.column_mapping import configured_mappers
+from airflow_cdc.core.conditions import RAW_SQL_PROPERTY, condition_pieces
 from airflow_cdc.core.config import ConnectorConfig, skipped_ops
 from airflow_cdc.core.errors import ConfigError, OffsetUnavailable, ServerMisconfigured, UnsupportedType
 from airflow_cdc.core.filters import TableFilter, TableId
@@ -81,6 +83,7 @@ class PostgresSource(ChangeSource):
         self.config = config
         self.name = config["name"]
         self.filters = TableFilter(config)
+        self.mappers = configured_mappers(config)
         self.modes = HandlingModes(
             decimal=config["decimal.handling.mode"],
             time_precision=config["time.precision.mode"],
@@ -334,6 +337,7 @@ class PostgresSource(ChangeSource):
             self.modes,
             self.catalog.type_info,
             source_constants(self.config["topic.prefix"] or self.name, self.dbname),
+            self.mappers,
         )
 
     def relation_state(self, rel: Any) -> RelationState:
@@ -356,6 +360,11 @@ class PostgresSource(ChangeSource):
         from airflow_cdc.sources.postgres.rows import encoded_chunks  # rows builds on this class
 
         return encoded_chunks(self, table, chunk_size)
+
+    def table_columns(self, table: str) -> list[str] | None:
+        """Columns of a captured table (generated columns excepted), from the catalog."""
+        tid, oid = self._tables[table]
+        return [c.name for c in self.catalog.table_meta(tid, oid, self.filters).columns]
 
     def read_chunks(self, pending: list[TableSnapshot], max_rows: int, chunk_size: int) -> list[ChunkRead]:
         """Read chunks of pending table snapshots, in order, up to ``max_rows`` rows in total.
@@ -408,6 +417,7 @@ class PostgresSource(ChangeSource):
         # a surrogate key or message.key.columns may repeat (NULLs): a full chunk is re-read up
         # to its last value so a run of equal values never straddles two chunks
         unique = not snap.surrogate_key and self.filters.message_key_columns(tid) is None
+        condition = condition_pieces(snap.table, snap.condition, all_cols, self.config[RAW_SQL_PROPERTY])
         with self.conn.transaction():
             self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             # a chunk is a key-ordered range read with LIMIT: without statistics (fresh tables) the
@@ -416,7 +426,7 @@ class PostgresSource(ChangeSource):
             self.conn.execute("SET LOCAL enable_bitmapscan = off")
             snap_text = self.conn.execute(q.SNAPSHOT_WATERMARK).fetchone()[0]  # type: ignore[index]
             if snap.max_key is None:
-                row = self.conn.execute(q.max_key(tid.schema, tid.table, order, snap.condition)).fetchone()
+                row = self.conn.execute(q.max_key(tid.schema, tid.table, order, condition)).fetchone()
                 snap.max_key = list(row) if row else []
             cursor_index = [all_cols.index(k) for k in order]
             data = _parse_csv(b"", len(all_cols))
@@ -428,7 +438,7 @@ class PostgresSource(ChangeSource):
                     order,
                     after,
                     snap.max_key,
-                    snap.condition,
+                    condition,
                     limit,
                     nullable,
                 )
@@ -442,7 +452,7 @@ class PostgresSource(ChangeSource):
                         order,
                         after,
                         last_value,
-                        snap.condition,
+                        condition,
                         None,
                         nullable,
                     )
@@ -511,6 +521,11 @@ class PostgresSource(ChangeSource):
         if new:
             log.info("new captured table(s) %s: they will be snapshotted", ", ".join(new))
         return res
+
+    def continue_window(self, window: WindowResult) -> bool:
+        """A follow-on window re-peeks the slot (not advanced before the commit) and skips what
+        this one read, as the next run would."""
+        return True
 
     @staticmethod
     def reflects(watermark: Watermark, xid: int) -> bool:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from psycopg import sql
 
 from airflow_cdc.core import key_bounds
+from airflow_cdc.core.conditions import Piece
 
 #: Session settings that fix the text output of every type, so snapshot (COPY) and streaming
 #: (pgoutput text tuples, produced by output functions in this same session) agree byte for byte.
@@ -122,9 +123,20 @@ def quote_publication_name(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def user_condition(condition: str) -> sql.Composed:
-    """An ``additional-conditions`` filter, parenthesised: SQL by definition (Debezium semantics)."""
-    return sql.SQL("(") + sql.SQL(condition) + sql.SQL(")")  # type: ignore[arg-type]
+def user_condition(pieces: Sequence[Piece]) -> sql.Composed:
+    """An ``additional-conditions`` filter (:func:`airflow_cdc.core.conditions.condition_pieces`),
+    parenthesised: columns as ``sql.Identifier``, literals as ``sql.Literal`` (``COPY`` binds no
+    parameters), and a raw-SQL condition (opted in) as the operator's own text."""
+    parts: list[sql.Composable] = [sql.SQL("(")]
+    for kind, item in pieces:
+        if kind == "ident":
+            parts.append(sql.Identifier(item))
+        elif kind == "value":
+            parts.append(sql.Literal(item))
+        else:
+            parts.append(sql.SQL(item))
+    parts.append(sql.SQL(")"))
+    return sql.Composed(parts)
 
 
 def key_bound(
@@ -163,14 +175,14 @@ def chunk_copy(
     key: Sequence[str],
     after: Sequence[str | None] | None,
     upto: Sequence[str | None] | None,
-    condition: str | None,
+    condition: Sequence[Piece] | None,
     limit: int | None,
     nullable: Sequence[bool] | None = None,
 ) -> sql.Composed:
     """``COPY (SELECT ... ORDER BY key LIMIT n) TO STDOUT (FORMAT csv)`` for one snapshot chunk.
 
-    Bounds: see :func:`key_bound`.  ``condition`` is the user's ``additional-conditions`` filter:
-    SQL by definition (Debezium semantics), wrapped in parentheses.  ``limit`` None: no limit.
+    Bounds: see :func:`key_bound`.  ``condition``: the ad hoc snapshot's additional condition
+    (:func:`user_condition`).  ``limit`` None: no limit.
     """
     nulls = list(nullable) if nullable is not None else [False] * len(key)
     where: list[sql.Composable] = []
@@ -198,7 +210,7 @@ def order_check(schema: str, table: str, column: str) -> sql.Composed:
     )
 
 
-def max_key(schema: str, table: str, key: Sequence[str], condition: str | None) -> sql.Composed:
+def max_key(schema: str, table: str, key: Sequence[str], condition: Sequence[Piece] | None) -> sql.Composed:
     """The greatest key at snapshot start: chunks stop there; later rows come from the log."""
     desc = sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(k)) for k in key)
     # aliases matter: ORDER BY a bare name would pick the text output column, not the typed one

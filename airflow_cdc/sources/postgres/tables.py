@@ -11,6 +11,8 @@ import pyarrow as pa
 
 from airflow_cdc import __version__
 from airflow_cdc.core.batch import BatchWriter
+from airflow_cdc.core.column_mappers import Mapper
+from airflow_cdc.core.column_mapping import ColumnInfo, map_codecs
 from airflow_cdc.core.errors import SchemaError, UnsupportedType
 from airflow_cdc.core.filters import TableFilter, TableId
 from airflow_cdc.core.table_sink import SourceLayout, TableSink
@@ -99,11 +101,15 @@ def build_state(
     modes: HandlingModes,
     type_info: Callable[[int], PgTypeInfo],
     constants: dict[str, Any],
+    mappers: Sequence[Mapper] = (),
 ) -> RelationState:
     """Build the capture state for a table given its columns as (name, type oid, typmod).
 
+    :param mappers: the configured column mappers (``column.truncate/mask...``), matched
+        against ``<schema>.<table>.<column>``.
     :raises SchemaError: a key column is missing from the relation.
     :raises UnsupportedType: naming table and column.
+    :raises ConfigError: a truncation or mask maps a key column.
     """
     name = str(tid)
     if not included:
@@ -112,7 +118,7 @@ def build_state(
     missing = [k for k in key if k not in names]
     if missing:
         raise SchemaError(f"table {name}: key column(s) {missing} not present in the table")
-    select, codecs, infos = [], [], []
+    select, codecs, infos, mapped = [], [], [], []
     for i, (col, oid, typmod) in enumerate(columns):
         if not filters.includes_column(tid, col, is_key=col in key):
             continue
@@ -122,6 +128,7 @@ def build_state(
             raise UnsupportedType(f"table {name}, column {col!r}: {e}", hint=e.hint) from e
         select.append(i)
         codecs.append(codec)
+        mapped.append(_column_info(col, type_info(oid), typmod))
         infos.append(
             {
                 "name": col,
@@ -130,9 +137,32 @@ def build_state(
                 "type": (codec.field.metadata or {}).get(META_PG_TYPE, b"").decode(),
             }
         )
+    codecs = map_codecs(codecs, name, mapped, mappers, key)
     sig = hashlib.sha1(repr([(c["name"], c["type_oid"], c["typmod"]) for c in infos]).encode()).hexdigest()[
         :12
     ]
     return RelationState(
         name, tid, True, select, [names.index(k) for k in key], list(key), codecs, sig, constants, None, infos
     )
+
+
+#: PostgreSQL types whose JDBC type is a character type (CHAR/VARCHAR): the ones mappers apply to
+_CHARACTER = frozenset({"text", "varchar", "bpchar", "char", "name"})
+
+
+def _column_info(name: str, info: PgTypeInfo, typmod: int) -> ColumnInfo:
+    """Whether a column is character-typed (a domain by its base), its declared length, and its
+    type as propagated (the column's own type name; length and scale from the type modifier)."""
+    type_name = info.name.upper()  # Debezium: VARCHAR, NUMERIC, INT4 ... (a domain: its own name)
+    if info.base is not None:
+        info, typmod = info.base, info.base_typmod
+    character = info.name in _CHARACTER
+    length = typmod - 4 if character and info.name in ("varchar", "bpchar") and typmod >= 4 else -1
+    size = scale = None
+    if length >= 0:
+        size, scale = length, 0  # Debezium reports a scale of 0 for character types
+    elif info.name == "numeric" and typmod >= 4:
+        size, scale = ((typmod - 4) >> 16) & 0xFFFF, (typmod - 4) & 0xFFFF
+    elif info.name in ("bit", "varbit") and typmod >= 0:
+        size = typmod
+    return ColumnInfo(name, character, length, type_name, size, scale)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_cdc.core.conditions import Piece
 from airflow_cdc.sources.sqlserver import sql
 from airflow_cdc.sources.sqlserver.client import scalar
 from airflow_cdc.sources.sqlserver.offsets import SqlServerLsn
@@ -45,7 +46,7 @@ def read_chunk(
     order: Sequence[str],
     after: Sequence[Any] | None,
     limit: int,
-    condition: str | None = None,
+    condition: list[Piece] | None = None,
     unique: bool = True,
 ) -> Chunk:
     """Read one chunk of ``target`` (database, schema, table) between two watermarks.
@@ -53,8 +54,9 @@ def read_chunk(
     ``order`` is the key, or an ad hoc snapshot's surrogate key (``unique`` false: values may
     repeat, so a full chunk is re-read up to and including its last value and a run of equal values
     never straddles two chunks).  ``after`` holds the order values (as the client returns them) of
-    the last row already read.  A failed read rolls its transaction back and raises the driver's
-    error; nothing is kept.
+    the last row already read.  ``condition``: the additional condition
+    (:func:`airflow_cdc.core.conditions.condition_pieces`).  A failed read rolls its transaction
+    back and raises the driver's error; nothing is kept.
     """
     db, schema, table = target
     names = [c.name for c in columns]
@@ -64,21 +66,18 @@ def read_chunk(
         if after
         else []
     )
+    where, cond_args = sql.condition_sql(condition) if condition else (None, [])
     low = SqlServerLsn.of(scalar(conn, sql.MAX_LSN))
     cur = conn.cursor()
     try:
         cur.execute(sql.ISOLATION[isolation])
         cur.execute(sql.BEGIN)
-        query = sql.chunk_select(db, schema, table, names, order, limit, after is not None, condition)
-        rows = [tuple(r) for r in cur.execute(query, *bound).fetchall()]
+        query = sql.chunk_select(db, schema, table, names, order, limit, after is not None, where)
+        rows = [tuple(r) for r in cur.execute(query, *bound, *cond_args).fetchall()]
         if not unique and len(rows) == limit:
-            last = rows[-1][names.index(order[0])]
-            query = sql.chunk_select(
-                db, schema, table, names, order, None, after is not None, condition, True
-            )
-            rows = [
-                tuple(r) for r in cur.execute(query, *bound, key_param(by_name[order[0]], last)).fetchall()
-            ]
+            last = key_param(by_name[order[0]], rows[-1][names.index(order[0])])
+            query = sql.chunk_select(db, schema, table, names, order, None, after is not None, where, True)
+            rows = [tuple(r) for r in cur.execute(query, *bound, last, *cond_args).fetchall()]
         cur.execute(sql.COMMIT)
     except Exception:
         cur.execute("IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION")

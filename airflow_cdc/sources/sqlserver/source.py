@@ -17,11 +17,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
 
 from airflow_cdc.core.batch import BatchWriter
+from airflow_cdc.core.column_mapping import configured_mappers
+from airflow_cdc.core.conditions import RAW_SQL_PROPERTY, condition_pieces
 from airflow_cdc.core.config import ConnectorConfig, skipped_ops
 from airflow_cdc.core.errors import ConfigError
 from airflow_cdc.core.events import now_us
@@ -93,6 +96,7 @@ class SqlServerSource(ChangeSource):
             )
         self.database: str = names[0]
         self.filters = TableFilter(config)
+        self.mappers = configured_mappers(config)
         self.modes = Modes(
             config["decimal.handling.mode"],
             config["time.precision.mode"],
@@ -120,7 +124,13 @@ class SqlServerSource(ChangeSource):
         self.instances = [ci for ci in found if self.filters.includes_table(TableId(ci.schema, ci.table))]
         checks.check_permissions(self.conn, self.database, self.instances)
         self._states = {
-            ci.name: TableState.build(ci, self.modes, self.config["topic.prefix"] or self.name)
+            ci.name: TableState.build(
+                ci,
+                self.modes,
+                self.config["topic.prefix"] or self.name,
+                self.mappers,
+                partial(self.filters.includes_column, TableId(ci.schema, ci.table)),
+            )
             for ci in self.instances
         }
         self._current = {}
@@ -218,6 +228,10 @@ class SqlServerSource(ChangeSource):
                 conn.close()
 
     # -- snapshot chunks --------------------------------------------------------------------
+    def table_columns(self, table: str) -> list[str] | None:
+        """The captured columns of the table's current capture instance."""
+        return [c.name for c in self._current[table].instance.columns]
+
     def read_chunks(self, pending: list[TableSnapshot], max_rows: int, chunk_size: int) -> list[ChunkRead]:
         """Read chunks of pending table snapshots, in order, up to ``max_rows`` rows in total."""
         return read_budgeted(pending, self._current, max_rows, chunk_size, self._read_chunk)
@@ -240,7 +254,9 @@ class SqlServerSource(ChangeSource):
             order,
             after,
             limit,
-            snap.condition,
+            condition_pieces(
+                snap.table, snap.condition, [c.name for c in ci.columns], self.config[RAW_SQL_PROPERTY]
+            ),
             unique=not snap.surrogate_key,
         )
         keys = list(ci.key)
@@ -278,8 +294,13 @@ class SqlServerSource(ChangeSource):
             assert isinstance(chunk, SqlServerChunk) and chunk.state is not None
             if chunk.rows:
                 codecs = chunk.state.codecs
-                arrays = [c.convert_values([r[i] for r in chunk.rows]) for i, c in enumerate(codecs)]
-                yield pa.Table.from_arrays(arrays, schema=pa.schema([c.field for c in codecs]))
+                keep = chunk.state.select
+                arrays = [codecs[i].convert_values([r[i] for r in chunk.rows]) for i in keep]
+                yield pa.Table.from_arrays(arrays, schema=pa.schema([codecs[i].field for i in keep]))
+
+    def continue_window(self, window: WindowResult) -> bool:
+        """Windows are LSN ranges ``(from, upto]``: a follow-on window needs nothing."""
+        return True
 
     def reflects(self, watermark: Watermark, txn: int) -> bool:
         """A chunk reflects every transaction captured before it was read (commit LSN <= low)."""

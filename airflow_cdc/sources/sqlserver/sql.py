@@ -6,7 +6,12 @@ serves all of ``database.names``; LSNs are bound as ``binary(10)`` parameters.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
+from decimal import Decimal
+from typing import Any
+
+from airflow_cdc.core.conditions import Piece, Value, pieces_to_text
 
 
 def quote(name: str) -> str:
@@ -105,8 +110,8 @@ def chunk_select(
 
     The key predicate is the expanded row comparison ``(k1 > ?) OR (k1 = ? AND k2 > ?) ...``
     (T-SQL has no row constructors); its parameters are :func:`chunk_params` of the last key,
-    then the ``upto`` value.  ``condition`` is an ad hoc snapshot's additional condition: the
-    operator's own T-SQL, parenthesised.
+    then the ``upto`` value.  ``condition`` is an ad hoc snapshot's additional condition
+    (:func:`condition_sql`): its parameters come after those.
     """
     cols = ", ".join(quote(c) for c in columns)
     target = ".".join(quote(p) for p in (db, schema, table))
@@ -120,11 +125,31 @@ def chunk_select(
     if upto:
         where.append(f"{quote(key[0])} <= ?")
     if condition:
-        where.append(f"({condition})")
+        where.append(condition)
     clause = " WHERE " + " AND ".join(where) if where else ""
     top = f"TOP ({int(limit)}) " if limit is not None else ""
     order = ", ".join(quote(k) for k in key)
     return f"SELECT {top}{cols} FROM {target}{clause} ORDER BY {order}"  # noqa: S608
+
+
+def _param(value: Value) -> Any:
+    """A condition literal as a pyodbc parameter: dates and times as text, which SQL Server
+    converts to the column's type (FreeTDS mis-encodes some date parameters), and integers beyond
+    64 bits as decimals."""
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        return Decimal(value)
+    return value
+
+
+def condition_sql(pieces: Sequence[Piece]) -> tuple[str, list[Any]]:
+    """An ad hoc snapshot's additional condition, parenthesised, and its parameters: columns
+    bracket-quoted, literals bound (``?``), a raw-SQL condition (opted in) as written."""
+    text, args = pieces_to_text(pieces, quote, "?", value=_param)
+    return f"({text})", args
 
 
 def chunk_params(last_key: Sequence[object]) -> list[object]:

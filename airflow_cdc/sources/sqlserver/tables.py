@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -17,6 +18,8 @@ import pyarrow as pa
 
 from airflow_cdc import __version__
 from airflow_cdc.core.batch import BatchWriter
+from airflow_cdc.core.column_mappers import Mapper
+from airflow_cdc.core.column_mapping import ColumnInfo, map_codecs
 from airflow_cdc.core.errors import SchemaError
 from airflow_cdc.core.table_sink import SourceLayout, TableSink
 from airflow_cdc.sources.sqlserver.schema import CaptureInstance, Column
@@ -57,11 +60,25 @@ class TableState:
     signature: str
     constants: dict[str, Any]
     sinks: dict[tuple, TableSink] = field(default_factory=dict)
+    #: staged columns (indices into the capture instance's): keys, and the columns
+    #: ``column.include.list`` / ``column.exclude.list`` keep
+    select: list[int] = field(default_factory=list)
 
     @classmethod
-    def build(cls, ci: CaptureInstance, modes: Modes, connector_name: str) -> TableState:
-        """:raises SchemaError: the capture instance has no key columns (no primary key or
-        ``@index_name``), so rows cannot be identified."""
+    def build(
+        cls,
+        ci: CaptureInstance,
+        modes: Modes,
+        connector_name: str,
+        mappers: tuple[Mapper, ...] = (),
+        keep_column: Callable[[str], bool] | None = None,
+    ) -> TableState:
+        """:param mappers: the configured column mappers, matched against
+        ``<schema>.<table>.<column>``.
+        :param keep_column: whether a non-key column is staged (the column filters); None: all.
+        :raises SchemaError: the capture instance has no key columns (no primary key or
+        ``@index_name``), so rows cannot be identified.
+        :raises ConfigError: a truncation or mask maps a key column."""
         names = [c.name for c in ci.columns]
         missing = [k for k in ci.key if k not in names]
         if not ci.key or missing:
@@ -81,7 +98,11 @@ class TableState:
             "sequence": None,
         }
         codecs = [column_codec(c, modes) for c in ci.columns]
-        return cls(ci, codecs, [names.index(k) for k in ci.key], signature, constants)
+        infos = [_column_info(c) for c in ci.columns]
+        codecs = map_codecs(codecs, f"{ci.schema}.{ci.table}", infos, mappers, ci.key)
+        keep = keep_column or (lambda name: True)
+        select = [i for i, c in enumerate(ci.columns) if c.name in ci.key or keep(c.name)]
+        return cls(ci, codecs, [names.index(k) for k in ci.key], signature, constants, select=select)
 
     @property
     def name(self) -> str:
@@ -100,7 +121,7 @@ class TableState:
             "database": ci.database,
             "capture_instance": ci.name,
             "key_columns": list(ci.key),
-            "columns": [{"name": c.name, "type": c.type_name} for c in ci.columns],
+            "columns": [{"name": ci.columns[i].name, "type": ci.columns[i].type_name} for i in self.select],
         }
 
     def sink(self, writer: BatchWriter, kind: str) -> TableSink:
@@ -123,8 +144,8 @@ class TableState:
             sink = writer.sink(
                 self.name,
                 self.table_info(),
-                list(self.codecs),
-                list(range(len(self.codecs))),
+                [self.codecs[i] for i in self.select],
+                list(self.select),
                 layout,
                 kind,
                 self.signature,
@@ -169,3 +190,23 @@ def key_value(col: Column, text: str | None) -> Any:
     if t in ("binary", "varbinary", "image", "timestamp", "rowversion"):
         return bytes.fromhex(text)
     return text
+
+
+#: SQL Server types whose JDBC type is a character type (CHAR, VARCHAR, NCHAR, NVARCHAR, CLOB ...)
+_CHARACTER = frozenset({"char", "varchar", "text", "nchar", "nvarchar", "ntext"})
+
+
+def _column_info(col: Column) -> ColumnInfo:
+    """Whether a column is character-typed and its declared length in characters
+    (``sys.columns.max_length`` counts bytes: two per character for N-types; ``-1`` for MAX)."""
+    t = "nvarchar" if col.type_name.lower() == "sysname" else col.type_name.lower()
+    character = t in _CHARACTER
+    sized = character and t not in ("text", "ntext") and col.max_length > 0
+    per_char = 2 if t.startswith("n") else 1
+    length = col.max_length // per_char if sized else -1
+    size, scale = (length if length >= 0 else None), None
+    if t in ("decimal", "numeric"):
+        size, scale = col.precision, col.scale
+    elif t in ("binary", "varbinary") and col.max_length > 0:
+        size = col.max_length
+    return ColumnInfo(col.name, character, length, col.type_name, size, scale)

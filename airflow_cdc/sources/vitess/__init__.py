@@ -27,10 +27,17 @@ def _partitions(config: ConnectorConfig) -> list[ConnectorConfig]:
     return task_partitions(config)
 
 
+def _check(config: ConnectorConfig) -> str:
+    from airflow_cdc.sources.vitess.checks import check_connection
+
+    return check_connection(config)
+
+
 SOURCE = SourceSpec(
     "vitess",
     {"io.debezium.connector.vitess.VitessConnector": "vitess"},
     _config,
     _source,
     partitions=_partitions,
+    check_connection=_check,
 )

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_cdc.core.batch import BatchWriter
+from airflow_cdc.core.column_mapping import MappedCodec, configured_mappers
 from airflow_cdc.core.config import ConnectorConfig
 from airflow_cdc.core.errors import ConfigError, OffsetUnavailable
 from airflow_cdc.core.events import now_us
@@ -73,6 +74,7 @@ class VitessSource(ChangeSource):
             "table.exclude.list",
             config["table.exclude.list"],
         )
+        self.mappers = configured_mappers(config)
         self._columns = IncludeExclude(
             "column.include.list",
             config["column.include.list"],
@@ -354,7 +356,8 @@ class VitessSource(ChangeSource):
         for table, deletes in orphans.ghosts(found, stager.emitted, stager.stamp).items():
             fields = self._fields.get(table)
             state = self.table_state(fields) if fields is not None else None
-            if state is None or not orphans.keys_staged_as_is([c.field for c in state.codecs], state.key):
+            staged_as_is = [c.field for c in state.codecs if not isinstance(c, MappedCodec)] if state else []
+            if state is None or not orphans.keys_staged_as_is(staged_as_is, state.key):
                 log.warning(
                     "%s: cannot void %d row(s) of uncommitted batches (key type)", table, len(deletes)
                 )
@@ -379,6 +382,7 @@ class VitessSource(ChangeSource):
             self.config,
             lambda t, c, is_key: is_key or self._columns(f"{t}.{c}"),
             _key_override(self.config, table.name),
+            self.mappers,
         )
         self._states[id(table)] = (table, state)
         return state

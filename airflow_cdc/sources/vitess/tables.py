@@ -17,6 +17,8 @@ import pyarrow as pa
 
 from airflow_cdc import __version__
 from airflow_cdc.core.batch import BatchWriter
+from airflow_cdc.core.column_mappers import Mapper
+from airflow_cdc.core.column_mapping import ColumnInfo, declared_size, map_codecs
 from airflow_cdc.core.errors import SchemaError
 from airflow_cdc.core.table_sink import SourceLayout, TableSink
 from airflow_cdc.sources.postgres.types_base import connect_metadata
@@ -135,9 +137,13 @@ class TableState:
         config: Any,
         keep_column: Callable[[str, str, bool], bool],
         key_override: tuple[str, ...] | None,
+        mappers: tuple[Mapper, ...] = (),
     ) -> TableState:
-        """:raises SchemaError: no primary key (and no ``message.key.columns``), or a key column
-        the FIELD event does not have; :raises UnsupportedType: naming the column."""
+        """:param mappers: the configured column mappers, matched against
+        ``<keyspace>.<table>.<column>``.
+        :raises SchemaError: no primary key (and no ``message.key.columns``), or a key column
+        the FIELD event does not have; :raises UnsupportedType: naming the column;
+        :raises ConfigError: a truncation or mask maps a key column."""
         keyspace, _, table = name.partition(".")
         names = [f.name for f in fields]
         key = list(key_override) if key_override else [f.name for f in fields if f.flags & _PRI_KEY_FLAG]
@@ -150,13 +156,15 @@ class TableState:
             )
         precision = config["time.precision.mode"]
         precision = "adaptive_time_microseconds" if precision == "adaptive" else precision
-        select, codecs = [], []
+        select, codecs, infos = [], [], []
         for i, f in enumerate(fields):
             if not keep_column(name, f.name, f.name in key):
                 continue
             codec = column_codec(f, name, precision, "string", config["include.unknown.datatypes"])
             select.append(i)
             codecs.append(Codec(f.name, codec, config["binary.handling.mode"]))
+            infos.append(_column_info(f))
+        codecs = map_codecs(codecs, name, infos, mappers, key)
         described = "|".join(f"{f.name}:{f.type}:{f.column_type}:{f.decimals}" for f in fields)
         signature = name + ":" + hashlib.sha256(described.encode()).hexdigest()[:16]
         constants = {
@@ -205,3 +213,16 @@ class TableState:
 
     def key_text(self, values: dict[str, Any]) -> tuple:
         return tuple(None if values.get(k) is None else str(values.get(k)) for k in self.key)
+
+
+#: Vitess types whose JDBC type is a character type (CHAR, VARCHAR, TEXT): mappers apply
+_CHARACTER = frozenset({q.CHAR, q.VARCHAR, q.TEXT, q.ENUM, q.SET})
+
+
+def _column_info(f: q.Field) -> ColumnInfo:
+    """Whether a column is character-typed.  Its mapper length stays unknown, as in Debezium's
+    Vitess connector (its columns carry no length), so a hash is never cut; the propagated type is
+    the FIELD event's ``column_type`` (name, declared length and scale) when vtgate sends it."""
+    base = f.column_type.split("(", 1)[0].split(" ", 1)[0].strip()
+    size, scale = declared_size(f.column_type)
+    return ColumnInfo(f.name, f.type in _CHARACTER, -1, (base or q.Type.Name(f.type)).upper(), size, scale)

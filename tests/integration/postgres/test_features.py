@@ -81,7 +81,7 @@ def test_adhoc_snapshot_with_additional_condition(ab):
         "data": {
             "data-collections": ["public.a"],
             "type": "incremental",
-            "additional-conditions": [{"data-collection": "public.a", "filter": "id % 10 = 0"}],
+            "additional-conditions": [{"data-collection": "public.a", "filter": "id IN (10, 20, 30, 40, 50, 60)"}],
         },
     }
     result = run_capture(ab, signals=[sig])

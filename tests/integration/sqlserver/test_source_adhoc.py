@@ -9,10 +9,17 @@ from typing import Any
 import pytest
 
 from airflow_cdc.core.batch import Batch
+from airflow_cdc.core.conditions import RAW_SQL_PROPERTY
 from airflow_cdc.core.errors import ConfigError
 from airflow_cdc.core.pipeline import build_store
 from airflow_cdc.testing.sqlserver_emulator import SqlServerCdcEmulator
 from tests.integration.sqlserver.test_source_capture import make_config
+from tests.support.conditions import (
+    ODD,
+    ROWS,
+    check_conditions_snapshot_matching_rows,
+    check_raw_sql_refused_unless_opted_in,
+)
 from tests.support.pipeline import replay, run_capture
 
 
@@ -54,7 +61,7 @@ def test_adhoc_snapshot_with_additional_condition(tables: Any, sqlserver_emulato
                                                   mssql_db: str) -> None:
     a, b = f"{mssql_db}.dbo.a", f"{mssql_db}.dbo.b"
     sig = {"type": "execute-snapshot", "data": {"data-collections": [a], "type": "incremental",
-                                                "additional-conditions": [{"data-collection": a, "filter": "id % 10 = 0"}]}}
+                                                "additional-conditions": [{"data-collection": a, "filter": "id IN (10, 20, 30, 40)"}]}}
     with sqlserver_emulator.pg_connect(mssql_db) as pg:
         pg.execute("UPDATE dbo.a SET v = 'y' WHERE id = 3")
     sqlserver_emulator.run_capture_job(mssql_db)
@@ -92,3 +99,26 @@ def test_bad_surrogate_key_is_an_error_naming_it(tables: Any, mssql_db: str, col
     with pytest.raises(ConfigError, match=f"surrogate-key '{column}' {message}"):
         run_capture(tables, signals=[sig])
     assert build_store(tables).load(tables["name"]).data["offset"] == stored.data["offset"]  # nothing moved
+
+
+@pytest.fixture
+def odd_table(sqlserver_emulator: SqlServerCdcEmulator, mssql_db: str, tmp_path: Path) -> Any:
+    emu = sqlserver_emulator
+    emu.create_table(mssql_db, "dbo.t", [("id", "int"), ("status", "nvarchar(20)"), ("amount", "decimal(10,2)"),
+                                         (ODD, "int")], primary_key=["id"])
+    emu.enable_table(mssql_db, "dbo.t")
+    with emu.pg_connect(mssql_db) as pg, pg.cursor() as cur:
+        cur.executemany("INSERT INTO dbo.t VALUES (%s, %s, %s, %s)", ROWS)
+    emu.run_capture_job(mssql_db)
+    return mssql_db
+
+
+def test_conditions_snapshot_exactly_the_matching_rows_and_raw_sql_needs_the_opt_in(
+        sqlserver_emulator: SqlServerCdcEmulator, odd_table: str, tmp_path: Path) -> None:
+    props = {"snapshot.mode": "no_data", "incremental.snapshot.chunk.size": 3, "snapshot.max.rows.per.run": 7}
+    config = make_config(sqlserver_emulator, odd_table, tmp_path, **props)
+    assert run_capture(config).snapshot_rows == 0
+    table = f"{odd_table}.dbo.t"
+    check_conditions_snapshot_matching_rows(config, table)
+    opted = make_config(sqlserver_emulator, odd_table, tmp_path, **props, **{RAW_SQL_PROPERTY: True})
+    check_raw_sql_refused_unless_opted_in(config, opted, table, "id % 10 = 0")

@@ -77,9 +77,8 @@ def test_readme_check_fails_when_stale(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "name,status",
     [
-        ("column.truncate.to.20.chars", "refused"),
-        ("column.mask.hash.SHA-256.with.salt.CzQMA0cB5K", "refused"),
-        ("column.mask.hash.v2.SHA-256.with.salt.a.b", "refused"),
+        ("slot.drop.on.stop", "refused"),
+        ("snapshot.mode.configuration.based.snapshot.data", "refused"),
         ("snapshot.select.statement.overrides.public.orders", "refused"),
         ("topic.prefix.extra", "ignored"),
         ("key.converter.schemas.enable", "ignored"),
@@ -99,8 +98,8 @@ def test_failure_mode_accepts_only_fail(caplog):
 
 
 def test_refusal_names_the_alternative():
-    with pytest.raises(ConfigError, match=r"'signal.data.collection' is not supported: .*--signal"):
-        build("postgresql", {"signal.data.collection": "public.dbz_signal"})
+    with pytest.raises(ConfigError, match=r"'slot.drop.on.stop' is not supported: .*pg_drop_replication_slot"):
+        build("postgresql", {"slot.drop.on.stop": "true"})
 
 
 def test_postgres_client_certificates_reach_libpq_and_the_key_password_stays_secret():
