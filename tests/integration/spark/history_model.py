@@ -96,6 +96,18 @@ class Model:
                 self.upsert(e, e.key, e.values)  # type: ignore[arg-type]
         return self
 
+    def seeded(self, events: list[Event]) -> Model:
+        """History enabled once ``events`` were applied to silver: each key live after them gets
+        one version from its last event's position (its start time: unknown, ``None``)."""
+        before = Model(self.tracked).apply(events)
+        last = {e.key: e for e in sorted(events, key=lambda e: e.pos) if e.op in ("r", "c", "u")}
+        for key, values in before.current_rows().items():
+            version = Version(key, dict(values), last[key].pos, start_ts=None)  # type: ignore[arg-type]
+            self.versions.append(version)
+            self.current[key] = version
+            self.last[key] = dict(before.last[key])
+        return self
+
     def rows(self) -> list[tuple]:
         return sorted((v.row() for v in self.versions), key=repr)
 
