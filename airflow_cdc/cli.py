@@ -119,7 +119,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         with capture.leases.hold("apply") as lease:  # one lease over every apply and commit of this call
             for batch in batches:
                 if batch.manifest.get("messages") or missing_tables(
-                    batch, target, config["delta.bronze.enabled"]
+                    batch, target, config["delta.bronze.enabled"], options.history_tables()
                 ):
                     job = build_apply_job(
                         batch.path, target, options=options, conf=conf, fence=lease.token, master=args.master

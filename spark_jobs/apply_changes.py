@@ -52,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         help="rewrite a silver table instead of MERGE when events >= ratio x stored rows (0: never)",
     )
     p.add_argument("--fence", type=int, default=None, help="the submitter's lease token (fencing)")
+    p.add_argument("--history", action="append", default=[], help="regex of tables with SCD2 history")
+    p.add_argument(
+        "--history-except", action="append", default=[], help="regex of <table>.<column> not tracked"
+    )
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from pyspark.sql import SparkSession
@@ -63,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         not args.no_bronze,
         args.rewrite_ratio,
         args.fence,
+        tuple(args.history),
+        tuple(args.history_except),
     )
     try:
         report = apply_batch(spark, args.batch, args.target, settings)

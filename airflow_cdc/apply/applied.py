@@ -16,7 +16,9 @@ Which pipelines are checked is the property ``commit.require.applied``:
 from __future__ import annotations
 
 import logging
+import re
 
+from airflow_cdc.apply.submit import ApplyOptions
 from airflow_cdc.core.batch import Batch
 from airflow_cdc.core.config import ConnectorConfig
 from airflow_cdc.core.errors import BatchNotApplied, ConfigError
@@ -51,18 +53,22 @@ def delta_target(config: ConnectorConfig, target: str | None = None) -> str | No
     return None
 
 
-def missing_tables(batch: Batch, target: str, bronze: bool) -> list[str]:
+def missing_tables(batch: Batch, target: str, bronze: bool, history: tuple[str, ...] = ()) -> list[str]:
     """Delta tables (``layer:table``) that lack this batch's idempotent-write mark.
 
     A batch without tables (no events, no snapshot rows) has nothing to miss.
 
     :param bronze: whether the apply writes the bronze change log (``delta.bronze.enabled``).
+    :param history: regexes of the tables with SCD type 2 history (keyed tables only).
     """
     connector = batch.manifest["connector"]
     mark = app_id(connector, batch.batch_id)
-    layers = ("bronze", "silver") if bronze else ("silver",)
+    base = ("bronze", "silver") if bronze else ("silver",)
     missing = []
     for table in batch.tables():
+        keyed = bool(batch.table_info(table).get("key_columns"))
+        wanted = keyed and any(re.fullmatch(p, table, re.IGNORECASE) for p in history)
+        layers = (*base, "history_log", "history") if wanted else base
         for layer in layers:
             if not delta_log.has_applied(table_path(target, layer, connector, table), mark):
                 missing.append(f"{layer}:{table}")
@@ -79,7 +85,8 @@ def ensure_applied(batch: Batch, config: ConnectorConfig, target: str | None = N
     root = delta_target(config, target)
     if root is None:
         return
-    missing = missing_tables(batch, root, config["delta.bronze.enabled"])
+    history = ApplyOptions.from_config(config).history_tables()
+    missing = missing_tables(batch, root, config["delta.bronze.enabled"], history)
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise BatchNotApplied(

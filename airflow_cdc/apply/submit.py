@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -59,6 +60,10 @@ class ApplyOptions:
     :param bronze: append every event to the bronze change log.
     :param rewrite_ratio: rewrite a silver table instead of MERGE into it when the batch has at
         least this many events per stored row (``delta.rewrite.ratio``); 0 always MERGEs.
+    :param history: regexes of tables that keep SCD type 2 history (``delta.history.enabled``:
+        ``("true",)`` for all, ``()`` or ``("false",)`` for none).
+    :param history_except: regexes of ``<table>.<column>`` names whose changes update the current
+        version in place (``delta.history.except.columns``).
     """
 
     #: the pipeline properties these options come from, in field order
@@ -66,11 +71,15 @@ class ApplyOptions:
         "delta.delete.mode",
         "delta.bronze.enabled",
         "delta.rewrite.ratio",
+        "delta.history.enabled",
+        "delta.history.except.columns",
     )
 
     delete_mode: str = "delete"
     bronze: bool = True
     rewrite_ratio: float = 0.5
+    history: tuple[str, ...] = ()
+    history_except: tuple[str, ...] = ()
 
     @classmethod
     def from_config(cls, config: ConnectorConfig) -> ApplyOptions:
@@ -81,11 +90,33 @@ class ApplyOptions:
             raise ConfigError(f"delete mode must be 'delete' or 'soft', not {self.delete_mode!r}")
         if not self.rewrite_ratio >= 0:
             raise ConfigError(f"delta.rewrite.ratio must be >= 0, not {self.rewrite_ratio!r}")
+        for prop, patterns in (
+            ("delta.history.enabled", self.history_tables()),
+            ("delta.history.except.columns", tuple(self.history_except)),
+        ):
+            for pattern in patterns:
+                try:
+                    re.compile(pattern)
+                except re.error as e:
+                    raise ConfigError(
+                        f"property {prop!r}: {pattern!r} is not a regular expression: {e}"
+                    ) from e
+
+    def history_tables(self) -> tuple[str, ...]:
+        """Regexes of the tables with history (``true``: every table; ``false``: none)."""
+        words = tuple(p.strip() for p in self.history if p.strip())
+        if len(words) == 1 and words[0].lower() in ("true", "false"):
+            return (".*",) if words[0].lower() == "true" else ()
+        return words
 
     def args(self) -> list[str]:
         out = ["--delete-mode", self.delete_mode, "--rewrite-ratio", repr(float(self.rewrite_ratio))]
         if not self.bronze:
             out.append("--no-bronze")
+        for pattern in self.history_tables():
+            out += ["--history", pattern]
+        for pattern in self.history_except:
+            out += ["--history-except", pattern]
         return out
 
 

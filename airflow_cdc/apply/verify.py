@@ -13,6 +13,7 @@ row groups, never as one in-memory DataFrame.  Needs pyspark with Delta (local m
 from __future__ import annotations
 
 import logging
+import re
 import tempfile
 import time
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from airflow_cdc.apply.submit import ApplyOptions
 from airflow_cdc.core.config import ConnectorConfig
 from airflow_cdc.core.errors import ConfigError
 from airflow_cdc.core.pipeline import build_source, partitions
@@ -153,7 +155,8 @@ def verify(
         try:
             mine = source.tables()
             chosen = mine if tables is None else [t for t in tables if t in mine]
-            reports += [_verify_table(spark, source, config, target, t, chunk, chunk_bytes) for t in chosen]
+            for t in chosen:
+                reports += _verify_table(spark, source, config, target, t, chunk, chunk_bytes)
         finally:
             source.close()
     unknown = sorted(set(tables or ()) - {r.table for r in reports})
@@ -165,32 +168,50 @@ def verify(
 
 def _verify_table(
     spark: Any, source: Any, config: ConnectorConfig, target: str, table: str, chunk: int, chunk_bytes: int
-) -> TableReport:
+) -> list[TableReport]:
+    """Silver's report, and when the table keeps SCD type 2 history (``delta.history.enabled``)
+    one for the history's current versions (named ``<table> (history)``): both must equal the
+    source.  One read of the source serves both."""
     from spark_jobs.cdc_apply import compare
 
-    report = TableReport(table)
-    silver = compare.load_silver(spark, table_path(target, "silver", config["name"], table))
     keys = source.table_state(table).key_columns
+    silver = compare.load_silver(spark, table_path(target, "silver", config["name"], table))
+    targets = [(TableReport(table), silver)]
+    if keys and _has_history(config, table):
+        path = table_path(target, "history", config["name"], table)
+        targets.append((TableReport(f"{table} (history)"), compare.load_history_current(spark, path)))
     with tempfile.TemporaryDirectory(prefix="airflow-cdc-verify-") as scratch:
-        seen = f"{scratch}/keys"
         rows_per_chunk = chunk_rows(source, table, chunk, chunk_bytes)
         for i, rows in enumerate(_source_chunks(source, table, rows_per_chunk)):
-            result = compare.compare_chunk(spark, silver, rows, keys, seen, f"{scratch}/chunk-{i}.parquet")
-            report.source_rows += rows.num_rows
-            report.missing_count += result.missing_count
-            report.different_count += result.different_count
-            report.add_sample("missing", result.missing)
-            report.add_sample("different", result.different)
-            log.info(
-                "verify %s: %d source rows compared, %d missing, %d different so far",
-                table,
-                report.source_rows,
-                report.missing_count,
-                report.different_count,
+            for j, (report, frame) in enumerate(targets):
+                result = compare.compare_chunk(
+                    spark, frame, rows, keys, f"{scratch}/keys-{j}", f"{scratch}/chunk-{i}.parquet"
+                )
+                _add_chunk(report, rows.num_rows, result)
+        for j, (report, frame) in enumerate(targets):
+            count, sample, report.silver_rows = compare.extra_keys(
+                spark, frame, keys, f"{scratch}/keys-{j}", report.source_rows > 0
             )
-        count, sample, report.silver_rows = compare.extra_keys(
-            spark, silver, keys, seen, report.source_rows > 0
-        )
-        report.extra_count = count
-        report.add_sample("extra", sample)
-    return report
+            report.extra_count = count
+            report.add_sample("extra", sample)
+    return [report for report, _ in targets]
+
+
+def _add_chunk(report: TableReport, rows: int, result: Any) -> None:
+    report.source_rows += rows
+    report.missing_count += result.missing_count
+    report.different_count += result.different_count
+    report.add_sample("missing", result.missing)
+    report.add_sample("different", result.different)
+    log.info(
+        "verify %s: %d source rows compared, %d missing, %d different so far",
+        report.table,
+        report.source_rows,
+        report.missing_count,
+        report.different_count,
+    )
+
+
+def _has_history(config: ConnectorConfig, table: str) -> bool:
+    patterns = ApplyOptions.from_config(config).history_tables()
+    return any(re.fullmatch(p, table, re.IGNORECASE) for p in patterns)

@@ -470,6 +470,21 @@ COMMON_PROPERTIES: tuple[Property, ...] = (
         "this many events per stored row; `0` always MERGEs. Tables with change data feed always MERGE.",
         minimum=0,
     ),
+    Property(
+        "delta.history.enabled",
+        "list",
+        (),
+        "SCD type 2 history tables: `true` for every keyed table, `false`, or regexes of "
+        "fully-qualified table names.",
+    ),
+    Property(
+        "delta.history.except.columns",
+        "list",
+        (),
+        "Regexes of fully-qualified column names (`schema.table.column`) whose changes update the "
+        "current history version in place instead of opening a new one (AUTO CDC's "
+        "`TRACK HISTORY ON * EXCEPT`).",
+    ),
 )
 
 

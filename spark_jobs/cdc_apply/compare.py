@@ -52,6 +52,15 @@ def load_silver(spark: SparkSession, path: str) -> DataFrame | None:
     return silver
 
 
+def load_history_current(spark: SparkSession, path: str) -> DataFrame | None:
+    """The current versions of the SCD type 2 history table at ``path`` (None: no table); they
+    must equal the live source rows just as silver's."""
+    if not delta_log.table_exists(path):
+        return None
+    size_reads(spark, delta_log.row_bytes(path, delta_log.replay(path)))
+    return spark.read.format("delta").load(path).where(F.col("__is_current"))
+
+
 def _row_hash(columns: list[str]) -> Column:
     return F.sha2(F.to_json(F.struct(*(F.col(quoted(c)) for c in columns))), 256)
 

@@ -23,6 +23,7 @@ POSITION = "__position"
 ACTION = "__action"
 OP = "__op"
 TS_MS = "__ts_ms"
+SOURCE_TS = "__source_ts_ms"  # when the change happened in the database (source.ts_ms)
 UNAVAILABLE = "__unavailable"
 OLD_KEY = "__old_key"  # on the c of a key change: the old key (natural types); see toast.py
 BATCH = "__batch_id"
@@ -49,6 +50,8 @@ class TableFrame:
     truncate_at: bytes | None
     toast: bool = True
     events: int = 0  # staged events of the table in this batch
+    every_action: DataFrame | None = None  # also those before the batch's truncate (history)
+    truncates: tuple[tuple[bytes, int | None], ...] = ()  # every truncate: position, source.ts_ms
 
 
 def silver_columns(table: StagedTable) -> tuple[dict[str, T.DataType], dict[int, dict[str, Natural]]]:
@@ -84,7 +87,12 @@ def _group_actions(
     removes: bool,
 ) -> DataFrame:
     events = spark.read.parquet(*group.files).where(F.col("op").isin("c", "u", "r", "d"))
-    meta = [F.col("__position").alias(POSITION), F.col("op").alias(OP), F.col("ts_ms").alias(TS_MS)]
+    meta = [
+        F.col("__position").alias(POSITION),
+        F.col("op").alias(OP),
+        F.col("ts_ms").alias(TS_MS),
+        _source_ts(group).alias(SOURCE_TS),
+    ]
     unavailable = (
         F.coalesce(F.col("__unavailable"), F.array().cast("array<string>"))
         if "__unavailable" in group.schema.names
@@ -109,6 +117,14 @@ def _group_actions(
         F.lit(None).cast(_old_key_type(columns, keys)).alias(OLD_KEY),
     )
     return after.unionByName(removed.select(*after.columns))
+
+
+def _source_ts(group: SchemaGroup) -> Column:
+    """``source.ts_ms`` (the database's commit time), else the capture time ``ts_ms``."""
+    source = group.schema.field("source").type if "source" in group.schema.names else None
+    if source is not None and source.get_field_index("ts_ms") >= 0:
+        return F.coalesce(F.col("source.ts_ms").cast("bigint"), F.col("ts_ms"))
+    return F.col("ts_ms")
 
 
 def _old_key_type(columns: dict[str, T.DataType], keys: list[str]) -> T.DataType:
@@ -143,29 +159,42 @@ def _key_changed(conv: dict[str, Natural], keys: list[str]) -> Column:
     return out
 
 
-def table_frame(spark: SparkSession, table: StagedTable, truncates: list[bytes]) -> TableFrame:
-    """All key actions of ``table`` in this batch, unified to one schema, later than any truncate."""
+def table_frame(
+    spark: SparkSession, table: StagedTable, truncates: list[tuple[bytes, int | None]]
+) -> TableFrame:
+    """All key actions of ``table`` in this batch, unified to one schema, later than any truncate
+    (``truncates``: :func:`truncate_events`)."""
     columns, per_group = silver_columns(table)
     frames = [
         _group_actions(spark, group, per_group.get(i, {}), columns, table.key_columns, table.may_remove)
         for i, group in enumerate(table.groups)
     ]
-    actions = frames[0]
+    every = frames[0]
     for frame in frames[1:]:
-        actions = actions.unionByName(frame)
-    truncate_at = max(truncates) if truncates else None
-    if truncate_at is not None:
-        actions = actions.where(F.col(POSITION) > F.lit(truncate_at))
-    return TableFrame(actions, columns, table.key_columns, truncate_at, table.toast, table.rows)
+        every = every.unionByName(frame)
+    truncate_at = max(p for p, _ in truncates) if truncates else None
+    actions = every if truncate_at is None else every.where(F.col(POSITION) > F.lit(truncate_at))
+    return TableFrame(
+        actions, columns, table.key_columns, truncate_at, table.toast, table.rows, every, tuple(truncates)
+    )
+
+
+def truncate_events(spark: SparkSession, table: StagedTable) -> list[tuple[bytes, int | None]]:
+    """Position and ``source.ts_ms`` of the table's truncate events in this batch (read only when
+    the manifest has some)."""
+    if not table.ops.get("t"):
+        return []
+    out: list[tuple[bytes, int | None]] = []
+    for group in table.groups:
+        rows = spark.read.parquet(*group.files).where(F.col("op") == "t")
+        rows = rows.select("__position", _source_ts(group).alias("ts")).collect()
+        out += [(bytes(r[0]), r[1]) for r in rows]
+    return out
 
 
 def truncate_positions(spark: SparkSession, table: StagedTable) -> list[bytes]:
-    """Positions of the table's truncate events in this batch (read only when the manifest has some)."""
-    if not table.ops.get("t"):
-        return []
-    files = [f for g in table.groups for f in g.files]
-    rows = spark.read.parquet(*files).where(F.col("op") == "t").select("__position").collect()
-    return [bytes(r[0]) for r in rows]
+    """Positions of the table's truncate events in this batch."""
+    return [p for p, _ in truncate_events(spark, table)]
 
 
 def has_deletes(frame: TableFrame) -> bool:

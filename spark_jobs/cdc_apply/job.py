@@ -15,7 +15,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from . import bronze, delta_log, frames, rechunk, silver, toast
+from . import bronze, delta_log, frames, history, rechunk, silver, toast
 from .crash import crash_point
 from .layout import table_path
 from .session import size_reads
@@ -31,6 +31,8 @@ class ApplySettings:
     bronze: bool = True
     rewrite_ratio: float = 0.5  # see silver.merge_silver; 0 = always MERGE
     fence: int | None = None  # the submitter's lease token: a newer one on a table stops the job
+    history: tuple[str, ...] = ()  # regexes of tables with SCD type 2 history (delta.history.enabled)
+    history_except: tuple[str, ...] = ()  # regexes of <table>.<column> not tracked in history
 
 
 def apply_batch(
@@ -65,7 +67,7 @@ def _apply_tables(
 ) -> dict[str, Any]:
     planned = []
     for table in tables:
-        frame = frames.table_frame(spark, table, frames.truncate_positions(spark, table))
+        frame = frames.table_frame(spark, table, frames.truncate_events(spark, table))
         silver.check_evolution(spark, _path(target, "silver", staged, table), frame)
         planned.append((table, frame))
     report: dict[str, Any] = {"batch_id": staged.batch_id, "connector": staged.connector, "tables": {}}
@@ -104,6 +106,8 @@ def _apply_table(
         bronze.append_bronze(spark, bronze_path, table, commit)
         out["bronze"] = "appended"
         crash_point("apply_after_bronze")
+    if table.key_columns and history.matches(settings.history, table.name):
+        out["history"] = _apply_history(spark, staged, table, frame, target, commit, settings, silver_log)
     if silver_log.has_applied(commit.app_id):
         out["silver"] = "already applied"
         return out
@@ -134,6 +138,36 @@ def _apply_table(
     finally:
         actions.unpersist()  # kept by the TOAST fill when key changes needed it
     return out
+
+
+def _apply_history(
+    spark: SparkSession,
+    staged: StagedBatch,
+    table: StagedTable,
+    frame: frames.TableFrame,
+    target: str,
+    commit: Commit,
+    settings: ApplySettings,
+    silver_log: delta_log.LogState,
+) -> str:
+    """Log the batch's actions (all of them: an upsert older than a stored delete is still a past
+    version), then re-fold the versions of the keys it touches (``history.py``)."""
+    history_path = _path(target, "history", staged, table)
+    if delta_log.has_applied(history_path, commit.app_id):
+        return "already applied"
+    log_path = _path(target, "history_log", staged, table)
+    for path in (history_path, log_path):
+        delta_log.check_fence(path, settings.fence, staged.manifest.get("partition"))
+    if not delta_log.has_applied(log_path, commit.app_id):
+        silver_path = _path(target, "silver", staged, table)
+        stored = spark.read.format("delta").load(silver_path) if silver_log.files else None
+        every = frame if frame.every_action is None else replace(frame, actions=frame.every_action)
+        filled = toast.fill_unavailable(every, stored)
+        history.append_log(spark, log_path, frame, filled, commit, stored)
+        crash_point("apply_after_history_log")
+    untracked = (table.name, settings.history_except)
+    keys = history.rebuild(spark, history_path, log_path, frame, commit, untracked)
+    return f"rebuilt {keys} keys"
 
 
 def _progress(i: int, n: int, name: str, done: int, total: int, started: float) -> None:

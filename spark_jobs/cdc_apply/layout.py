@@ -17,7 +17,7 @@ DELTA_CONF = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     "spark.sql.session.timeZone": "UTC",
 }
-LAYERS = ("bronze", "silver", "tombstones")
+LAYERS = ("bronze", "silver", "tombstones", "history", "history_log")
 
 
 def table_path(target: str, layer: str, connector: str, table: str) -> str:

@@ -136,3 +136,50 @@ def test_fences_compare_only_within_one_partition(tmp_path):
     delta_log.check_fence(path, 4, "task0_2_1")  # task1's token 9 does not fence task0 out
     with pytest.raises(delta_log.StaleFence, match="token 3, newer than this run's 2"):
         delta_log.check_fence(path, 2, "task0_2_1")
+
+
+def test_history_tables_need_their_marks_too(tmp_path):
+    """A table with SCD type 2 history is applied only once its history log and history carry
+    the batch's mark as well; other tables need none."""
+    batch, target = _batch(tmp_path), tmp_path / "delta"
+    assert batch.table_info("public.t").get("key_columns")
+    config = _config(
+        tmp_path,
+        **{"delta.root": str(target), "delta.bronze.enabled": False, "delta.history.enabled": "true"},
+    )
+    _mark(target, "silver", "public.t", batch.batch_id)
+    with pytest.raises(BatchNotApplied, match="history_log:public.t, history:public.t"):
+        ensure_applied(batch, config)
+    assert missing_tables(batch, str(target), False, (r"public\.other",)) == []
+    assert missing_tables(batch, str(target), False, (r"PUBLIC\.T",)) == [
+        "history_log:public.t",
+        "history:public.t",
+    ]
+    _mark(target, "history_log", "public.t", batch.batch_id)
+    _mark(target, "history", "public.t", batch.batch_id)
+    ensure_applied(batch, config)
+
+
+@pytest.mark.parametrize(
+    ("enabled", "tables"),
+    [("true", (".*",)), ("false", ()), ("", ()), (r"public\.a, public\.b.*", (r"public\.a", r"public\.b.*"))],
+)
+def test_history_options(tmp_path, enabled, tables):
+    from airflow_cdc.apply.submit import ApplyOptions
+
+    options = ApplyOptions.from_config(
+        _config(
+            tmp_path, **{"delta.history.enabled": enabled, "delta.history.except.columns": r"public\.a\.x"}
+        )
+    )
+    assert options.history_tables() == tables
+    args = options.args()
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--history"] == list(tables)
+    assert args[args.index("--history-except") + 1] == r"public\.a\.x"
+
+
+def test_history_option_that_is_not_a_regex_is_refused(tmp_path):
+    from airflow_cdc.apply.submit import ApplyOptions
+
+    with pytest.raises(ConfigError, match=r"'delta.history.except.columns'.*\(x' is not a regular expression"):
+        ApplyOptions.from_config(_config(tmp_path, **{"delta.history.except.columns": r"public\.a\.(x"}))
