@@ -28,6 +28,7 @@ from airflow.sdk import DAG, Asset, BaseOperator, Param, TaskGroup, TriggerRule
 from airflow_cdc.airflow.operators.apply import CdcApplyOperator
 from airflow_cdc.airflow.operators.capture import CdcCaptureOperator
 from airflow_cdc.airflow.operators.commit import CdcCommitOperator
+from airflow_cdc.airflow.operators.snapshot_parts import CdcSnapshotPartOperator, CdcSnapshotPlanOperator
 from airflow_cdc.airflow.operators.verify import CdcVerifyOperator
 from airflow_cdc.airflow.pipeline import (
     OPTIONS,
@@ -45,6 +46,8 @@ from airflow_cdc.core.pipeline import build_config, partitions
 BATCH_PATH = "{{ ti.xcom_pull(task_ids='capture')['batch_path'] }}"
 #: a partition's batch; empty when its capture was skipped (its apply then skips too)
 PARTITION_BATCH_PATH = "{{ (ti.xcom_pull(task_ids='%s') or {}).get('batch_path', '') }}"
+#: the snapshot-parts plan directory (empty: nothing planned)
+SNAPSHOT_PLAN = "{{ ((ti.xcom_pull(task_ids='%s') or [{}])[0] or {}).get('plan', '') }}"
 
 
 def snapshot_params(tables: list[str]) -> dict[str, Param]:
@@ -227,7 +230,17 @@ def _partition_chain(
     commit and apply tasks."""
     # a partition's apply may run after its capture was skipped (applies run in a row): no batch
     batch_path = BATCH_PATH if partition is None else PARTITION_BATCH_PATH % f"{_group_id(partition)}.capture"
-    capture = CdcCaptureOperator(task_id="capture", partition=partition, **common)
+    parts = _snapshot_tasks(opt)
+    plan_id = "plan_snapshot" if partition is None else f"{_group_id(partition)}.plan_snapshot"
+    capture = CdcCaptureOperator(
+        task_id="capture",
+        partition=partition,
+        snapshot_plan=SNAPSHOT_PLAN % plan_id if parts else None,
+        **common,
+    )
+    first: BaseOperator = capture
+    if parts:
+        first = _snapshot_part_tasks(parts, partition, common, capture)
     last: BaseOperator = capture
     apply = None
     if opt["apply"] and target is not None:
@@ -270,5 +283,31 @@ def _partition_chain(
             **sense_kwargs,
             **common,
         )
-        sense >> capture
+        sense >> first
     return commit, apply
+
+
+def _snapshot_tasks(opt: dict[str, Any]) -> int:
+    """The ``snapshot_tasks`` option (0: off).  :raises ConfigError: not a whole number >= 0."""
+    value = opt["snapshot_tasks"]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"option 'airflow.snapshot_tasks': expected a whole number >= 0, got {value!r}")
+    return value
+
+
+def _snapshot_part_tasks(
+    parts: int, partition: str | None, common: dict[str, Any], capture: BaseOperator
+) -> BaseOperator:
+    """plan_snapshot -> read_snapshot_part (mapped over the plan) -> capture; returns the plan task.
+
+    An empty plan maps no part task (skipped); capture still runs after a successful plan, and is
+    skipped with it when the sensor skipped the run.
+    """
+    plan = CdcSnapshotPlanOperator(task_id="plan_snapshot", parts=parts, partition=partition, **common)
+    read = CdcSnapshotPartOperator.partial(
+        task_id="read_snapshot_part", partition=partition, **common
+    ).expand(part=plan.output)
+    capture.trigger_rule = TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS
+    plan >> read >> capture
+    plan >> capture
+    return plan
