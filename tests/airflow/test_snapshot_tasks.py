@@ -51,3 +51,58 @@ def test_snapshot_spread_over_three_mapped_tasks(pg_db, tmp_path, airflow_cli):
     assert mapped[0] == [] and mapped[1] == ["0", "1", "2"], mapped
     assert not snapshot_pending(config)
     assert_converged(config, ["public.big"])
+
+
+def _pipeline(tmp_path, airflow: str, extra: str = "connector: postgresql\n"):
+    f = tmp_path / "shop.yaml"
+    f.write_text(
+        f"name: shop\n{extra}table.include.list: public.orders\nstaging.path: {tmp_path}/s\n"
+        f"airflow:\n  target: {tmp_path}/delta\n{airflow}"
+    )
+    return f
+
+
+def test_dag_shape_with_and_without_snapshot_tasks(tmp_path):
+    from airflow_cdc.airflow.dag_factory import cdc_dag
+
+    plain = cdc_dag(_pipeline(tmp_path, ""))
+    assert sorted(plain.task_ids) == ["apply", "capture", "commit", "sense"]
+    assert plain.get_task("capture").upstream_task_ids == {"sense"}
+    assert plain.get_task("capture").snapshot_plan is None
+    dag = cdc_dag(_pipeline(tmp_path, "  snapshot_tasks: 3\n"))
+    assert sorted(dag.task_ids) == [
+        "apply",
+        "capture",
+        "commit",
+        "plan_snapshot",
+        "read_snapshot_part",
+        "sense",
+    ]
+    capture, plan = dag.get_task("capture"), dag.get_task("plan_snapshot")
+    assert plan.upstream_task_ids == {"sense"} and plan.parts == 3
+    assert capture.upstream_task_ids == {"plan_snapshot", "read_snapshot_part"}
+    assert capture.trigger_rule == "none_failed_min_one_success"
+    assert "xcom_pull(task_ids='plan_snapshot')" in capture.snapshot_plan
+
+
+def test_partitions_each_get_their_part_tasks(tmp_path):
+    dag_file = _pipeline(tmp_path, "  snapshot_tasks: 2\n", "connector: sqlserver\ndatabase.names: a,b\n")
+    from airflow_cdc.airflow.dag_factory import cdc_dag
+
+    dag = cdc_dag(dag_file)
+    for group in ("p_a", "p_b"):
+        capture = dag.get_task(f"{group}.capture")
+        assert capture.upstream_task_ids == {f"{group}.plan_snapshot", f"{group}.read_snapshot_part"}
+        assert f"xcom_pull(task_ids='{group}.plan_snapshot')" in capture.snapshot_plan
+        assert dag.get_task(f"{group}.plan_snapshot").partition == group[2:]
+
+
+def test_bad_snapshot_tasks_is_refused(tmp_path):
+    import pytest
+
+    from airflow_cdc.airflow.dag_factory import cdc_dag
+    from airflow_cdc.core.errors import ConfigError
+
+    for bad in ("-1", "two", "true"):
+        with pytest.raises(ConfigError, match="airflow.snapshot_tasks"):
+            cdc_dag(_pipeline(tmp_path, f"  snapshot_tasks: {bad}\n"))

@@ -23,7 +23,7 @@ from airflow_cdc.core.filters import IncludeExclude, TableFilter
 from airflow_cdc.core.snapshot import ChunkRead, ChunkTracker, TableSnapshot, read_budgeted, read_when_visible
 from airflow_cdc.core.source import Capabilities, ChangeSource
 from airflow_cdc.core.table_sink import SnapshotSinks
-from airflow_cdc.sources.mysql import chunk_keys, client, offsets, snapshot
+from airflow_cdc.sources.mysql import chunk_keys, client, offsets, parts, snapshot
 from airflow_cdc.sources.mysql.flavour import GtidSet
 from airflow_cdc.sources.mysql.position import MySqlPosition, binlog_file_number
 from airflow_cdc.sources.mysql.schema import SchemaHistory, load_tables
@@ -375,6 +375,23 @@ class MySqlSource(ChangeSource):
                     raise SchemaError(f"table {snap.table} was dropped during its snapshot") from e
                 self._tables[snap.table] = fresh[snap.table]
         raise AssertionError("unreachable")
+
+    def snapshot_bounds(self, snap: TableSnapshot, offsets: list[int]) -> tuple[list, list]:
+        """``max_key`` and the cursors ``offsets`` rows past ``snap.last_key`` (snapshot parts)."""
+        state = self.table_state(snap.table)
+        return parts.bounds(self.conn, self._tables[snap.table], snap, state.key_columns, offsets)
+
+    def watermark_from_json(self, data: dict[str, Any]) -> snapshot.Watermark:
+        return snapshot.Watermark(data["coord"], data["lsn_after"])
+
+    def chunk_to_files(self, chunk: Any) -> tuple[pa.Table, dict[str, Any]]:
+        table, width = parts.chunk_to_table(chunk)
+        return table, {**super().chunk_to_files(chunk)[1], "width": width}
+
+    def chunk_from_files(self, snap: TableSnapshot, data: Any, meta: dict[str, Any]) -> ChunkRead:
+        table, rows = parts.rows_of(data, meta["width"])
+        chunk = super().chunk_from_files(snap, table, meta)
+        return snapshot.MySqlChunk(**{**vars(chunk), "rows": rows})
 
     def encoded_chunks(self, table: str, chunk_size: int) -> Iterator[pa.Table]:
         """The live table in key order, encoded like captured rows (``verify``); no state is touched."""

@@ -13,10 +13,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from airflow_cdc.core import snapshot_parts
 from airflow_cdc.core.pipeline import build_capture
 from tests.integration.postgres.support import assert_converged, pipeline
 from tests.support.pipeline import WriterThreads, snapshot_pending
+from tests.support.snapshot_parts import count_loads, prepare
 
 pytestmark = pytest.mark.slow
 
@@ -94,44 +94,9 @@ def _setup(pg_db: Any, tmp_path: Path) -> dict[str, Any]:
     )
 
 
-def prepare(config: dict[str, Any], parts: int) -> str | None:
-    """Plan, then read every part in its own thread (each with its own source connection)."""
-    planned = snapshot_parts.plan_parts(build_capture(config), parts)
-    if not planned:
-        return None
-    errors: list[BaseException] = []
-
-    def read(p: dict[str, Any]) -> None:
-        try:
-            snapshot_parts.read_part(build_capture(config), p["plan"], p["part"])
-        except BaseException as e:  # reported by the test thread
-            errors.append(e)
-
-    threads = [threading.Thread(target=read, args=(p,)) for p in planned]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
-    return planned[0]["plan"]
-
-
-def _count_loads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    loaded: list[int] = []
-    real = snapshot_parts.load_parts
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        out = real(*args, **kwargs)
-        loaded.append(len(out.chunks) if out is not None else 0)
-        return out
-
-    monkeypatch.setattr(snapshot_parts, "load_parts", spy)
-    return loaded
-
-
 def test_parallel_parts_converge_under_writes(pg_db, tmp_path, monkeypatch):
     config = _setup(pg_db, tmp_path)
-    loaded = _count_loads(monkeypatch)
+    loaded = count_loads(monkeypatch)
     runs = 0
     with Writers(pg_db.dsn):
         while snapshot_pending(config):
@@ -148,7 +113,7 @@ def test_parallel_parts_converge_under_writes(pg_db, tmp_path, monkeypatch):
 
 def test_stale_plan_is_refused_and_the_run_still_converges(pg_db, tmp_path, monkeypatch, caplog):
     config = _setup(pg_db, tmp_path)
-    loaded = _count_loads(monkeypatch)
+    loaded = count_loads(monkeypatch)
     build_capture(config).run(commit=True)  # anchors the state, snapshots begin
     plan = prepare(config, 3)
     assert plan is not None
