@@ -45,6 +45,7 @@ from airflow_cdc.core.batch import safe_name
 from airflow_cdc.core.errors import ConfigError
 from airflow_cdc.core.filemodes import make_private, private_dirs
 from airflow_cdc.core.snapshot import ChunkRead, SnapshotContext, TableSnapshot
+from airflow_cdc.core.source import ChangeSource
 
 if TYPE_CHECKING:
     from airflow_cdc.core.capture import Capture
@@ -58,11 +59,17 @@ def parts_root(capture: Capture) -> Path:
 
 
 def _check_chunked(capture: Capture) -> None:
-    if not capture.source.capabilities.chunked_snapshots:
+    """:raises ConfigError: the source cannot read a snapshot in key ranges."""
+    source = capture.source
+    why = None
+    if not source.capabilities.chunked_snapshots:
+        why = f"{source.kind} snapshots natively inside its window"
+    elif type(source).snapshot_bounds is ChangeSource.snapshot_bounds:
+        why = f"{source.kind} reads its snapshot chunks without an upper key bound"
+    if why is not None:
         raise ConfigError(
-            f"connector {capture.config['name']!r}: snapshot parts (airflow.snapshot_tasks) need a source "
-            f"that reads snapshot chunks; {capture.source.kind} snapshots natively inside its window "
-            "(set snapshot_tasks: 0)"
+            f"connector {capture.config['name']!r}: snapshot parts (option 'airflow.snapshot_tasks') "
+            f"need a source that reads snapshot chunks in key ranges; {why} (set snapshot_tasks: 0)"
         )
 
 
@@ -107,7 +114,8 @@ def plan_parts(capture: Capture, parts: int) -> list[dict[str, Any]]:
     if not max_key:
         log.info("snapshot parts: %s has no rows left to read; capture handles it", snap.table)
         return []
-    specs, lower = [], snap.last_key
+    specs: list[dict[str, Any]] = []
+    lower = snap.last_key
     for bound in [*bounds, None][:parts]:
         upper = max_key if bound is None else bound
         final = bound is None or bound == max_key
