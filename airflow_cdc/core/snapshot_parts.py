@@ -193,9 +193,11 @@ class PreparedChunks:
     groups: list[int]
 
 
-def _refusal(plan: dict[str, Any], ctx: SnapshotContext, version: int | None) -> str | None:
+def _refusal(capture: Capture, plan: dict[str, Any], ctx: SnapshotContext, version: int | None) -> str | None:
     """Why a plan does not fit the state this run starts from (None: it fits)."""
     planned = TableSnapshot.from_json(plan["snapshot"])
+    if planned.table not in capture.source.tables():
+        return f"{planned.table} is not captured any more"
     if plan["state_version"] != version:
         return f"planned at state version {plan['state_version']}, the run starts from {version}"
     if not ctx.pending or ctx.pending[0].id != planned.id:
@@ -224,7 +226,7 @@ def load_parts(
     except (OSError, ValueError) as e:
         log.warning("snapshot parts: plan %s unreadable (%s); reading snapshot chunks here", plan_dir, e)
         return None
-    why = _refusal(plan, ctx, version)
+    why = _refusal(capture, plan, ctx, version)
     if why is None:
         return _load_chunks(capture, path, plan, ctx.pending[0], start)
     log.warning("snapshot parts: stale plan %s refused (%s); reading snapshot chunks here", plan_dir, why)
@@ -251,13 +253,21 @@ def _load_chunks(
             chunk = capture.source.chunk_from_files(
                 snap, pq.read_table(part / f"chunk-{i:05d}.parquet"), meta
             )
+            floor = capture.source.chunk_floor(chunk.watermark)
+            if floor is not None and floor < start:
+                log.warning(
+                    "snapshot parts: a chunk of part %d sees less than the window start; plan %s refused",
+                    spec["index"],
+                    path,
+                )
+                return None
             chunk.last = False
             out.chunks.append(chunk)
             out.groups.append(spec["index"])
         if not done["complete"]:
             break
-        if spec["final"]:
-            out.chunks[-1].last = bool(out.chunks)
+        if spec["final"] and out.chunks:
+            out.chunks[-1].last = True
     if not out.chunks:
         return None
     if snap.max_key is None:

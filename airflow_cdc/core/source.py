@@ -165,6 +165,11 @@ class ChangeSource(abc.ABC):
         """
         raise NotImplementedError(f"{self.kind} does not read snapshot chunks")
 
+    def chunk_floor(self, watermark: Any) -> Any:
+        """The coordinate below which a chunk read at ``watermark`` holds every transaction, when the
+        watermark says (None: it does not); a prepared chunk below the window start is refused."""
+        return None
+
     def watermark_to_json(self, watermark: Any) -> dict[str, Any]:
         """A chunk watermark as JSON (a dataclass's fields; sets become sorted lists)."""
         out = {}

@@ -381,6 +381,9 @@ class MySqlSource(ChangeSource):
         state = self.table_state(snap.table)
         return parts.bounds(self.conn, self._tables[snap.table], snap, state.key_columns, offsets)
 
+    def chunk_floor(self, watermark: snapshot.Watermark) -> int | None:
+        return watermark.coord  # the consistent snapshot's binlog position (MariaDB)
+
     def watermark_from_json(self, data: dict[str, Any]) -> snapshot.Watermark:
         return snapshot.Watermark(data["coord"], data["lsn_after"])
 

@@ -3,6 +3,7 @@ loaded by the capture in key order; runs until every snapshot completes, then ro
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
@@ -125,6 +126,12 @@ def test_stale_plan_is_refused_and_the_run_still_converges(pg_db, tmp_path, monk
         build_capture(config).run(commit=True, prepared=plan)
     assert "stale plan" in caplog.text and loaded == [0]
     assert not Path(plan).exists(), "a refused plan is removed"
+    plan = prepare(config, 3)  # fits the state, but a part claims to be read before the window start
+    done = Path(plan) / "part-0001" / "done.json"
+    done.write_text(json.dumps({**json.loads(done.read_text()), "low": 0}))
+    with caplog.at_level(logging.WARNING, logger="airflow_cdc.core.snapshot_parts"):
+        build_capture(config).run(commit=True, prepared=plan)
+    assert "part 1 read before the window start" in caplog.text and loaded == [0, 0]
     for _ in range(40):
         if not snapshot_pending(config):
             break
