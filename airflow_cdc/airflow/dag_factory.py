@@ -124,7 +124,8 @@ def cdc_dag(
     :param default_args: extra task defaults (merged over retries/retry_delay from the options).
     :param dag_kwargs: extra ``DAG`` arguments (e.g. ``start_date``, ``catchup``, ``doc_md``).
     :param options: any ``airflow:`` section option (``target``, ``schedule``, ``cdc_conn_id``,
-        ``spark_conn_id``, ``spark_conf``, ``sense``, ``deferrable``, ``retries``, ``apply``, ...).
+        ``spark_conn_id``, ``spark_conf``, ``sense``, ``deferrable``, ``retries``, ``apply``,
+        ``snapshot_tasks`` (> 0: plan_snapshot -> mapped read_snapshot_part -> capture), ...).
     :raises ConfigError: unknown option, or ``apply`` without a ``target``.
     """
     path = str(pipeline)
