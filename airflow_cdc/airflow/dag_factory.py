@@ -24,6 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import DAG, Asset, BaseOperator, Param, TaskGroup, TriggerRule
+from airflow.sdk.definitions.mappedoperator import MappedOperator
 
 from airflow_cdc.airflow.operators.apply import CdcApplyOperator
 from airflow_cdc.airflow.operators.capture import CdcCaptureOperator
@@ -176,7 +177,7 @@ def cdc_dag(
 
 #: BaseOperator arguments that say where a task runs (``task_options`` per step)
 PLACEMENT_KEYS = ("queue", "pool", "pool_slots", "priority_weight", "executor", "executor_config")
-STEPS = ("sense", "capture", "apply", "commit", "verify")
+STEPS = ("sense", "capture", "apply", "commit", "verify", "plan_snapshot", "read_snapshot_part")
 
 
 def _place_tasks(dag: DAG, task_options: Any, path: str) -> None:
@@ -200,7 +201,10 @@ def _place_tasks(dag: DAG, task_options: Any, path: str) -> None:
             )
     for task in dag.tasks:
         for key, value in (task_options.get(task.task_id.rsplit(".", 1)[-1]) or {}).items():
-            setattr(task, key, value)
+            if isinstance(task, MappedOperator):  # read_snapshot_part: its arguments are the partial's
+                task.partial_kwargs[key] = value
+            else:
+                setattr(task, key, value)
 
 
 def partition_keys(spec: PipelineSpec) -> list[str | None]:

@@ -106,3 +106,17 @@ def test_bad_snapshot_tasks_is_refused(tmp_path):
     for bad in ("-1", "two", "true"):
         with pytest.raises(ConfigError, match="airflow.snapshot_tasks"):
             cdc_dag(_pipeline(tmp_path, f"  snapshot_tasks: {bad}\n"))
+
+
+def test_task_options_place_the_plan_and_the_mapped_part_tasks(tmp_path):
+    from airflow_cdc.airflow.dag_factory import cdc_dag
+
+    options = (
+        "  snapshot_tasks: 2\n  task_options:\n"
+        "    plan_snapshot: {queue: sources}\n"
+        "    read_snapshot_part: {queue: sources, pool: snapshot_readers, executor: KubernetesExecutor}\n"
+    )
+    dag = cdc_dag(_pipeline(tmp_path, options))
+    plan, part = dag.get_task("plan_snapshot"), dag.get_task("read_snapshot_part")
+    assert plan.queue == "sources"
+    assert (part.queue, part.pool, part.executor) == ("sources", "snapshot_readers", "KubernetesExecutor")
