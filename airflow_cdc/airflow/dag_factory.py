@@ -24,10 +24,12 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import DAG, Asset, BaseOperator, Param, TaskGroup, TriggerRule
+from airflow.sdk.definitions.mappedoperator import MappedOperator
 
 from airflow_cdc.airflow.operators.apply import CdcApplyOperator
 from airflow_cdc.airflow.operators.capture import CdcCaptureOperator
 from airflow_cdc.airflow.operators.commit import CdcCommitOperator
+from airflow_cdc.airflow.operators.snapshot_parts import CdcSnapshotPartOperator, CdcSnapshotPlanOperator
 from airflow_cdc.airflow.operators.verify import CdcVerifyOperator
 from airflow_cdc.airflow.pipeline import (
     OPTIONS,
@@ -47,6 +49,8 @@ from airflow_cdc.core.pipeline import build_config, partitions
 BATCH_PATH = "{{ ti.xcom_pull(task_ids='capture')['batch_path'] }}"
 #: a partition's batch; empty when its capture was skipped (its apply then skips too)
 PARTITION_BATCH_PATH = "{{ (ti.xcom_pull(task_ids='%s') or {}).get('batch_path', '') }}"
+#: the snapshot-parts plan directory (empty: nothing planned)
+SNAPSHOT_PLAN = "{{ ((ti.xcom_pull(task_ids='%s') or [{}])[0] or {}).get('plan', '') }}"
 
 
 #: What the trigger form says about the condition field (the safe language of
@@ -153,7 +157,8 @@ def cdc_dag(
     :param default_args: extra task defaults (merged over retries/retry_delay from the options).
     :param dag_kwargs: extra ``DAG`` arguments (e.g. ``start_date``, ``catchup``, ``doc_md``).
     :param options: any ``airflow:`` section option (``target``, ``schedule``, ``cdc_conn_id``,
-        ``spark_conn_id``, ``spark_conf``, ``sense``, ``deferrable``, ``retries``, ``apply``, ...).
+        ``spark_conn_id``, ``spark_conf``, ``sense``, ``deferrable``, ``retries``, ``apply``,
+        ``snapshot_tasks`` (> 0: plan_snapshot -> mapped read_snapshot_part -> capture), ...).
     :raises ConfigError: unknown option, or ``apply`` without a ``target``.
     """
     path = str(pipeline)
@@ -204,7 +209,7 @@ def cdc_dag(
 
 #: BaseOperator arguments that say where a task runs (``task_options`` per step)
 PLACEMENT_KEYS = ("queue", "pool", "pool_slots", "priority_weight", "executor", "executor_config")
-STEPS = ("sense", "capture", "apply", "commit", "verify")
+STEPS = ("sense", "capture", "apply", "commit", "verify", "plan_snapshot", "read_snapshot_part")
 
 
 def _place_tasks(dag: DAG, task_options: Any, path: str) -> None:
@@ -228,7 +233,10 @@ def _place_tasks(dag: DAG, task_options: Any, path: str) -> None:
             )
     for task in dag.tasks:
         for key, value in (task_options.get(task.task_id.rsplit(".", 1)[-1]) or {}).items():
-            setattr(task, key, value)
+            if isinstance(task, MappedOperator):  # read_snapshot_part: its arguments are the partial's
+                task.partial_kwargs[key] = value
+            else:
+                setattr(task, key, value)
 
 
 def partition_keys(spec: PipelineSpec) -> list[str | None]:
@@ -259,7 +267,17 @@ def _partition_chain(
     commit and apply tasks."""
     # a partition's apply may run after its capture was skipped (applies run in a row): no batch
     batch_path = BATCH_PATH if partition is None else PARTITION_BATCH_PATH % f"{_group_id(partition)}.capture"
-    capture = CdcCaptureOperator(task_id="capture", partition=partition, **common)
+    parts = _snapshot_tasks(opt)
+    plan_id = "plan_snapshot" if partition is None else f"{_group_id(partition)}.plan_snapshot"
+    capture = CdcCaptureOperator(
+        task_id="capture",
+        partition=partition,
+        snapshot_plan=SNAPSHOT_PLAN % plan_id if parts else None,
+        **common,
+    )
+    first: BaseOperator = capture
+    if parts:
+        first = _snapshot_part_tasks(parts, partition, common, capture)
     last: BaseOperator = capture
     apply = None
     if opt["apply"] and target is not None:
@@ -302,5 +320,31 @@ def _partition_chain(
             **sense_kwargs,
             **common,
         )
-        sense >> capture
+        sense >> first
     return commit, apply
+
+
+def _snapshot_tasks(opt: dict[str, Any]) -> int:
+    """The ``snapshot_tasks`` option (0: off).  :raises ConfigError: not a whole number >= 0."""
+    value = opt["snapshot_tasks"]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"option 'airflow.snapshot_tasks': expected a whole number >= 0, got {value!r}")
+    return value
+
+
+def _snapshot_part_tasks(
+    parts: int, partition: str | None, common: dict[str, Any], capture: BaseOperator
+) -> BaseOperator:
+    """plan_snapshot -> read_snapshot_part (mapped over the plan) -> capture; returns the plan task.
+
+    An empty plan maps no part task (skipped); capture still runs after a successful plan, and is
+    skipped with it when the sensor skipped the run.
+    """
+    plan = CdcSnapshotPlanOperator(task_id="plan_snapshot", parts=parts, partition=partition, **common)
+    read = CdcSnapshotPartOperator.partial(
+        task_id="read_snapshot_part", partition=partition, **common
+    ).expand(part=plan.output)
+    capture.trigger_rule = TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS
+    plan >> read >> capture
+    plan >> capture
+    return plan

@@ -45,6 +45,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_cdc.airflow.operators.apply",
                     "airflow_cdc.airflow.operators.commit",
                     "airflow_cdc.airflow.operators.verify",
+                    "airflow_cdc.airflow.operators.snapshot_parts",
                 ],
             }
         ],

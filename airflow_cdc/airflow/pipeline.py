@@ -57,6 +57,9 @@ OPTIONS: dict[str, Any] = {
     # per step (sense, capture, apply, commit, verify): queue, pool, pool_slots, priority_weight,
     # executor, executor_config -- where a task runs under Celery / Kubernetes executors
     "task_options": {},
+    # > 0: each run's snapshot chunks are read by up to this many mapped tasks (plan_snapshot ->
+    # read_snapshot_part -> capture); 0: capture reads them itself
+    "snapshot_tasks": 0,
 }
 
 _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_cdc.core import snapshot_parts
 from airflow_cdc.core.batch import Batch, BatchWriter, clean_incomplete, expire_batches
 from airflow_cdc.core.conditions import RAW_SQL_PROPERTY
 from airflow_cdc.core.config import ConnectorConfig, signal_table
@@ -166,17 +167,27 @@ class Capture:
         return state, version
 
     def run(
-        self, signals: list[dict[str, Any] | SnapshotSignal] | None = None, commit: bool = False
+        self,
+        signals: list[dict[str, Any] | SnapshotSignal] | None = None,
+        commit: bool = False,
+        prepared: str | None = None,
     ) -> CaptureResult:
         """Capture one window (plus snapshot chunks) into a new staged batch; optionally commit it.
 
+        :param prepared: a snapshot-parts plan directory (:mod:`airflow_cdc.core.snapshot_parts`)
+            whose chunks to use instead of reading them; refused (logged) when stale, removed after.
         :raises LeaseHeld: another run of the connector is working (nothing was read or written).
         """
         parsed = [s if isinstance(s, SnapshotSignal) else parse_signal(s) for s in signals or []]
-        with self.leases.hold("capture") as lease:
-            return self._run(parsed, commit, lease)
+        try:
+            with self.leases.hold("capture") as lease:
+                return self._run(parsed, commit, lease, prepared)
+        finally:
+            snapshot_parts.discard(prepared)
 
-    def _run(self, parsed: list[SnapshotSignal], commit: bool, lease: Lease) -> CaptureResult:
+    def _run(
+        self, parsed: list[SnapshotSignal], commit: bool, lease: Lease, prepared: str | None = None
+    ) -> CaptureResult:
         staging = self.config["staging.path"]
         clean_incomplete(staging, self.name, lease.token, grace=lease.timeout)
         stored = self.store.load(self.name)
@@ -226,7 +237,7 @@ class Capture:
                 partition=self.config.partition,
             )
             try:
-                result = self._capture(writer, ctx, from_lsn, data, version, notes, tables)
+                result = self._capture(writer, ctx, from_lsn, data, version, notes, tables, prepared)
             except BaseException:
                 writer.abort()
                 raise
@@ -247,6 +258,7 @@ class Capture:
         version: int | None,
         notes: list[str],
         start_tables: list[str] | tuple[str, ...] = (),
+        prepared: str | None = None,
     ) -> CaptureResult:
         started = time.time()
         streaming_off = (
@@ -255,19 +267,11 @@ class Capture:
         native = not self.source.capabilities.chunked_snapshots
         if native:
             self.source.plan_native_snapshots(ctx.pending)
-        chunks = (
-            self.source.read_chunks(
-                ctx.pending,
-                self.config["snapshot.max.rows.per.run"],
-                self._chunk_size(),
-            )
-            if ctx.pending and not native
-            else []
-        )
+        chunks, groups = self._snapshot_chunks(ctx, from_lsn, version, prepared)
         flush = self.source.head()
         need = max(c.watermark.lsn_after for c in chunks) if chunks else None
         upto = max(flush, self._wait_flushed(need)) if need is not None and need > flush else flush
-        tracker = ChunkTracker(chunks, self.source.reflects) if chunks else None
+        tracker = ChunkTracker(chunks, self.source.reflects, groups) if chunks else None
         previous = data.get("offset")
         if streaming_off:
             notes.append("snapshot.mode=initial_only: snapshot complete, changes are not streamed")
@@ -359,6 +363,18 @@ class Capture:
         return CaptureResult(
             writer.batch_id, str(path), data.get("offset"), to_offset, events, snap_rows, tables, notes
         )
+
+    def _snapshot_chunks(
+        self, ctx: SnapshotContext, start: Any, version: int | None, prepared: str | None
+    ) -> tuple[list[ChunkRead], list[int] | None]:
+        """This run's snapshot chunks: from a fitting snapshot-parts plan, or read here."""
+        if not ctx.pending or not self.source.capabilities.chunked_snapshots:
+            return [], None
+        loaded = snapshot_parts.load_parts(self, prepared, ctx, start, version) if prepared else None
+        if loaded is not None:
+            return loaded.chunks, loaded.groups
+        max_rows = self.config["snapshot.max.rows.per.run"]
+        return self.source.read_chunks(ctx.pending, max_rows, self._chunk_size()), None
 
     def _finish_native(
         self, writer: BatchWriter, ctx: SnapshotContext, window: Any, end: Any, notes: list[str]

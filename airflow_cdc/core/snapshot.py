@@ -248,38 +248,54 @@ def key_ordered_chunks(source: Any, table: str, chunk_size: int) -> Iterator[Chu
 class ChunkTracker:
     """Marks chunk rows touched by transactions their chunk does not reflect.
 
-    Chunks are read one after another, so their snapshots only move forward: a transaction
-    reflected by chunk *i* is reflected by every later chunk.  Each transaction therefore has a
-    first reflecting chunk (found by binary search, cached), and each touched key keeps the
-    greatest such index over the transactions that touched it: chunks before that index must
-    drop the key.  Memory grows with the keys the window touches, not with the chunk rows.
+    Chunks of one *group* are read one after another, so their snapshots only move forward: a
+    transaction reflected by chunk *i* of a group is reflected by every later chunk of it.  Each
+    transaction therefore has, per group, a first reflecting chunk (found by binary search,
+    cached), and each touched key keeps the greatest such position over the transactions that
+    touched it: chunks before that position must drop the key.  Chunks read in parallel (snapshot
+    parts, :mod:`airflow_cdc.core.snapshot_parts`) form one group per reader, since the order of
+    their snapshots across readers is unknown.  Memory grows with the keys the window touches (times
+    the groups), not with the chunk rows.
 
     :param reflects: ``reflects(watermark, txn) -> bool``: whether a chunk read with
         ``watermark`` already contains the effects of transaction ``txn`` (source-specific).
+    :param groups: the group of each chunk (default: one group, the list's order is the read order);
+        within a group, chunks must be listed in read order.
     """
 
-    def __init__(self, chunks: list[ChunkRead], reflects: Callable[[Any, Any], bool]) -> None:
+    def __init__(
+        self, chunks: list[ChunkRead], reflects: Callable[[Any, Any], bool], groups: list[int] | None = None
+    ) -> None:
         self.chunks, self._reflects = chunks, reflects
         self._tables = frozenset(c.snapshot.table for c in chunks)
-        self._touched: dict[str, dict[tuple, int]] = {}
-        self._truncated: dict[str, int] = {}
-        self._first: dict[Any, int] = {}
-        self._steps: dict[str, dict[tuple, list[tuple[int, bytes | None]]]] = {}
+        members: dict[int, list[int]] = {}
+        for i, g in enumerate(groups if groups is not None else [0] * len(chunks)):
+            members.setdefault(g, []).append(i)
+        self._groups = list(members.values())  # chunk indices of each group, in read order
+        # each chunk's (group, position inside the group)
+        self._place = {i: (g, pos) for g, idx in enumerate(self._groups) for pos, i in enumerate(idx)}
+        self._touched: dict[str, dict[tuple, tuple[int, ...]]] = {}
+        self._truncated: dict[str, tuple[int, ...]] = {}
+        self._first: dict[Any, tuple[int, ...]] = {}
+        self._steps: dict[str, dict[tuple, list[tuple[tuple[int, ...], bytes | None]]]] = {}
 
     def tables(self) -> frozenset[str]:
         return self._tables
 
-    def _first_reflecting(self, txn: Any) -> int:
+    def _first_in(self, members: list[int], txn: Any) -> int:
+        lo, hi = 0, len(members)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._reflects(self.chunks[members[mid]].watermark, txn):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def _first_reflecting(self, txn: Any) -> tuple[int, ...]:
         first = self._first.get(txn)
         if first is None:
-            lo, hi = 0, len(self.chunks)
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if self._reflects(self.chunks[mid].watermark, txn):
-                    hi = mid
-                else:
-                    lo = mid + 1
-            self._first[txn] = first = lo
+            self._first[txn] = first = tuple(self._first_in(m, txn) for m in self._groups)
         return first
 
     def observe(self, table: str, key: tuple, txn: Any, pre_image: bytes | None = None) -> None:
@@ -290,10 +306,11 @@ class ChunkTracker:
             this (first unreflected) change emits its row there, so the unsent values resolve.
         """
         first = self._first_reflecting(txn)
-        if first:
+        if any(first):
             keys = self._touched.setdefault(table, {})
-            if keys.get(key, 0) < first:
-                keys[key] = first
+            seen = keys.get(key)
+            if seen is None or any(f > s for f, s in zip(first, seen, strict=True)):
+                keys[key] = first if seen is None else tuple(map(max, first, seen))
                 # the window is in commit order and, for one row, a chunk reflects a prefix of its
                 # changes (PostgreSQL row locks): this is the first change some chunks miss
                 self._steps.setdefault(table, {}).setdefault(key, []).append((first, pre_image))
@@ -301,16 +318,20 @@ class ChunkTracker:
     def observe_truncate(self, table: str, txn: Any) -> None:
         """A truncate by ``txn``: every row of chunks that do not reflect it is stale."""
         first = self._first_reflecting(txn)
-        if first > self._truncated.get(table, 0):
-            self._truncated[table] = first
+        seen = self._truncated.get(table)
+        self._truncated[table] = first if seen is None else tuple(map(max, first, seen))
+
+    def _where(self, chunk: ChunkRead) -> tuple[int, int]:
+        index = next(i for i, c in enumerate(self.chunks) if c is chunk)
+        return self._place[index]
 
     def survivors(self, chunk: ChunkRead) -> pa.Table:
         """The chunk's rows that no unreflected transaction touched."""
-        index = next(i for i, c in enumerate(self.chunks) if c is chunk)
+        group, pos = self._where(chunk)
         table = chunk.snapshot.table
-        if self._truncated.get(table, 0) > index:
+        if self._truncated.get(table, (0,) * len(self._groups))[group] > pos:
             return chunk.data.slice(0, 0)
-        stale = [k for k, first in self._touched.get(table, {}).items() if first > index]
+        stale = [k for k, first in self._touched.get(table, {}).items() if first[group] > pos]
         if not stale:
             return chunk.data
         if len(chunk.key_index) == 1:
@@ -331,21 +352,21 @@ class ChunkTracker:
         the row is emitted at the position given to :meth:`observe` so apply fills them from it.
         Returns ``(position, rows)`` groups; empty for truncated chunks and without such changes.
         """
-        index = next(i for i, c in enumerate(self.chunks) if c is chunk)
+        group, pos = self._where(chunk)
         table = chunk.snapshot.table
-        if self._truncated.get(table, 0) > index:
+        if self._truncated.get(table, (0,) * len(self._groups))[group] > pos:
             return []
         wanted: dict[tuple, bytes] = {}
         for key, steps in self._steps.get(table, {}).items():
-            step = next((s for s in steps if s[0] > index), None)
+            step = next((s for s in steps if s[0][group] > pos), None)
             if step is not None and step[1] is not None:
                 wanted[key] = step[1]
         if not wanted:
             return []
         cols = [chunk.data.column(i).to_pylist() for i in chunk.key_index]
-        groups: dict[bytes, list[int]] = {}
+        rows_at: dict[bytes, list[int]] = {}
         for row, key in enumerate(zip(*cols, strict=True)):
             at = wanted.get(key)
             if at is not None:
-                groups.setdefault(at, []).append(row)
-        return [(at, chunk.data.take(pa.array(rows))) for at, rows in sorted(groups.items())]
+                rows_at.setdefault(at, []).append(row)
+        return [(at, chunk.data.take(pa.array(rows))) for at, rows in sorted(rows_at.items())]

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 from airflow_cdc.core.config import ConnectorConfig
 from airflow_cdc.core.errors import ConfigError
+from airflow_cdc.core.snapshot import ChunkRead
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +165,50 @@ class ChangeSource(abc.ABC):
         of a snapshot the signal table started); False (the default) when the source cannot, and
         such chunks wait for the next run."""
         return False
+
+    def snapshot_bounds(self, snap: Any, offsets: list[int]) -> tuple[list, list]:
+        """Key boundaries that split the rest of a pending table snapshot (snapshot parts).
+
+        In one read-only snapshot: the snapshot's ``max_key`` (read if still None, as the first chunk
+        would; ``[]``: no rows) and, for each of the increasing ``offsets``, the cursor of the row
+        that many rows past ``snap.last_key`` (in chunk order, up to ``max_key``, matching its
+        condition), or None once the table has no such row (then the list ends).  Changes nothing.
+        """
+        raise NotImplementedError(f"{self.kind} does not read snapshot chunks")
+
+    def chunk_floor(self, watermark: Any) -> Any:
+        """The coordinate below which a chunk read at ``watermark`` holds every transaction, when the
+        watermark says (None: it does not); a prepared chunk below the window start is refused."""
+        return None
+
+    def watermark_to_json(self, watermark: Any) -> dict[str, Any]:
+        """A chunk watermark as JSON (a dataclass's fields; sets become sorted lists)."""
+        out = {}
+        for name, value in vars(watermark).items():
+            out[name] = sorted(value) if isinstance(value, (set, frozenset)) else value
+        return out
+
+    def watermark_from_json(self, data: dict[str, Any]) -> Any:
+        """The chunk watermark :meth:`watermark_to_json` wrote."""
+        raise NotImplementedError(f"{self.kind} does not read snapshot chunks")
+
+    def chunk_to_files(self, chunk: Any) -> tuple[Any, dict[str, Any]]:
+        """A chunk as an Arrow table (to store as Parquet) and small JSON metadata."""
+        meta = {
+            "columns": chunk.columns,
+            "key_index": chunk.key_index,
+            "cursor_index": chunk.cursor_index,
+            "last": chunk.last,
+            "watermark": self.watermark_to_json(chunk.watermark),
+        }
+        return chunk.data, meta
+
+    def chunk_from_files(self, snap: Any, data: Any, meta: dict[str, Any]) -> Any:
+        """The chunk :meth:`chunk_to_files` stored, bound to the table snapshot ``snap``."""
+        watermark = self.watermark_from_json(meta["watermark"])
+        return ChunkRead(
+            snap, meta["columns"], data, meta["key_index"], watermark, meta["last"], meta["cursor_index"]
+        )
 
     def plan_native_snapshots(self, pending: list) -> None:  # noqa: B027 (optional hook)
         """Hand the pending table snapshots to a source that snapshots natively inside its window

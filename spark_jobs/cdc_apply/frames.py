@@ -186,9 +186,9 @@ def truncate_events(spark: SparkSession, table: StagedTable) -> list[tuple[bytes
         return []
     out: list[tuple[bytes, int | None]] = []
     for group in table.groups:
-        rows = spark.read.parquet(*group.files).where(F.col("op") == "t")
-        rows = rows.select("__position", _source_ts(group).alias("ts")).collect()
-        out += [(bytes(r[0]), r[1]) for r in rows]
+        truncates = spark.read.parquet(*group.files).where(F.col("op") == "t")
+        found = truncates.select("__position", _source_ts(group).alias("ts")).collect()
+        out += [(bytes(r[0]), r[1]) for r in found]
     return out
 
 

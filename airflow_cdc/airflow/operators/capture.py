@@ -26,9 +26,12 @@ class CdcCaptureOperator(BaseOperator):
     :param signals: explicit signals; ``None`` reads them from the run conf and params. (templated)
     :param partition: the partition of a partitioned connector to capture (a SQL Server database, a
         Vitess task); ``None`` for an unpartitioned one. (templated)
+    :param snapshot_plan: a snapshot-parts plan directory whose prepared chunks to use instead of
+        reading them (``plan_snapshot`` / ``read_snapshot_part`` tasks); empty or ``None``: read them
+        here.  A stale plan is refused (logged) and the chunks are read here. (templated)
     """
 
-    template_fields: Sequence[str] = ("pipeline", "cdc_conn_id", "signals", "partition")
+    template_fields: Sequence[str] = ("pipeline", "cdc_conn_id", "signals", "partition", "snapshot_plan")
     template_fields_renderers = {"signals": "json"}
     ui_color = "#d6eaf8"
     operator_extra_links = (CdcBatchLink(),)
@@ -40,10 +43,12 @@ class CdcCaptureOperator(BaseOperator):
         cdc_conn_id: str | None = None,
         signals: list[dict[str, Any]] | None = None,
         partition: str | None = None,
+        snapshot_plan: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.partition = partition
+        self.snapshot_plan = snapshot_plan
         self.pipeline = pipeline
         self.cdc_conn_id = cdc_conn_id
         self.signals = signals
@@ -58,7 +63,7 @@ class CdcCaptureOperator(BaseOperator):
                 self.log.info("ad hoc snapshot signals: %s", signals)
             hook = CdcHook(pipeline=self.pipeline, cdc_conn_id=self.cdc_conn_id)
             capture = hook.get_capture(partition=self.partition)
-            result = capture.run(signals=list(signals))
+            result = capture.run(signals=list(signals), prepared=self.snapshot_plan or None)
         self._lineage = (capture.config, list(result.tables))
         CdcBatchLink().persist(context, storage_url(result.batch_path))
         describe = capture.source.describe_offset

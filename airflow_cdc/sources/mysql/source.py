@@ -32,7 +32,7 @@ from airflow_cdc.core.snapshot import (
 )
 from airflow_cdc.core.source import Capabilities, ChangeSource
 from airflow_cdc.core.table_sink import SnapshotSinks
-from airflow_cdc.sources.mysql import chunk_keys, client, offsets, snapshot
+from airflow_cdc.sources.mysql import chunk_keys, client, offsets, parts, snapshot
 from airflow_cdc.sources.mysql.flavour import GtidSet
 from airflow_cdc.sources.mysql.position import MySqlPosition, binlog_file_number
 from airflow_cdc.sources.mysql.schema import SchemaHistory, load_tables
@@ -394,6 +394,29 @@ class MySqlSource(ChangeSource):
                     raise SchemaError(f"table {snap.table} was dropped during its snapshot") from e
                 self._tables[snap.table] = fresh[snap.table]
         raise AssertionError("unreachable")
+
+    def snapshot_bounds(self, snap: TableSnapshot, offsets: list[int]) -> tuple[list, list]:
+        """``max_key`` and the cursors ``offsets`` rows past ``snap.last_key`` (snapshot parts)."""
+        state = self.table_state(snap.table)
+        tdef = self._tables[snap.table]
+        columns = [c.name for c in tdef.columns]
+        condition = condition_pieces(snap.table, snap.condition, columns, self.config[RAW_SQL_PROPERTY])
+        return parts.bounds(self.conn, tdef, snap, state.key_columns, offsets, condition)
+
+    def chunk_floor(self, watermark: snapshot.Watermark) -> int | None:
+        return watermark.coord  # the consistent snapshot's binlog position (MariaDB)
+
+    def watermark_from_json(self, data: dict[str, Any]) -> snapshot.Watermark:
+        return snapshot.Watermark(data["coord"], data["lsn_after"])
+
+    def chunk_to_files(self, chunk: Any) -> tuple[pa.Table, dict[str, Any]]:
+        table, width = parts.chunk_to_table(chunk)
+        return table, {**super().chunk_to_files(chunk)[1], "width": width}
+
+    def chunk_from_files(self, snap: TableSnapshot, data: Any, meta: dict[str, Any]) -> ChunkRead:
+        table, rows = parts.rows_of(data, meta["width"])
+        chunk = super().chunk_from_files(snap, table, meta)
+        return snapshot.MySqlChunk(**{**vars(chunk), "rows": rows})
 
     def encoded_chunks(self, table: str, chunk_size: int) -> Iterator[pa.Table]:
         """The live table in key order, encoded like captured rows (``verify``); no state is touched."""

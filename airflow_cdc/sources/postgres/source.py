@@ -481,6 +481,36 @@ class PostgresSource(ChangeSource):
             cursor_index=cursor_index,
         )
 
+    def snapshot_bounds(self, snap: TableSnapshot, offsets: list[int]) -> tuple[list, list]:
+        """``max_key`` and the cursors ``offsets`` rows past ``snap.last_key`` (snapshot parts)."""
+        assert self.conn is not None
+        state = self.table_state(snap.table)
+        tid = state.tid
+        meta = self.catalog.table_meta(tid, self._tables[snap.table][1], self.filters)
+        order = [snap.surrogate_key] if snap.surrogate_key else state.key_columns
+        not_null = {c.name: c.not_null for c in meta.columns}
+        nullable = [not not_null.get(c, False) for c in order]
+        columns = [c.name for c in meta.columns]
+        cond = condition_pieces(snap.table, snap.condition, columns, self.config[RAW_SQL_PROPERTY])
+        bounds: list = []
+        with self.conn.transaction():
+            self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            self.conn.execute("SET LOCAL enable_sort = off")  # walk the key's index, as chunks do
+            max_key = snap.max_key
+            if max_key is None:
+                row = self.conn.execute(q.max_key(tid.schema, tid.table, order, cond)).fetchone()
+                max_key = list(row) if row else []
+            for offset in offsets if max_key else []:
+                query = q.key_at(tid.schema, tid.table, order, snap.last_key, max_key, cond, offset, nullable)
+                row = self.conn.execute(query).fetchone()
+                if row is None:
+                    break
+                bounds.append(list(row))
+        return max_key, bounds
+
+    def watermark_from_json(self, data: dict[str, Any]) -> Watermark:
+        return Watermark(data["xmin"], data["xmax"], frozenset(data["xip"]), data["lsn_after"])
+
     def _copy(self, query: Any) -> bytes:
         assert self.conn is not None
         with self.conn.cursor().copy(query) as copy:

@@ -202,6 +202,35 @@ def chunk_copy(
     return sql.SQL("COPY ({}) TO STDOUT (FORMAT csv)").format(query)
 
 
+def key_at(
+    schema: str,
+    table: str,
+    key: Sequence[str],
+    after: Sequence[str | None] | None,
+    upto: Sequence[str | None],
+    condition: Sequence[Piece] | None,
+    offset: int,
+    nullable: Sequence[bool],
+) -> sql.Composed:
+    """The key (as text) ``offset`` rows into the chunk range ``(after, upto]`` (snapshot parts)."""
+    where: list[sql.Composable] = [key_bound(key, upto, nullable, "<=")]
+    if after is not None:
+        where.append(key_bound(key, after, nullable, ">"))
+    if condition:
+        where.append(user_condition(condition))
+    casts = sql.SQL(", ").join(
+        sql.SQL("{}::text AS {}").format(sql.Identifier(k), sql.Identifier(f"__k{i}"))
+        for i, k in enumerate(key)
+    )
+    return sql.SQL("SELECT {casts} FROM {tbl} WHERE {where} ORDER BY {keys} OFFSET {off} LIMIT 1").format(
+        casts=casts,
+        tbl=qualified(schema, table),
+        where=sql.SQL(" AND ").join(where),
+        keys=sql.SQL(", ").join(sql.Identifier(k) for k in key),
+        off=sql.Literal(offset),
+    )
+
+
 def order_check(schema: str, table: str, column: str) -> sql.Composed:
     """Plans (never runs) an ordered range read on ``column``: fails for types without a btree order."""
     col = sql.Identifier(column)
