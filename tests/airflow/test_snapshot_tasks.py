@@ -13,14 +13,14 @@ from tests.support.pipeline import snapshot_pending
 CONN = "cdc_pg_parts"
 
 
-def test_snapshot_spread_over_three_mapped_tasks(pg_db, tmp_path, airflow_cli):
+def test_snapshot_spread_over_four_mapped_tasks(pg_db, tmp_path, airflow_cli):
     with pg_db.connect(autocommit=True) as conn:
         conn.execute("CREATE TABLE big (id int PRIMARY KEY, v text)")
         conn.execute("INSERT INTO big SELECT g, 'v' || g FROM generate_series(1, 900) g")
     staging = tmp_path / "staging"
     extra = {
         "table.include.list": "public.big",
-        "snapshot.max.rows.per.run": 300,
+        "snapshot.max.rows.per.run": 400,
         "incremental.snapshot.chunk.size": 40,
     }
     props = pipeline_props(pg_db, staging, **extra)
@@ -31,7 +31,7 @@ def test_snapshot_spread_over_three_mapped_tasks(pg_db, tmp_path, airflow_cli):
         "apply": False,
         "retries": 0,
         "sense": False,
-        "snapshot_tasks": 3,
+        "snapshot_tasks": 4,
     }
     dags = tmp_path / "dags"
     write_dag(dags, write_pipeline(tmp_path / "pipeline.yaml", props, options))
@@ -48,7 +48,7 @@ def test_snapshot_spread_over_three_mapped_tasks(pg_db, tmp_path, airflow_cli):
             assert "chunk(s) of public.big loaded" in out and "stale plan" not in out, out[-4000:]
         if not snapshot_pending(config):
             break
-    assert mapped[0] == [] and mapped[1] == ["0", "1", "2"], mapped
+    assert mapped[0] == [] and mapped[1] == ["0", "1", "2", "3"], mapped
     assert not snapshot_pending(config)
     assert_converged(config, ["public.big"])
 
