@@ -3,6 +3,7 @@ Spark local[2] and Delta in a temp folder; a failing apply; silver compared with
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import warnings
@@ -71,10 +72,16 @@ def test_example_dag_end_to_end_with_concurrent_writes(pg_db, tmp_path, airflow_
     """The unmodified example DAG (dags/cdc_postgres.py), three runs while a writer keeps changing rows."""
     load_shop(pg_db)
     data = tmp_path / "data"
+    lineage = tmp_path / "openlineage.jsonl"
     env = {
         **pg_connection_env(pg_db, "cdc_postgres_default"),
         "AIRFLOW_CDC_DATA": str(data),
         "AIRFLOW_CDC_STATE_STORE": metastore_url(pg_db),
+        # OpenLineage's file transport: the events the provider emits for our operators
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+            {"type": "file", "log_file_path": str(lineage), "append": True}
+        ),
+        "AIRFLOW__OPENLINEAGE__NAMESPACE": "cdc-e2e",
     }
     if (ROOT / ".jars").is_dir():
         env["AIRFLOW_CDC_DELTA_JARS"] = str(ROOT / ".jars")
@@ -104,6 +111,26 @@ def test_example_dag_end_to_end_with_concurrent_writes(pg_db, tmp_path, airflow_
         )
     ).load("shop")
     assert stored is not None and stored.version == 4  # the start stored by the first capture, then 3 commits
+    assert_lineage(lineage, pg_db, data / "delta")
+
+
+def assert_lineage(path, pg_db, delta) -> None:
+    """COMPLETE events: capture reads the source tables; apply reads them and writes bronze/silver."""
+    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    done = {}
+    for e in events:
+        if e["eventType"] == "COMPLETE" and e["job"]["name"].endswith((".capture", ".apply")):
+            done.setdefault(e["job"]["name"].rsplit(".", 1)[1], []).append(e)
+    source = {(f"postgres://{pg_db.server.host}:{pg_db.server.port}", f"{pg_db.name}.public.{t}")
+              for t in ("customers", "orders")}  # fmt: skip
+    captured = {(d["namespace"], d["name"]) for e in done["capture"] for d in e["inputs"]}
+    assert captured == source, captured
+    applied = [e for e in done["apply"] if e["outputs"]]
+    assert applied, "no apply COMPLETE event with outputs"
+    outputs = {(d["namespace"], d["name"]) for e in applied for d in e["outputs"]}
+    assert {("file", str(delta / layer / "shop" / f"public.{t}")) for layer in ("bronze", "silver")
+            for t in ("customers", "orders")} <= outputs, outputs  # fmt: skip
+    assert {(d["namespace"], d["name"]) for e in applied for d in e["inputs"]} <= source
 
 
 def test_failed_apply_keeps_offset_and_next_run_converges(pg_db, tmp_path, airflow_cli, spark):
