@@ -545,3 +545,28 @@ def test_connection_types_are_rfc3986_schemes(capfd, legacy):
         assert ("RFC3986" in out.out + out.err) == legacy
         assert legacy or re.fullmatch(r"[a-z][a-z0-9+.]*", conn_type), conn_type
         assert Connection(conn_id="c", uri=uri).conn_type == conn_type  # the URI reads back as is
+
+
+def test_readme_provider_reference_is_current_and_complete():
+    """Every parameter of every provider class is documented, and the README shows the generated
+    reference as it is now (run ``python scripts/operator_reference.py`` after changing one)."""
+    import inspect
+    import subprocess
+    import sys
+
+    from airflow_cdc.airflow.reference import CLASSES, _load, params_doc
+
+    for path in CLASSES:
+        cls = _load(path)
+        names = [
+            n
+            for n, p in inspect.signature(cls.__init__).parameters.items()
+            if n != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+        ]
+        assert names and not set(names) - set(params_doc(cls)), f"{path}: undocumented parameters"
+    root = Path(__file__).resolve().parents[2]
+    check = subprocess.run(
+        [sys.executable, str(root / "scripts" / "operator_reference.py"), "--check"],
+        capture_output=True, text=True, cwd=root, env={**__import__("os").environ, "PYTHONPATH": str(root)},
+    )  # fmt: skip
+    assert check.returncode == 0, check.stdout + check.stderr
