@@ -36,7 +36,7 @@ def _markdown(text: str) -> str:
 
 def params_doc(cls: type) -> dict[str, str]:
     """``:param`` texts of the class docstring and its ``__init__`` docstring, one line each."""
-    text = (cls.__doc__ or "") + "\n" + (cls.__init__.__doc__ or "")
+    text = (cls.__doc__ or "") + "\n" + (vars(cls).get("__init__", object.__init__).__doc__ or "")
     return {m.group(1): _markdown(m.group(2)) for m in _PARAM.finditer(text)}
 
 
