@@ -73,6 +73,7 @@ system-packages:
 	{ test -x /usr/sbin/mariadbd || test -x /usr/sbin/mysqld; } \
 	    && test -x /usr/bin/mariadb-install-db || need+=($(MARIADB_PACKAGES))
 	test -x /usr/bin/odbcinst && compgen -G '$(FREETDS_DRIVER)' >/dev/null || need+=($(ODBC_PACKAGES))
+	test -x /usr/bin/chromium || need+=(chromium)  # the Airflow UI browser tests (playwright drives it)
 	if [ $${#need[@]} -eq 0 ]; then echo ">>> system packages present"; exit 0; fi
 	echo ">>> installing system packages: $${need[*]}"
 	if [ "$$(id -u)" -ne 0 ]; then echo "need root to apt-get install $${need[*]}" >&2; exit 1; fi
@@ -85,6 +86,7 @@ system-packages:
 	test -x $(PG_BIN)/postgres
 	{ test -x /usr/sbin/mariadbd || test -x /usr/sbin/mysqld; }
 	compgen -G '$(FREETDS_DRIVER)' >/dev/null
+	test -x /usr/bin/chromium
 
 # Create .venv when missing and (re)install the project with its dev extras whenever pyproject.toml
 # changed since the last successful install (stamp file named after its checksum).

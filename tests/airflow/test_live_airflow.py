@@ -1,0 +1,293 @@
+"""A real Airflow 3 deployment on loopback -- api-server, scheduler (LocalExecutor), dag-processor and
+triggerer, metadata in PostgreSQL -- driven through its UI in headless Chromium (Debian's, by
+playwright) and through the scheduler, not ``airflow dags test``:
+
+* the trigger form starts a plain run (no field filled) and a one-table snapshot (only the tables
+  field), and both runs do what they say; the connection list's *Test* button reports a good and a
+  bad ``cdcpostgres`` Connection;
+* the sensor defers to the triggerer, which resumes it when a row changes; a no-change period ends
+  with the sensor skipped, no capture, no batch and no commit (so no Asset event).
+
+Apply is off in this DAG (``apply: false``): Spark is covered by the other end-to-end tests; here the
+subject is the Airflow components.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_cdc.core.batch import list_batches
+from airflow_cdc.testing.servers import free_port
+from tests.airflow.support import batch_rows, load_shop
+
+pytestmark = pytest.mark.slow
+AIRFLOW = str(Path(sys.executable).with_name("airflow"))
+CHROMIUM = "/usr/bin/chromium"
+DAG = "live_shop"
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+
+
+class LiveAirflow:
+    """The four components as subprocesses of one AIRFLOW_HOME, and helpers to query them."""
+
+    def __init__(self, home: Path, env: dict[str, str], port: int) -> None:
+        self.home, self.env, self.port = home, env, port
+        self.url = f"http://127.0.0.1:{port}"
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def cli(self, *args: str, check: bool = True) -> str:
+        proc = subprocess.run([AIRFLOW, *args], env=self.env, capture_output=True, text=True, timeout=300)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"airflow {' '.join(args)} failed: {proc.stdout[-2000:]}{proc.stderr[-3000:]}")
+        return proc.stdout
+
+    def start(self) -> None:
+        self.cli("db", "migrate")
+        for name in COMPONENTS:
+            log = (self.home / f"{name}.log").open("w")
+            self.procs[name] = subprocess.Popen(
+                [AIRFLOW, name], env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if self.healthy():
+                return
+            time.sleep(2)
+        raise AssertionError(f"Airflow did not become healthy:\n{self.logs()}")
+
+    def healthy(self) -> bool:
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"{self.url}/api/v2/monitor/health", timeout=5) as r:
+                health = json.load(r)
+        except OSError:
+            return False
+        parts = ("metadatabase", "scheduler", "triggerer", "dag_processor")
+        return all((health.get(p) or {}).get("status") == "healthy" for p in parts)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    def logs(self, tail: int = 3000) -> str:
+        return "\n".join(
+            f"--- {n}:\n{(self.home / f'{n}.log').read_text(errors='replace')[-tail:]}" for n in COMPONENTS
+        )
+
+    def runs(self) -> list[dict[str, Any]]:
+        return _json_list(self.cli("dags", "list-runs", DAG, "-o", "json"))
+
+    def task_states(self, run_id: str) -> dict[str, str]:
+        out = self.cli("tasks", "states-for-dag-run", DAG, run_id, "-o", "json")
+        return {t["task_id"]: t["state"] for t in _json_list(out)}
+
+    def wait_run(self, run_id: str, timeout: float = 240) -> dict[str, str]:
+        """Task states once the run finished (success or failed)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            run = next((r for r in self.runs() if r["run_id"] == run_id), None)
+            if run is not None and run["state"] in ("success", "failed"):
+                states = self.task_states(run_id)
+                assert run["state"] == "success", f"run {run_id} {run['state']}: {states}\n{self.logs()}"
+                return states
+            time.sleep(2)
+        raise AssertionError(f"run {run_id} did not finish in {timeout:.0f}s\n{self.logs()}")
+
+    def wait_new_run(self, before: set[str], timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            new = [r["run_id"] for r in self.runs() if r["run_id"] not in before]
+            if new:
+                return new[0]
+            time.sleep(1)
+        raise AssertionError(f"no new run of {DAG}\n{self.logs()}")
+
+
+def _json_list(out: str) -> list[dict[str, Any]]:
+    """The JSON list a CLI command printed (after any warning lines)."""
+    for line in reversed(out.splitlines()):
+        if line.startswith("["):
+            try:
+                return list(json.loads(line))
+            except ValueError:
+                continue
+    return []
+
+
+@pytest.fixture(scope="module")
+def live(pg_server, tmp_path_factory) -> Iterator[tuple[LiveAirflow, Any]]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail("Debian's chromium is missing: make setup installs it")
+    home = tmp_path_factory.mktemp("live_airflow")
+    meta, shop = f"af_{uuid.uuid4().hex[:8]}", f"shop_{uuid.uuid4().hex[:8]}"
+    pg_server.create_database(meta)
+    pg_server.create_database(shop)
+    db = type("Db", (), {"name": shop, "server": pg_server, "dsn": pg_server.dsn(shop)})()
+    db.connect = lambda **kw: __import__("psycopg").connect(db.dsn, **kw)
+    load_shop(db)
+    auth = f"{pg_server.superuser}:{pg_server.password}@{pg_server.host}:{pg_server.port}"
+    port = free_port()
+    dags = home / "dags"
+    dags.mkdir()
+    pipeline = dags / "shop.yaml"
+    pipeline.write_text(
+        f"name: {DAG}\nconnector: postgresql\ntable.include.list: public.customers,public.orders\n"
+        f"slot.name: {shop}\npublication.name: {shop}_pub\nstaging.path: {home / 'staging'}\n"
+        f"state.store: postgresql://{auth}/{meta}?table=cdc_state\n"  # not the source DB: its writes would be changes
+
+        f"airflow:\n  dag_id: {DAG}\n  cdc_conn_id: live_pg\n  apply: false\n  retries: 0\n"
+        "  deferrable: true\n  poke_interval: 2\n  sensor_timeout: 20\n"
+    )
+    (dags / "live_shop.py").write_text(
+        f"from airflow_cdc.airflow.dag_factory import cdc_dag\ndag = cdc_dag({str(pipeline)!r})\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_"))}
+    env.update({
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg://{auth}/{meta}",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": f"postgresql+psycopg://{auth}/{meta}",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__CORE__AUTH_MANAGER":
+            "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+        "AIRFLOW__API_AUTH__JWT_SECRET": uuid.uuid4().hex * 2,
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+        "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
+    })  # fmt: skip
+    af = LiveAirflow(home, env, port)
+    try:
+        af.start()
+        conn = {"conn_type": "cdcpostgres", "host": pg_server.host, "port": pg_server.port,
+                "login": pg_server.superuser, "password": pg_server.password, "schema": shop}  # fmt: skip
+        af.cli("connections", "add", "live_pg", "--conn-json", json.dumps(conn))
+        bad = {**conn, "password": "wrong-password"}
+        af.cli("connections", "add", "live_pg_bad", "--conn-json", json.dumps(bad))
+        deadline = time.monotonic() + 120
+        while DAG not in af.cli("dags", "list", "-o", "plain", check=False):
+            assert time.monotonic() < deadline, f"DAG not parsed\n{af.logs()}"
+            time.sleep(2)
+        af.cli("dags", "unpause", DAG)
+        yield af, db
+    finally:
+        af.stop()
+        shutil.rmtree(home / "staging", ignore_errors=True)
+
+
+def _browser():
+    from playwright.sync_api import sync_playwright
+
+    pw = sync_playwright().start()
+    browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+    return pw, browser
+
+
+def _trigger_from_form(af: LiveAirflow, page, tables: str | None, screenshot: Path | None = None) -> str:
+    before = {r["run_id"] for r in af.runs()}
+    page.goto(f"{af.url}/dags/{DAG}", wait_until="networkidle")
+    page.get_by_role("button", name="Trigger").first.click()
+    dialog = page.locator("[role=dialog][data-state=open]")
+    dialog.get_by_role("button", name="Ad hoc snapshot").click()
+    if tables:
+        dialog.locator("#element_snapshot_tables").fill(tables)
+    if screenshot is not None:
+        page.screenshot(path=str(screenshot))
+    dialog.get_by_role("button", name="Trigger").last.click()
+    return af.wait_new_run(before)
+
+
+def test_trigger_form_and_connection_test_in_a_browser(live, tmp_path):
+    af, db = live
+    staging = af.home / "staging"
+    pw, browser = _browser()
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1200})
+        plain = _trigger_from_form(af, page, None, tmp_path / "trigger_form.png")
+        states = af.wait_run(plain)
+        assert states["capture"] == "success" and states["commit"] == "success", states
+        batches = list_batches(staging, DAG)
+        assert len(batches) == 1 and batches[0].manifest["counts"]["snapshot_rows"] == 450  # initial snapshot
+
+        snap = _trigger_from_form(af, page, "public.customers")
+        states = af.wait_run(snap)
+        assert states["capture"] == "success", states
+        newest = list_batches(staging, DAG)[-1]
+        customers = batch_rows(newest, "public.customers")
+        assert len([r for r in customers if r["op"] == "r"]) == 50  # the one table asked for
+        assert batch_rows(newest, "public.orders") == []
+
+        colors = {}
+        for conn_id in ("live_pg", "live_pg_bad"):
+            page.goto(f"{af.url}/connections", wait_until="networkidle")  # fresh: no tooltip in the way
+            row = page.get_by_role("row").filter(has_text=conn_id).filter(
+                has=page.get_by_role("cell", name=conn_id, exact=True)
+            )
+            button = row.get_by_role("button", name="Test Connection")
+            button.click()
+            icon = button.locator("svg")
+            deadline = time.monotonic() + 60
+            while icon.get_attribute("color") not in ("green", "red") and time.monotonic() < deadline:
+                page.wait_for_timeout(500)
+            colors[conn_id] = icon.get_attribute("color")
+        assert colors == {"live_pg": "green", "live_pg_bad": "red"}, colors
+    finally:
+        browser.close()
+        pw.stop()
+
+
+def test_sensor_defers_triggerer_resumes_and_idle_runs_do_nothing(live):
+    af, db = live
+    staging = af.home / "staging"
+    before_batches = len(list_batches(staging, DAG))
+    before = {r["run_id"] for r in af.runs()}
+    af.cli("dags", "trigger", DAG)
+    run = af.wait_new_run(before)
+    deadline = time.monotonic() + 120
+    while af.task_states(run).get("sense") != "deferred":  # waiting in the triggerer, no worker slot
+        assert time.monotonic() < deadline, f"the sensor never deferred: {af.task_states(run)}\n{af.logs()}"
+        time.sleep(1)
+    with db.connect(autocommit=True) as conn:
+        conn.execute("INSERT INTO public.customers (id, name) VALUES (901, 'live')")
+    states = af.wait_run(run)
+    assert states == {"sense": "success", "capture": "success", "commit": "success"}, states
+    newest = list_batches(staging, DAG)[-1]
+    assert [(r["op"], r["after"]["id"]) for r in batch_rows(newest, "public.customers")] == [("c", 901)]
+
+    before = {r["run_id"] for r in af.runs()}
+    count = len(list_batches(staging, DAG))
+    af.cli("dags", "trigger", DAG)
+    idle = af.wait_new_run(before)
+    states = af.wait_run(idle, timeout=180)  # the sensor's 20 s timeout, then skips
+    assert states == {"sense": "skipped", "capture": "skipped", "commit": "skipped"}, states
+    assert len(list_batches(staging, DAG)) == count > before_batches  # no batch, no commit, no Asset event
+    triggerer = (af.home / "triggerer.log").read_text(errors="replace")
+    errors = [line for line in triggerer.splitlines() if "[error" in line]
+    assert not errors, errors[:5]  # the no-change wait ends with our timeout event, not an error
