@@ -154,6 +154,7 @@ def test_adhoc_snapshot_with_condition_and_repeating_surrogate_key(pg_db, tmp_pa
         build_capture(config).run(commit=True)
     before = {b.batch_id for b in list_batches(config["staging.path"], config["name"])}
     config["snapshot.max.rows.per.run"] = 500  # several runs of parts, ~167 rows per part
+    config["snapshot.additional.conditions.raw.sql"] = True  # n % 3: raw SQL, opted in (boundary queries too)
     loaded = count_loads(monkeypatch)
     signal = {
         "type": "execute-snapshot",
