@@ -11,28 +11,19 @@ import sys
 from pathlib import Path
 
 from airflow_cdc.airflow.reference import reference
+from airflow_cdc.readme import replace_section, write_or_check
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- provider-reference:begin -->", "<!-- provider-reference:end -->"
 
 
 def rendered_readme(readme: str) -> str:
-    head, rest = readme.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{reference()}{END}{tail}"
+    return replace_section(readme, BEGIN, END, reference())
 
 
 def main(argv: list[str]) -> int:
-    path = ROOT / "README.md"
-    current = path.read_text(encoding="utf-8")
-    fresh = rendered_readme(current)
-    if "--check" in argv:
-        if fresh != current:
-            print("README.md provider reference is stale: run python scripts/operator_reference.py")
-            return 1
-        return 0
-    path.write_text(fresh, encoding="utf-8")
-    return 0
+    stale = "README.md provider reference is stale: run python scripts/operator_reference.py"
+    return write_or_check(ROOT / "README.md", rendered_readme, "--check" in argv, stale)
 
 
 if __name__ == "__main__":

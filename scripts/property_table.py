@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from airflow_cdc.readme import replace_section, write_or_check
 from airflow_cdc.sources.property_table import BASE_CONFIGS, markdown, render_section
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,22 +26,12 @@ def documented(connector: str) -> list[str]:
 def rendered_readme(readme: str) -> str:
     """The README with its generated section replaced by the current tables."""
     tables = {c: markdown(c, documented(c)) for c in BASE_CONFIGS}
-    head, rest = readme.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{render_section(tables)}{END}{tail}"
+    return replace_section(readme, BEGIN, END, render_section(tables))
 
 
 def main(argv: list[str]) -> int:
-    path = ROOT / "README.md"
-    current = path.read_text(encoding="utf-8")
-    fresh = rendered_readme(current)
-    if "--check" in argv:
-        if fresh != current:
-            print("README.md property tables are stale: run python scripts/property_table.py")
-            return 1
-        return 0
-    path.write_text(fresh, encoding="utf-8")
-    return 0
+    stale = "README.md property tables are stale: run python scripts/property_table.py"
+    return write_or_check(ROOT / "README.md", rendered_readme, "--check" in argv, stale)
 
 
 if __name__ == "__main__":
