@@ -51,6 +51,12 @@ def main(argv: list[str] | None = None) -> int:
         default=ApplySettings.rewrite_ratio,
         help="rewrite a silver table instead of MERGE when events >= ratio x stored rows (0: never)",
     )
+    p.add_argument(
+        "--optimize-interval",
+        type=int,
+        default=ApplySettings.optimize_interval,
+        help="OPTIMIZE silver and tombstone tables after every N batches that wrote them (0: never)",
+    )
     p.add_argument("--fence", type=int, default=None, help="the submitter's lease token (fencing)")
     p.add_argument("--history", action="append", default=[], help="regex of tables with SCD2 history")
     p.add_argument(
@@ -69,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         args.fence,
         tuple(args.history),
         tuple(args.history_except),
+        args.optimize_interval,
     )
     try:
         report = apply_batch(spark, args.batch, args.target, settings)

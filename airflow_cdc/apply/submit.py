@@ -60,6 +60,8 @@ class ApplyOptions:
     :param bronze: append every event to the bronze change log.
     :param rewrite_ratio: rewrite a silver table instead of MERGE into it when the batch has at
         least this many events per stored row (``delta.rewrite.ratio``); 0 always MERGEs.
+    :param optimize_interval: compact silver and tombstone tables (Delta ``OPTIMIZE``) after
+        every this many batches that wrote them (``delta.optimize.interval.batches``); 0 never.
     :param history: regexes of tables that keep SCD type 2 history (``delta.history.enabled``:
         ``("true",)`` for all, ``()`` or ``("false",)`` for none).
     :param history_except: regexes of ``<table>.<column>`` names whose changes update the current
@@ -71,6 +73,7 @@ class ApplyOptions:
         "delta.delete.mode",
         "delta.bronze.enabled",
         "delta.rewrite.ratio",
+        "delta.optimize.interval.batches",
         "delta.history.enabled",
         "delta.history.except.columns",
     )
@@ -78,6 +81,7 @@ class ApplyOptions:
     delete_mode: str = "delete"
     bronze: bool = True
     rewrite_ratio: float = 0.5
+    optimize_interval: int = 100
     history: tuple[str, ...] = ()
     history_except: tuple[str, ...] = ()
 
@@ -90,6 +94,8 @@ class ApplyOptions:
             raise ConfigError(f"delete mode must be 'delete' or 'soft', not {self.delete_mode!r}")
         if not self.rewrite_ratio >= 0:
             raise ConfigError(f"delta.rewrite.ratio must be >= 0, not {self.rewrite_ratio!r}")
+        if not self.optimize_interval >= 0:
+            raise ConfigError(f"delta.optimize.interval.batches must be >= 0, not {self.optimize_interval!r}")
         for prop, patterns in (
             ("delta.history.enabled", self.history_tables()),
             ("delta.history.except.columns", tuple(self.history_except)),
@@ -111,6 +117,7 @@ class ApplyOptions:
 
     def args(self) -> list[str]:
         out = ["--delete-mode", self.delete_mode, "--rewrite-ratio", repr(float(self.rewrite_ratio))]
+        out += ["--optimize-interval", str(int(self.optimize_interval))]
         if not self.bronze:
             out.append("--no-bronze")
         for pattern in self.history_tables():

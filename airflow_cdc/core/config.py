@@ -471,6 +471,15 @@ COMMON_PROPERTIES: tuple[Property, ...] = (
         minimum=0,
     ),
     Property(
+        "delta.optimize.interval.batches",
+        "int",
+        100,
+        "Compact each silver and tombstone table (Delta `OPTIMIZE`: bin-packs small files, purges "
+        "deletion vectors hiding over 5 % of a file) after every this many batches that wrote it; "
+        "`0` never compacts.",
+        minimum=0,
+    ),
+    Property(
         "delta.history.enabled",
         "list",
         (),

@@ -52,6 +52,7 @@ class LogState:
     files: dict[str, int | None] = field(default_factory=dict)  # path -> numRecords, if recorded
     configuration: dict[str, str] = field(default_factory=dict)
     sizes: dict[str, int] = field(default_factory=dict)  # path -> bytes on storage
+    deleted: dict[str, int] = field(default_factory=dict)  # path -> rows its deletion vector hides
 
     def has_applied(self, app_id: str, version: int = 1) -> bool:
         return self.txns.get(app_id, -1) >= version
@@ -72,6 +73,7 @@ class LogState:
         deleted = (add.get("deletionVector") or {}).get("cardinality") or 0
         self.files[add["path"]] = None if records is None else int(records) - int(deleted)
         self.sizes[add["path"]] = int(add.get("size") or 0)
+        self.deleted[add["path"]] = int(deleted)
 
 
 def replay(table_path: str) -> LogState:
@@ -103,17 +105,25 @@ def replay(table_path: str) -> LogState:
     for version in commits:
         if version <= start:
             continue
-        for action in _actions(fs, f"{log_dir}/{version:020d}.json"):
-            if "txn" in action:
-                state.txns[action["txn"]["appId"]] = action["txn"]["version"]
-            elif "add" in action:
-                state._add(action["add"])
-            elif "remove" in action:
-                state.files.pop(action["remove"]["path"], None)
-                state.sizes.pop(action["remove"]["path"], None)
-            elif "metaData" in action:
-                state.configuration = dict(action["metaData"].get("configuration") or {})
+        _apply_commit(state, _actions(fs, f"{log_dir}/{version:020d}.json"))
     return state
+
+
+def _apply_commit(state: LogState, actions: list[dict[str, Any]]) -> None:
+    """One commit's actions.  Removes go first: a commit that gives a file a new deletion vector
+    removes and re-adds the same path (with the old and the new vector), in either order."""
+    for action in actions:
+        if "remove" in action:
+            state.files.pop(action["remove"]["path"], None)
+            state.sizes.pop(action["remove"]["path"], None)
+            state.deleted.pop(action["remove"]["path"], None)
+    for action in actions:
+        if "txn" in action:
+            state.txns[action["txn"]["appId"]] = action["txn"]["version"]
+        elif "add" in action:
+            state._add(action["add"])
+        elif "metaData" in action:
+            state.configuration = dict(action["metaData"].get("configuration") or {})
 
 
 def row_bytes(table_path: str, state: LogState, sample: int = 2) -> int:

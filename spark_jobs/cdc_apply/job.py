@@ -15,7 +15,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from . import bronze, delta_log, frames, history, rechunk, silver, toast
+from . import bronze, compaction, delta_log, frames, history, rechunk, silver, toast
 from .crash import crash_point
 from .layout import table_path
 from .session import size_reads
@@ -33,6 +33,7 @@ class ApplySettings:
     fence: int | None = None  # the submitter's lease token: a newer one on a table stops the job
     history: tuple[str, ...] = ()  # regexes of tables with SCD type 2 history (delta.history.enabled)
     history_except: tuple[str, ...] = ()  # regexes of <table>.<column> not tracked in history
+    optimize_interval: int = 100  # OPTIMIZE silver/tombstones every N batches (compaction.py); 0 = never
 
 
 def apply_batch(
@@ -73,7 +74,12 @@ def _apply_tables(
     report: dict[str, Any] = {"batch_id": staged.batch_id, "connector": staged.connector, "tables": {}}
     started, done_rows, total_rows = time.monotonic(), 0, sum(t.rows for t in tables)
     for i, (table, frame) in enumerate(planned, 1):
-        report["tables"][table.name] = _apply_table(spark, staged, table, frame, target, commit, settings)
+        out = _apply_table(spark, staged, table, frame, target, commit, settings)
+        layers = {layer: _path(target, layer, staged, table) for layer in ("silver", "tombstones")}
+        compacted = compaction.compact_all(spark, layers, settings.optimize_interval, commit)
+        if compacted:
+            out["compacted"] = compacted
+        report["tables"][table.name] = out
         done_rows += table.rows
         _progress(i, len(planned), table.name, done_rows, total_rows, started)
     report["seconds"] = round(time.monotonic() - started, 3)

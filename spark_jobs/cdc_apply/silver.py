@@ -39,7 +39,11 @@ from .writes import Commit, create_table, ensure_columns
 TRUNCATE = "__truncate"
 PENDING = "__pending"
 PENDING_TYPE = T.MapType(T.StringType(), T.BinaryType())
-TABLE_PROPERTIES = {"delta.enableTypeWidening": "true", "delta.columnMapping.mode": "name"}
+TABLE_PROPERTIES = {
+    "delta.enableTypeWidening": "true",
+    "delta.columnMapping.mode": "name",
+    "delta.enableDeletionVectors": "true",
+}
 
 
 def _meta_fields(soft: bool) -> list[T.StructField]:
