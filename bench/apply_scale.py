@@ -1,8 +1,10 @@
 """Benchmark: the cost of a small batch into big silver tables.  A batch of 5,000 updates of
 random keys is applied (silver only) to silver tables of 0.2M, 2M and 10M rows, in one warm Spark
-session (local[2]); per size the median of ``--repeats`` batches, the files the MERGE rewrote and
-the deletion vectors it wrote.  The silver tables are built with a plain Delta write (the layout
-an initial snapshot apply gives them), not through apply.
+session (local[2]); per size the median of ``--repeats`` batches, the files the MERGE rewrote,
+the unchanged rows it copied and the deletion vectors it wrote.  The silver tables are built with
+a plain Delta write (the layout an initial snapshot apply gives them), not through apply, with
+deletion vectors as the job creates them (``--without-deletion-vectors``: as tables created
+before them, for a before/after under the same load).
 
 Headline (last line): ``apply_scale: <median s> s per batch into 10M rows; ratio <x> vs 0.2M rows``
 (ratio = median at the largest size / median at the smallest; the target is <= 1.2).
@@ -28,8 +30,9 @@ os.environ.setdefault("AIRFLOW_CDC_DELTA_JARS", str(REPO / ".jars"))
 BATCH_POS0 = 1 << 40  # batch positions above every stored one
 
 
-def build_silver(spark, path: str, rows: int) -> None:
-    """A silver table of ``rows`` keys as the apply job lays it out, written in one plain write."""
+def build_silver(spark, path: str, rows: int, vectors: bool = True) -> None:
+    """A silver table of ``rows`` keys as the apply job lays it out, written in one plain write
+    (``vectors=False``: without deletion vectors, as tables created before them)."""
     from pyspark.sql import functions as F
 
     from spark_jobs.cdc_apply import silver
@@ -40,7 +43,10 @@ def build_silver(spark, path: str, rows: int) -> None:
     columns = {f.name: natural(f).spark_type for f in COLUMNS}
     frame = TableFrame(None, columns, ["id"], None)  # type: ignore[arg-type]
     schema = silver.target_schema(frame, soft=False)
-    create_table(spark, path, schema, getattr(silver, "TABLE_PROPERTIES", {}))
+    properties = dict(getattr(silver, "TABLE_PROPERTIES", {}))
+    if not vectors:
+        properties.pop("delta.enableDeletionVectors", None)
+    create_table(spark, path, schema, properties)
     ids = spark.range(rows).withColumnRenamed("id", "i")
     data = ids.select(
         F.col("i").alias("id"),
@@ -76,19 +82,20 @@ def files_changed(spark, path: str) -> dict[str, int]:
 
 
 def run(
-    spark, work: Path, sizes: list[int], updates: int, repeats: int, settings
-) -> tuple[dict[int, list[float]], dict[int, list[int]]]:
-    """Per size: the seconds of each timed batch, and the files each MERGE rewrote."""
+    spark, work: Path, sizes: list[int], updates: int, repeats: int, settings, vectors: bool = True
+) -> tuple[dict[int, list[float]], dict[int, list[tuple[int, int, int]]]]:
+    """Per size: the seconds of each timed batch, and per batch the files it rewrote, the
+    unchanged rows it copied and the deletion vectors it wrote."""
     from spark_jobs.cdc_apply.job import apply_batch
 
     rng = random.Random(11)
     out: dict[int, list[float]] = {}
-    rewritten: dict[int, list[int]] = {}
+    rewritten: dict[int, list[tuple[int, int, int]]] = {}
     for size in sizes:
         path = work / f"lake-{size}"
         silver_path = path / "silver" / "bench" / "public.items"
         t0 = time.perf_counter()
-        build_silver(spark, str(silver_path), size)
+        build_silver(spark, str(silver_path), size, vectors)
         files = spark.read.format("delta").load(str(silver_path)).inputFiles()
         log(f"silver of {size:,} rows built in {time.perf_counter() - t0:.1f}s ({len(files)} files)")
         times = []
@@ -112,7 +119,13 @@ def run(
             )
             if r:
                 times.append(took)
-                rewritten.setdefault(size, []).append(changed.get("numTargetFilesRemoved", 0))
+                rewritten.setdefault(size, []).append(
+                    (
+                        changed.get("numTargetFilesRemoved", changed.get("numRemovedFiles", 0)),
+                        changed.get("numTargetRowsCopied", 0),
+                        changed.get("numTargetDeletionVectorsAdded", 0),
+                    )
+                )
         out[size] = times
         shutil.rmtree(path, ignore_errors=True)
     return out, rewritten
@@ -123,6 +136,11 @@ def main() -> None:
     p.add_argument("--sizes", default="200000,2000000,10000000")
     p.add_argument("--updates", type=int, default=5_000)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument(
+        "--without-deletion-vectors",
+        action="store_true",
+        help="silver tables without deletion vectors (as created before them): MERGE copies files",
+    )
     args = p.parse_args()
     from spark_jobs.cdc_apply import session
     from spark_jobs.cdc_apply.job import ApplySettings
@@ -132,11 +150,13 @@ def main() -> None:
     try:
         spark = session.build(app_name="bench-apply-scale")
         settings = ApplySettings(bronze=False)
-        times, rewritten = run(spark, work, sizes, args.updates, args.repeats, settings)
+        vectors = not args.without_deletion_vectors
+        times, rewritten = run(spark, work, sizes, args.updates, args.repeats, settings, vectors)
         for size in sizes:
             log(
-                f"{size:>12,} rows: {fmt(times[size], 2)} s, median {median(times[size]):.2f}s; "
-                f"files rewritten per batch {rewritten[size]}"
+                f"{size:>12,} rows: {fmt(times[size], 2)} s, median {median(times[size]):.2f}s; per batch "
+                f"files rewritten {[r[0] for r in rewritten[size]]}, unchanged rows copied "
+                f"{[r[1] for r in rewritten[size]]}, deletion vectors written {[r[2] for r in rewritten[size]]}"
             )
         ratio = median(times[sizes[-1]]) / median(times[sizes[0]])
         spark.stop()

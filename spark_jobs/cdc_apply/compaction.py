@@ -32,7 +32,7 @@ OPTIMIZE = "OPTIMIZE"
 #: Files below this size are compacted (Delta's default, 1 GiB, rewrites every file of a table
 #: under some GiB at each compaction: the whole table, not what the batches since added)
 MIN_FILE_SIZE = "spark.databricks.delta.optimize.minFileSize"
-SMALL_FILE = 128 << 20
+SMALL_FILE = 64 << 20
 #: ``spark.databricks.delta.optimize.maxDeletedRowsRatio``'s default: files hiding more are rewritten
 DELETED_RATIO = 0.05
 
