@@ -54,7 +54,11 @@ def test_reshard_one_to_two_keeps_every_event_once(vtgate, shard_servers, reshar
         drain.until(lambda ev: len(rows_of(ev)) >= 30)
         time.sleep(1)  # a duplicate would arrive right after
         events = drain.events
-        assert drain.error is None and not drain.ended, (drain.error, len(rows_of(events)), kinds(events)[-30:])
+        assert drain.error is None and not drain.ended, (
+            drain.error,
+            len(rows_of(events)),
+            kinds(events)[-30:],
+        )
     assert len(rows_of(events)) == 30
     shards_of_rows = [e.row_event.shard for e in events if e.type == b.ROW]
     assert shards_of_rows[:10] == ["0"] * 10 and set(shards_of_rows[10:]) == {"-80", "80-"}
