@@ -46,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--delete-mode", choices=["delete", "soft"], default="delete")
     p.add_argument("--no-bronze", action="store_true", help="skip the bronze change log")
     p.add_argument(
+        "--no-bronze-copy",
+        action="store_true",
+        help="re-encode bronze events instead of adding the staged files",
+    )
+    p.add_argument(
         "--rewrite-ratio",
         type=float,
         default=ApplySettings.rewrite_ratio,
@@ -69,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         args.fence,
         tuple(args.history),
         tuple(args.history_except),
+        not args.no_bronze_copy,
     )
     try:
         report = apply_batch(spark, args.batch, args.target, settings)

@@ -58,6 +58,8 @@ class ApplyOptions:
 
     :param delete_mode: ``delete`` removes silver rows; ``soft`` keeps them with ``__deleted = true``.
     :param bronze: append every event to the bronze change log.
+    :param bronze_copy: add the staged files to bronze as they are where Delta allows
+        (``delta.bronze.file.copy``).
     :param rewrite_ratio: rewrite a silver table instead of MERGE into it when the batch has at
         least this many events per stored row (``delta.rewrite.ratio``); 0 always MERGEs.
     :param history: regexes of tables that keep SCD type 2 history (``delta.history.enabled``:
@@ -73,6 +75,7 @@ class ApplyOptions:
         "delta.rewrite.ratio",
         "delta.history.enabled",
         "delta.history.except.columns",
+        "delta.bronze.file.copy",
     )
 
     delete_mode: str = "delete"
@@ -80,6 +83,7 @@ class ApplyOptions:
     rewrite_ratio: float = 0.5
     history: tuple[str, ...] = ()
     history_except: tuple[str, ...] = ()
+    bronze_copy: bool = True
 
     @classmethod
     def from_config(cls, config: ConnectorConfig) -> ApplyOptions:
@@ -113,6 +117,8 @@ class ApplyOptions:
         out = ["--delete-mode", self.delete_mode, "--rewrite-ratio", repr(float(self.rewrite_ratio))]
         if not self.bronze:
             out.append("--no-bronze")
+        if not self.bronze_copy:
+            out.append("--no-bronze-copy")
         for pattern in self.history_tables():
             out += ["--history", pattern]
         for pattern in self.history_except:

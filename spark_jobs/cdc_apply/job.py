@@ -33,6 +33,7 @@ class ApplySettings:
     fence: int | None = None  # the submitter's lease token: a newer one on a table stops the job
     history: tuple[str, ...] = ()  # regexes of tables with SCD type 2 history (delta.history.enabled)
     history_except: tuple[str, ...] = ()  # regexes of <table>.<column> not tracked in history
+    bronze_copy: bool = True  # add staged files to bronze as they are where Delta allows (bronze_copy)
 
 
 def apply_batch(
@@ -103,8 +104,7 @@ def _apply_table(
     # reads hold a batch of rows of every column: size it to the widest rows (staged or stored)
     size_reads(spark, max(table.row_bytes, delta_log.row_bytes(silver_path, silver_log)))
     if settings.bronze and not delta_log.has_applied(bronze_path, commit.app_id):
-        bronze.append_bronze(spark, bronze_path, table, commit)
-        out["bronze"] = "appended"
+        out["bronze"] = bronze.append_bronze(spark, bronze_path, table, commit, settings.bronze_copy)
         crash_point("apply_after_bronze")
     if table.key_columns and history.matches(settings.history, table.name):
         out["history"] = _apply_history(spark, staged, table, frame, target, commit, settings, silver_log)
