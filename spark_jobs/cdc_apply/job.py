@@ -66,6 +66,7 @@ def _apply_tables(
     commit: Commit,
     settings: ApplySettings,
 ) -> dict[str, Any]:
+    planning = time.monotonic()
     planned = []
     for table in tables:
         frame = frames.table_frame(spark, table, frames.truncate_events(spark, table))
@@ -73,8 +74,12 @@ def _apply_tables(
         planned.append((table, frame))
     report: dict[str, Any] = {"batch_id": staged.batch_id, "connector": staged.connector, "tables": {}}
     started, done_rows, total_rows = time.monotonic(), 0, sum(t.rows for t in tables)
+    report["plan_seconds"] = round(started - planning, 3)
     for i, (table, frame) in enumerate(planned, 1):
-        report["tables"][table.name] = _apply_table(spark, staged, table, frame, target, commit, settings)
+        begun = time.monotonic()
+        done = _apply_table(spark, staged, table, frame, target, commit, settings)
+        report["tables"][table.name] = done
+        done["seconds"] = round(time.monotonic() - begun, 3)
         done_rows += table.rows
         _progress(i, len(planned), table.name, done_rows, total_rows, started)
     report["seconds"] = round(time.monotonic() - started, 3)
@@ -100,7 +105,9 @@ def _apply_table(
         path = _path(target, layer, staged, table)
         delta_log.check_fence(path, settings.fence, staged.manifest.get("partition"))
     silver_path = _path(target, "silver", staged, table)
+    replaying = time.monotonic()
     silver_log = delta_log.replay(silver_path)
+    out["log_replay_seconds"] = round(time.monotonic() - replaying, 3)
     # reads hold a batch of rows of every column: size it to the widest rows (staged or stored)
     size_reads(spark, max(table.row_bytes, delta_log.row_bytes(silver_path, silver_log)))
     if settings.bronze and not delta_log.has_applied(bronze_path, commit.app_id):
