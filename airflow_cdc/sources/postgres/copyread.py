@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 import pyarrow as pa
 import pyarrow.csv as pacsv
-from psycopg import generators
+from psycopg import generators, pq
 
 try:
     from airflow_cdc.sources.postgres._pgcopy import read as _read
@@ -42,7 +42,7 @@ MAX_PIECE_BYTES = 64 << 20
 @functools.cache
 def _libpq_functions() -> tuple[int, int] | None:
     """Addresses of ``PQgetCopyData`` and ``PQfreemem`` in the libpq psycopg uses, or None."""
-    impl = psycopg.pq.__impl__
+    impl = pq.__impl__  # type: ignore[attr-defined]
     try:
         if impl == "python":
             from psycopg.pq import _pq_ctypes
@@ -101,7 +101,8 @@ def _native_table(conn: psycopg.Connection, statement: Any, ncols: int) -> pa.Ta
     with conn.cursor().copy(statement) as copy:
         pgconn = conn.pgconn
         while True:
-            status, n, columns = _read(pgconn.pgconn_ptr, *functions, ncols, MAX_PIECE_BYTES)
+            address = pgconn.pgconn_ptr  # type: ignore[attr-defined]  # psycopg >= 3.1 (not in the stub)
+            status, n, columns = _read(address, *functions, ncols, MAX_PIECE_BYTES)
             if n:
                 pieces.append(pa.Table.from_arrays([_strings(n, *c) for c in columns], names=_names(ncols)))
             if status == 0:
@@ -115,7 +116,7 @@ def _native_table(conn: psycopg.Connection, statement: Any, ncols: int) -> pa.Ta
         results = conn.wait(generators.fetch_many(pgconn))
         copy._finished = True  # psycopg must not read the ended COPY again on exit
         result = results[-1]
-        if result.status != psycopg.pq.ExecStatus.COMMAND_OK:
+        if result.status != pq.ExecStatus.COMMAND_OK:
             raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
     if not pieces:
         return parse_csv(b"", ncols)

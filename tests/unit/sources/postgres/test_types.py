@@ -594,3 +594,11 @@ def test_handling_modes_are_validated():
         HandlingModes(time_precision="seconds")
     with pytest.raises(ConfigError, match="money.fraction.digits"):
         HandlingModes(money_fraction_digits=-1)
+
+
+@pytest.mark.parametrize("precision", range(7))
+def test_timestamptz_string_kernels_agree_with_the_row_formatter(precision):
+    texts = [t + "+00" for t in _random_timestamps(2000)] + ["2016-11-04 13:51:30+00", None, "infinity"]
+    want = [None if t is None else t if t == "infinity" else
+            clock.iso_datetime(clock.timestamp_micros(t), precision or None) + "Z" for t in texts]
+    assert conv("timestamptz", texts, precision) == want
