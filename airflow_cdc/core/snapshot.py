@@ -139,8 +139,6 @@ class ChunkRead:
     watermark: Any
     last: bool  # the table has no rows after this chunk
     cursor_index: list[int] | None = None  # chunking columns (surrogate key), default the key
-    #: the source's rows encoded ahead (``ChangeSource.encode_ahead``), opaque to the core
-    prepared: Any = None
 
     def next_cursor(self) -> list[str | None] | None:
         if self.data.num_rows == 0:

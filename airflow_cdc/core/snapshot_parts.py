@@ -161,7 +161,6 @@ def read_part(capture: Capture, plan_dir: str, index: int) -> dict[str, Any]:
     capture.source.open()
     try:
         low = capture.source.head()  # every chunk's snapshot is taken after this coordinate
-        capture.source.encode_ahead = False  # the chunks are stored as read, never written here
         chunks = capture.source.read_chunks([snap], spec["budget"], plan["chunk_size"])
     finally:
         capture.source.close()

@@ -83,9 +83,6 @@ class ChangeSource(abc.ABC):
 
     kind: ClassVar[str]
     capabilities: ClassVar[Capabilities] = Capabilities()
-    #: whether ``read_chunks`` may start encoding each chunk's rows for the writer in the
-    #: background while the next chunk is read; off when the chunks are only stored (parts)
-    encode_ahead: bool = False
 
     # -- life cycle ---------------------------------------------------------------------------
     @abc.abstractmethod

@@ -165,15 +165,6 @@ def text_array(values: list[Any]) -> tuple[pa.Array, list[bool] | None]:
         return pa.array(cleaned, type=pa.string()), mask
 
 
-def encode_columns(
-    codecs: Sequence[Codec], select: Sequence[int], columns: Sequence[pa.Array]
-) -> list[pa.Array]:
-    """Text columns (``columns[select[i]]``) encoded by ``codecs[i]``, as a sink's ``after`` fields."""
-    children = [codec.convert(columns[idx]) for codec, idx in zip(codecs, select, strict=True)]
-    fields = [relax(c.field) for c in codecs]
-    return [a if a.type == f.type else a.cast(f.type) for a, f in zip(children, fields, strict=True)]
-
-
 class TableSink:
     """Writes one Parquet part (one table, one schema version) of a staged batch."""
 
@@ -412,25 +403,19 @@ class TableSink:
         return before, [old_key]
 
     def write_columnar(
-        self,
-        op: str,
-        columns: Sequence[pa.Array],
-        position: bytes,
-        source_values: tuple,
-        encoded: Sequence[pa.Array] | None = None,
+        self, op: str, columns: Sequence[pa.Array], position: bytes, source_values: tuple
     ) -> None:
-        """Write rows given column-wise as text arrays (snapshot chunks): all share op and position.
-
-        :param encoded: the same rows already encoded by :func:`encode_columns` with this sink's
-            codecs and select (then ``columns`` only gives the row count).
-        """
+        """Write rows given column-wise as text arrays (snapshot chunks): all share op and position."""
         self.flush()
         n = len(columns[0]) if columns else 0
         if n == 0:
             return
-        if encoded is None:
-            encoded = encode_columns(self._codecs, self._select, columns)
-        children = list(encoded)
+        children = [
+            codec.convert(columns[idx]) for codec, idx in zip(self._codecs, self._select, strict=True)
+        ]
+        children = [
+            a if a.type == f.type else a.cast(f.type) for a, f in zip(children, self._fields, strict=True)
+        ]
         after = pa.StructArray.from_arrays(children, fields=self._fields)
         row_type = pa.struct(self._fields)
         self._write(

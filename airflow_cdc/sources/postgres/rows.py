@@ -17,7 +17,6 @@ from airflow_cdc.sources.postgres.source import PostgresSource
 def encoded_chunks(source: PostgresSource, table: str, chunk_size: int) -> Iterator[pa.Table]:
     """Yield the table's current rows in key order, ``chunk_size`` at a time, as Arrow tables whose
     fields (with Connect metadata) are the captured columns.  ``source`` must be open."""
-    source.encode_ahead = False  # encoded here, once
     state = source.table_state(table)
     schema = pa.schema([c.field for c in state.codecs])
     for chunk in key_ordered_chunks(source, table, chunk_size):

@@ -37,8 +37,6 @@ from airflow_cdc.core.source import Capabilities, ChangeSource
 from airflow_cdc.core.table_sink import SnapshotSinks
 from airflow_cdc.sources.postgres import client, copyread, replication
 from airflow_cdc.sources.postgres import sql as q
-from airflow_cdc.sources.postgres.chunk_encoding import EncodeAhead
-from airflow_cdc.sources.postgres.chunk_encoding import take as encoded_ahead
 from airflow_cdc.sources.postgres.offsets import PgOffset, ServerIdentity, restart_problem, server_identity
 from airflow_cdc.sources.postgres.position import PgPosition, format_pg_lsn, parse_pg_lsn
 from airflow_cdc.sources.postgres.stream import WindowReader, WindowResult, prefix_filter
@@ -85,7 +83,6 @@ class PostgresSource(ChangeSource):
 
     kind = "postgresql"
     capabilities = Capabilities(acknowledges=True, checks=("wal", "slot"))
-    encode_ahead = True
 
     def __init__(self, config: ConnectorConfig) -> None:
         self.config = config
@@ -105,7 +102,6 @@ class PostgresSource(ChangeSource):
         self.slot, self.publication = config["slot.name"], config["publication.name"]
         self.conn: psycopg.Connection | None = None
         self._snapshot_sinks = SnapshotSinks()
-        self._ahead = EncodeAhead()
         self._table_states: dict[str, RelationState] = {}
         self._tables: dict[str, tuple[TableId, int]] = {}
         self.epoch = 0  # PgPosition.epoch of this run's events
@@ -164,7 +160,6 @@ class PostgresSource(ChangeSource):
             self.conn.execute(query)  # the operator's own SQL, by definition
 
     def close(self) -> None:
-        self._ahead.close()
         if self.conn is not None:
             self.conn.close()
             self.conn = None
@@ -460,7 +455,6 @@ class PostgresSource(ChangeSource):
             parse_snapshot(snap_text, lsn_after),
             last or not snap.max_key,
             cursor_index=cursor_index,
-            prepared=self._ahead.submit(state, data) if self.encode_ahead and data.num_rows else None,
         )
 
     def snapshot_bounds(self, snap: TableSnapshot, offsets: list[int]) -> tuple[list, list]:
@@ -588,7 +582,6 @@ class PostgresSource(ChangeSource):
             [rows.column(i) for i in range(rows.num_columns)],
             at or self.snapshot_position(end_lsn),
             (ts // 1000, ts, ts * 1000, None, None, lsn),
-            encoded_ahead(chunk.prepared, self.table_state(chunk.snapshot.table), rows, chunk.data),
         )
 
 
