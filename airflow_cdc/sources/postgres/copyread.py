@@ -47,7 +47,7 @@ def _libpq_functions() -> tuple[int, int] | None:
         if impl == "python":
             from psycopg.pq import _pq_ctypes
 
-            lib: Any = _pq_ctypes.pq
+            lib: Any = _pq_ctypes.pq  # type: ignore[attr-defined]  # the ctypes CDLL (not in its stub)
         else:
             lib = ctypes.CDLL(_loaded_libpq(impl))
         get = ctypes.cast(lib.PQgetCopyData, ctypes.c_void_p).value
