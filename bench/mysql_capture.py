@@ -17,12 +17,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import os  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 
 from bench._common import REPEATS, clear_batches, fmt, log, median, profile, timed  # noqa: E402
 
-INSERTS, STEP = 500_000, 100_000
+INSERTS = int(os.environ.get("BENCH_MYSQL_INSERTS", "500000"))  # smaller for profiling runs
+STEP = 100_000
 DDL = """CREATE TABLE orders (id bigint PRIMARY KEY, qty int NOT NULL, price decimal(12,2) NOT NULL,
     label varchar(64) NOT NULL, created datetime(6) NOT NULL, active tinyint(1) NOT NULL, attrs json)"""
 INSERT = """INSERT INTO orders SELECT seq, seq % 1000, (seq % 100000) / 100,
