@@ -2,10 +2,10 @@
 
 The window runs from the committed coordinate to the head read at the start of the run; it
 ends on a transaction boundary (``run.max.events`` bounds it at the first commit past the
-limit).  Row images are decoded by generated readers (:mod:`rowcodec`) with the structure that
-applied when they were written (:class:`TableResolver`), buffered per table and converted
-column-wise by the table sinks.  DDL statements update the schema history and become schema
-change events; ``TRUNCATE`` becomes an ``op=t`` event.
+limit).  Row images are decoded by the compiled or the generated readers (:mod:`rowcodec`)
+with the structure that applied when they were written (:class:`TableResolver`), buffered per
+table and converted column-wise by the table sinks.  DDL statements update the schema history
+and become schema change events; ``TRUNCATE`` becomes an ``op=t`` event.
 """
 
 from __future__ import annotations
@@ -283,7 +283,7 @@ class WindowReader:
 
     # -- rows --------------------------------------------------------------------------------
     def _rows(self, data: bytes, etype: int, file_no: int, pos: int, txn: _Txn) -> int:
-        body = memoryview(data)[p.HEADER_SIZE :].tobytes()
+        body: Any = memoryview(data)[p.HEADER_SIZE :]  # no copy: row images are read from ``data``
         table_id = int.from_bytes(body[0:6], "little")
         state = self.maps.get(table_id)
         if state is None:
@@ -294,7 +294,7 @@ class WindowReader:
         if wanted <= self.skipped and state.name not in self.tracked:
             return 0
         _, _, o, present, present_after = p.rows_body_start(etype, body)
-        images = state.decode(body, o, op, present, present_after, pos)
+        images = state.decode(data, o + p.HEADER_SIZE, op, present, present_after, pos)
         sink: Any = None
         info, track = txn.info, state.name in self.tracked
         emitted = 0
