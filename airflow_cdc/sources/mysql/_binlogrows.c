@@ -273,6 +273,12 @@ static int Layout_init(Layout *self, PyObject *args, PyObject *kw) {
     if (!cs) return -1;
     PyObject *ps = PySequence_Fast(present, "present must be a sequence");
     if (!ps) { Py_DECREF(cs); return -1; }
+    if (self->cols) {  /* __init__ called again */
+        for (int i = 0; i < self->npresent; i++) Py_XDECREF(self->cols[i].json);
+        PyMem_Free(self->cols);
+        self->cols = NULL;
+        self->npresent = 0;
+    }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(cs);
     if (PySequence_Fast_GET_SIZE(ps) != n) {
         PyErr_SetString(PyExc_ValueError, "columns and present differ in length");
@@ -327,6 +333,11 @@ static PyObject *Layout_decode(Layout *self, PyObject *args) {
         else if (PyObject_TypeCheck(after, &LayoutType)) second = (Layout *)after;
         else { PyBuffer_Release(&buf); PyErr_SetString(PyExc_TypeError, "after must be a Layout"); return NULL; }
     }
+    if (o < 0) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "negative offset");
+        return NULL;
+    }
     const uint8_t *d = buf.buf;
     Py_ssize_t len = buf.len;
     PyObject *out = PyList_New(0);
@@ -364,6 +375,11 @@ static PyObject *Layout_call(Layout *self, PyObject *args, PyObject *kw) {
     Py_buffer buf;
     Py_ssize_t o;
     if (!PyArg_ParseTuple(args, "y*n", &buf, &o)) return NULL;
+    if (o < 0) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "negative offset");
+        return NULL;
+    }
     PyObject *row = read_row(self, buf.buf, buf.len, &o);
     PyBuffer_Release(&buf);
     if (!row) return NULL;

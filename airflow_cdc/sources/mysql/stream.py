@@ -295,8 +295,13 @@ class WindowReader:
             return 0
         _, _, o, present, present_after = p.rows_body_start(etype, body)
         images = state.decode(data, o + p.HEADER_SIZE, op, present, present_after, pos)
-        sink: Any = None
         info, track = txn.info, state.name in self.tracked
+        if images and not track and not self.provide_txn and op not in self.skipped:
+            if op != "u" or not {"d", "c"} & self.skipped:
+                emitted = self._add_all(state, op, images, info, pos)
+                txn.seq += emitted
+                return emitted
+        sink: Any = None
         emitted = 0
         for row, (before, after) in enumerate(images):
             if op == "u" and _key_changed(before, after, state.key_index):
@@ -315,6 +320,25 @@ class WindowReader:
             if track:
                 self._observe(state, before, after, txn.start)
         return emitted
+
+    def _add_all(self, state: TableState, op: str, images: list, info: tuple, pos: int) -> int:
+        """Append every event of a rows event (the common case of :meth:`_rows`: no skipped
+        operation applies, no transaction blocks, no snapshot chunk tracking)."""
+        add = state.stream_sink(self.writer, expand_events).add
+        if op != "u":
+            for row, (before, after) in enumerate(images):
+                add((op, before, after, info, pos, row, None, row))
+            return len(images)
+        key, n = state.key_index, 0
+        for row, (before, after) in enumerate(images):
+            if any(before[i] != after[i] for i in key):
+                add(("d", before, None, info, pos, row, None, n))
+                add(("c", before, after, info, pos, row, None, n + 1))
+                n += 2
+            else:
+                add(("u", before, after, info, pos, row, None, n))
+                n += 1
+        return n
 
     def _observe(self, state: TableState, before: Any, after: Any, txn_start: int) -> None:
         for image in (before, after):
