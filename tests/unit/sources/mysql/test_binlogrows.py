@@ -15,12 +15,19 @@ import struct
 import pytest
 
 from airflow_cdc.core.errors import ProtocolError
+from airflow_cdc.sources.mysql import protocol as p
 from airflow_cdc.sources.mysql import rowcodec as rc
 from airflow_cdc.sources.mysql.flavour import _mysql_json
 from airflow_cdc.sources.mysql.schema import TableDef
 from airflow_cdc.sources.mysql.tables import TableState
 
 pytestmark = pytest.mark.skipif(rc._Layout is None, reason="_binlogrows extension not built")
+
+
+@pytest.fixture(autouse=True)
+def _compiled_enabled(monkeypatch):
+    monkeypatch.delenv(rc.ROWS_ENV, raising=False)  # a suite run with the Python path set still compares
+
 
 DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 FIXED = {
@@ -246,3 +253,36 @@ def test_fallbacks(monkeypatch):
     monkeypatch.setattr(rc, "_Layout", None)
     monkeypatch.delenv(rc.ROWS_ENV)
     assert not rc.native_available()
+
+
+@pytest.mark.parametrize(
+    "etype", [p.WRITE_V1, p.UPDATE_V1, p.DELETE_V1, p.WRITE_V2, p.UPDATE_V2, p.DELETE_V2]
+)
+def test_whole_rows_events_v1_and_v2_on_both_paths(monkeypatch, etype):
+    """A rows event as the stream hands it over (event header, MariaDB v1 / MySQL 8 v2 layout with
+    extra data), decoded in place at the offset :func:`protocol.rows_body_start` finds."""
+    rnd = random.Random(etype)
+    cols = _columns()
+    ncols, update = len(cols), p.ROWS_TYPES[etype] == "u"
+    present = [True] * ncols
+    after = [i % 4 != 2 for i in range(ncols)] if update else None
+    bitmap = lambda bits: sum(1 << i for i, b in enumerate(bits) if b).to_bytes((ncols + 7) // 8, "little")  # noqa: E731
+    body = (77).to_bytes(6, "little") + struct.pack("<H", 1)
+    if etype >= p.WRITE_V2:
+        body += struct.pack("<H", 2 + 4) + b"\x00\x02ab"  # extra row info (MySQL 8)
+    body += bytes([ncols]) + bitmap(present) + (bitmap(after) if update else b"")
+    for _ in range(25):
+        body += _image(rnd, cols, present, 0.15)
+        if update:
+            body += _image(rnd, cols, after, 0.15)
+    data = rnd.randbytes(p.HEADER_SIZE) + body
+    _, _, o, got_present, got_after = p.rows_body_start(etype, memoryview(data)[p.HEADER_SIZE :])
+    assert got_present == present and got_after == after
+    op = p.ROWS_TYPES[etype]
+    native = _state(cols).decode(data, o + p.HEADER_SIZE, op, present, after, 9)
+    monkeypatch.setenv(rc.ROWS_ENV, "python")
+    python = _state(cols).decode(data, o + p.HEADER_SIZE, op, present, after, 9)
+    assert len(native) == len(python) == 25
+    for (b1, a1), (b2, a2) in zip(native, python, strict=True):
+        assert (b1 is None) == (b2 is None) and (a1 is None) == (a2 is None)
+        assert _same(b1 or (), b2 or ()) and _same(a1 or (), a2 or ())
