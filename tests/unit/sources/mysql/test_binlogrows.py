@@ -286,3 +286,19 @@ def test_whole_rows_events_v1_and_v2_on_both_paths(monkeypatch, etype):
     for (b1, a1), (b2, a2) in zip(native, python, strict=True):
         assert (b1 is None) == (b2 is None) and (a1 is None) == (a2 is None)
         assert _same(b1 or (), b2 or ()) and _same(a1 or (), a2 or ())
+
+
+def test_garbage_never_crashes_the_compiled_reader():
+    """Random and truncated bytes: a list of images or ValueError, never a crash or a read past the end."""
+    rnd = random.Random(3)
+    cols = _columns()
+    layouts = [rc.native_reader(cols, [True] * len(cols)), rc.native_reader(cols[:5], [True] * 5)]
+    good = _image(rnd, cols, [True] * len(cols), 0.1)
+    for i in range(2000):
+        data = rnd.randbytes(rnd.randrange(200)) if i % 2 else good[: rnd.randrange(len(good))]
+        for layout, size in zip(layouts, (len(data), 400), strict=True):
+            for op in ("c", "d", "u"):
+                try:
+                    assert isinstance(layout.decode(data[:size], 0, op, layout), list)
+                except ValueError:
+                    pass
