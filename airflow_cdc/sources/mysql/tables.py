@@ -132,7 +132,8 @@ class TableState:
     def decode(
         self, body: bytes, o: int, op: str, present: list[bool], after: list[bool] | None, pos: int
     ) -> list[tuple[tuple | None, tuple | None]]:
-        """Row images of one rows event as (before, after) pairs.
+        """Row images of one rows event as (before, after) pairs, read from ``body[o:]`` by the
+        compiled reader where :func:`rowcodec.native_reader` gives one, else the generated ones.
 
         :raises SchemaError: an UPDATE/DELETE image lacks columns (the writing session did not
             use ``binlog_row_image=FULL``).
