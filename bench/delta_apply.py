@@ -155,7 +155,9 @@ def run_apply(spark, batches: list[Path], target: str, bronze: bool, always_merg
     start = time.perf_counter()
     for b in batches:
         report = apply_batch(spark, str(b), target, settings)
-        log(f"  {b.name}: silver {report['tables']['public.items']['silver']} in {report['seconds']:.1f}s")
+        done = report["tables"]["public.items"]
+        bronze_way = f"bronze {done['bronze']}, " if "bronze" in done else ""
+        log(f"  {b.name}: {bronze_way}silver {done['silver']} in {report['seconds']:.1f}s")
     return time.perf_counter() - start
 
 

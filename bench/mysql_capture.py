@@ -7,7 +7,12 @@ repeat reads the same window).  Baselines: ``BinLogStreamReader`` from the commi
 non-blocking, rows events only, iterating ``event.rows``; ``mariadb-binlog -v
 --base64-output=DECODE-ROWS`` on the binlog files from the same position, output discarded.
 
-Last line: ``mysql_capture: <rows/s> rows/s; ratio <x> vs mysql-replication loop; ...``.
+The capture runs with the compiled row decoder (``_binlogrows``) and once more per repeat with
+``AIRFLOW_CDC_MYSQL_ROWS=python`` (the generated pure-Python readers) for comparison.
+``BENCH_MYSQL_INSERTS`` shrinks the window for profiling runs (default 500000).
+
+Last line: ``mysql_capture: <rows/s> rows/s; ratio <x> vs mariadb-binlog -v`` (issue 15's
+headline); the mysql-replication ratio and the pure-Python capture are printed above it.
 """
 
 from __future__ import annotations
@@ -17,12 +22,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import os  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 
 from bench._common import REPEATS, clear_batches, fmt, log, median, profile, timed  # noqa: E402
 
-INSERTS, STEP = 500_000, 100_000
+ROWS_ENV = "AIRFLOW_CDC_MYSQL_ROWS"
+
+INSERTS = int(os.environ.get("BENCH_MYSQL_INSERTS", "500000"))  # smaller for profiling runs
+STEP = 100_000
 DDL = """CREATE TABLE orders (id bigint PRIMARY KEY, qty int NOT NULL, price decimal(12,2) NOT NULL,
     label varchar(64) NOT NULL, created datetime(6) NOT NULL, active tinyint(1) NOT NULL, attrs json)"""
 INSERT = """INSERT INTO orders SELECT seq, seq % 1000, (seq % 100000) / 100,
@@ -111,31 +120,43 @@ def main() -> None:
         files = [r[0] for r in server.execute("SHOW BINARY LOGS") if r[0] >= file]
         events = INSERTS + INSERTS // 2
 
-        capture_t, bare_t, tool_t = [], [], []
+        capture_t, python_t, bare_t, tool_t = [], [], [], []
         for i in range(REPEATS):
-            clear_batches(staging, keep=set())
-            dt, result = timed(lambda: build_capture(config).run(commit=False))
-            assert result.events == events, result.events
-            capture_t.append(dt)
+            for times, rows_env in ((capture_t, None), (python_t, "python")):
+                clear_batches(staging, keep=set())
+                os.environ.pop(ROWS_ENV, None)
+                if rows_env:
+                    os.environ[ROWS_ENV] = rows_env
+                dt, result = timed(lambda: build_capture(config).run(commit=False))
+                os.environ.pop(ROWS_ENV, None)
+                assert result.events == events, result.events
+                times.append(dt)
             dt, rows = timed(lambda: bare_replication(server, file, pos, events))
             assert rows == events, rows
             bare_t.append(dt)
             dt, rows = timed(lambda: mariadb_binlog(server, files, pos))
             tool_t.append(dt)
             log(
-                f"repeat {i + 1}: capture {capture_t[-1]:.2f}s, mysql-replication {bare_t[-1]:.2f}s, "
+                f"repeat {i + 1}: capture {capture_t[-1]:.2f}s (pure Python rows {python_t[-1]:.2f}s), mysql-replication {bare_t[-1]:.2f}s, "
                 f"mariadb-binlog -v {tool_t[-1]:.2f}s"
             )
         clear_batches(staging, keep=set())
         _, top = profile(lambda: build_capture(config).run(commit=False), top=12)
         print(top)
         cap, bare, tool = events / median(capture_t), events / median(bare_t), events / median(tool_t)
+        pure = events / median(python_t)
         log(
-            f"capture seconds {fmt(capture_t, 2)}, mysql-replication {fmt(bare_t, 2)}, mariadb-binlog {fmt(tool_t, 2)}"
+            f"capture seconds {fmt(capture_t, 2)}, pure-Python rows {fmt(python_t, 2)}, "
+            f"mysql-replication {fmt(bare_t, 2)}, mariadb-binlog {fmt(tool_t, 2)}"
         )
-        print(f"mariadb-binlog -v: {tool:,.0f} rows/s; capture ratio {cap / tool:.2f} vs mariadb-binlog -v")
-        print(f"mysql-replication loop: {bare:,.0f} rows/s (median of {REPEATS})")
-        print(f"mysql_capture: {cap:,.0f} rows/s; ratio {cap / bare:.2f} vs mysql-replication loop")
+        print(
+            f"mysql-replication loop: {bare:,.0f} rows/s (median of {REPEATS}); capture ratio {cap / bare:.2f}"
+        )
+        print(
+            f"capture with pure-Python row readers: {pure:,.0f} rows/s; ratio {pure / tool:.2f} vs mariadb-binlog -v"
+        )
+        print(f"mariadb-binlog -v: {tool:,.0f} rows/s (median of {REPEATS})")
+        print(f"mysql_capture: {cap:,.0f} rows/s; ratio {cap / tool:.2f} vs mariadb-binlog -v")
 
 
 if __name__ == "__main__":

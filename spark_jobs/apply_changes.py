@@ -16,11 +16,15 @@ then says ``airflow-cdc apply: <what>: <message>``.
 
 from __future__ import annotations
 
-import argparse
-import json
-import logging
-import os
-import sys
+import time
+
+STARTED_AT = time.time()  # the Python side of the driver starts (the JVM is up by now)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -46,6 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--delete-mode", choices=["delete", "soft"], default="delete")
     p.add_argument("--no-bronze", action="store_true", help="skip the bronze change log")
     p.add_argument(
+        "--no-bronze-copy",
+        action="store_true",
+        help="re-encode bronze events instead of adding the staged files",
+    )
+    p.add_argument(
         "--rewrite-ratio",
         type=float,
         default=ApplySettings.rewrite_ratio,
@@ -66,8 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from pyspark.sql import SparkSession
 
+    session_start = time.time()
     spark = SparkSession.builder.appName(f"airflow-cdc-apply {os.path.basename(args.batch)}").getOrCreate()
     tune(spark)
+    session_seconds = time.time() - session_start
     settings = ApplySettings(
         args.delete_mode,
         not args.no_bronze,
@@ -75,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         args.fence,
         tuple(args.history),
         tuple(args.history_except),
+        not args.no_bronze_copy,
         args.optimize_interval,
     )
     try:
@@ -91,6 +103,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"airflow-cdc apply: out of memory (spark.driver.memory={memory}): {e}", file=sys.stderr)
             return EXIT_MEMORY
         raise
+    report["timings"] = {
+        "python_started_at": round(STARTED_AT, 3),
+        "session_seconds": round(session_seconds, 3),
+        "finished_at": round(time.time(), 3),
+    }
     print(json.dumps(report, sort_keys=True, default=str))
     return 0
 

@@ -58,6 +58,8 @@ class ApplyOptions:
 
     :param delete_mode: ``delete`` removes silver rows; ``soft`` keeps them with ``__deleted = true``.
     :param bronze: append every event to the bronze change log.
+    :param bronze_copy: add the staged files to bronze as they are where Delta allows
+        (``delta.bronze.file.copy``).
     :param rewrite_ratio: rewrite a silver table instead of MERGE into it when the batch has at
         least this many events per stored row (``delta.rewrite.ratio``); 0 always MERGEs.
     :param optimize_interval: compact silver and tombstone tables (Delta ``OPTIMIZE``) after
@@ -76,6 +78,7 @@ class ApplyOptions:
         "delta.optimize.interval.batches",
         "delta.history.enabled",
         "delta.history.except.columns",
+        "delta.bronze.file.copy",
     )
 
     delete_mode: str = "delete"
@@ -84,6 +87,7 @@ class ApplyOptions:
     optimize_interval: int = 100
     history: tuple[str, ...] = ()
     history_except: tuple[str, ...] = ()
+    bronze_copy: bool = True
 
     @classmethod
     def from_config(cls, config: ConnectorConfig) -> ApplyOptions:
@@ -120,6 +124,8 @@ class ApplyOptions:
         out += ["--optimize-interval", str(int(self.optimize_interval))]
         if not self.bronze:
             out.append("--no-bronze")
+        if not self.bronze_copy:
+            out.append("--no-bronze-copy")
         for pattern in self.history_tables():
             out += ["--history", pattern]
         for pattern in self.history_except:

@@ -447,6 +447,15 @@ COMMON_PROPERTIES: tuple[Property, ...] = (
     ),
     Property("delta.bronze.enabled", "bool", True, "Append every event to the bronze change log."),
     Property(
+        "delta.bronze.file.copy",
+        "bool",
+        True,
+        "Add the staged Parquet parts to bronze as they are (a hard link or file copy, one Delta commit) "
+        "instead of re-encoding them. Bronze tables created with this on are partitioned by `__date` and "
+        "`__batch_id`; a batch with new or changed columns, parts spanning two dates, column names Delta "
+        "accepts only with column mapping, or a table of an earlier layout is re-encoded.",
+    ),
+    Property(
         "commit.require.applied",
         "enum",
         "auto",

@@ -1,10 +1,13 @@
 """Append a batch's events to the bronze change log: the Debezium envelope, one row per event.
 
-One bronze Delta table per source table, partitioned by event date (UTC) so retention and
-time-bounded reads prune whole directories.  Columns: the staged envelope unchanged (``op``,
-``ts_ms``/``ts_us``/``ts_ns``, ``before``, ``after``, ``source``, ``transaction``,
-``__position``, ``__unavailable``) plus ``__batch_id`` and ``__date``.  The append is the
-batch's marked write on that table, so a re-run never duplicates events.
+One bronze Delta table per source table, partitioned by event date (UTC, the session's time
+zone) and batch id, so retention, time-bounded reads and "the events of batch X" prune whole
+directories.  Columns: the staged envelope unchanged (``op``, ``ts_ms``/``ts_us``/``ts_ns``,
+``before``, ``after``, ``source``, ``transaction``, ``__position``, ``__unavailable``) plus
+``__batch_id`` and ``__date``.  The append is the batch's marked write on that table, so a
+re-run never duplicates events.  Where it can, the append adds the staged files themselves
+(``bronze_copy``); otherwise it re-encodes the events through a DataFrame write.  Tables made
+by earlier versions (partitioned by ``__date`` only) keep their layout and are re-encoded.
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from . import bronze_copy
+from .crash import crash_point
 from .staged import StagedTable
-from .writes import Commit
+from .writes import Commit, create_table
 
 PARTITION = "__date"
 
@@ -28,7 +33,24 @@ def events(spark: SparkSession, table: StagedTable, batch_id: str) -> DataFrame:
     )
 
 
-def append_bronze(spark: SparkSession, path: str, table: StagedTable, commit: Commit) -> None:
-    """Append every event of ``table`` in this batch (marked write; a re-run is a no-op)."""
+def append_bronze(
+    spark: SparkSession, path: str, table: StagedTable, commit: Commit, copy: bool = True
+) -> str:
+    """Append every event of ``table`` in this batch (marked write; a re-run is a no-op);
+    returns ``copied`` (the staged files were added as they are) or ``appended``."""
     frame = events(spark, table, commit.batch_id)
-    commit.append(frame, path, partition_by=[PARTITION])
+    layout = bronze_copy.table_layout(spark, path)
+    if layout is None and copy:
+        names_ok = bronze_copy.valid_without_mapping(frame.schema)
+        properties = {"delta.columnMapping.mode": "none"} if names_ok else {}
+        create_table(spark, path, frame.schema, properties, partition_by=bronze_copy.PARTITIONS)
+        layout = bronze_copy.table_layout(spark, path)
+    if copy and layout is not None and layout[0] == bronze_copy.PARTITIONS and layout[1] == "none":
+        parts = bronze_copy.plan(spark, table, commit.batch_id, layout[2])
+        if parts is not None:
+            adds = bronze_copy.copy_parts(parts, path)
+            crash_point("apply_bronze_files_placed")
+            bronze_copy.commit_files(spark, path, adds, commit)
+            return "copied"
+    commit.append(frame, path, partition_by=layout[0] if layout is not None else [PARTITION])
+    return "appended"

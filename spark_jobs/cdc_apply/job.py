@@ -33,6 +33,7 @@ class ApplySettings:
     fence: int | None = None  # the submitter's lease token: a newer one on a table stops the job
     history: tuple[str, ...] = ()  # regexes of tables with SCD type 2 history (delta.history.enabled)
     history_except: tuple[str, ...] = ()  # regexes of <table>.<column> not tracked in history
+    bronze_copy: bool = True  # add staged files to bronze as they are where Delta allows (bronze_copy)
     optimize_interval: int = 100  # OPTIMIZE silver/tombstones every N batches (compaction.py); 0 = never
 
 
@@ -66,6 +67,7 @@ def _apply_tables(
     commit: Commit,
     settings: ApplySettings,
 ) -> dict[str, Any]:
+    planning = time.monotonic()
     planned = []
     for table in tables:
         frame = frames.table_frame(spark, table, frames.truncate_events(spark, table))
@@ -73,13 +75,16 @@ def _apply_tables(
         planned.append((table, frame))
     report: dict[str, Any] = {"batch_id": staged.batch_id, "connector": staged.connector, "tables": {}}
     started, done_rows, total_rows = time.monotonic(), 0, sum(t.rows for t in tables)
+    report["plan_seconds"] = round(started - planning, 3)
     for i, (table, frame) in enumerate(planned, 1):
-        out = _apply_table(spark, staged, table, frame, target, commit, settings)
+        begun = time.monotonic()
+        done = _apply_table(spark, staged, table, frame, target, commit, settings)
         layers = {layer: _path(target, layer, staged, table) for layer in ("silver", "tombstones")}
         compacted = compaction.compact_all(spark, layers, settings.optimize_interval, commit)
         if compacted:
-            out["compacted"] = compacted
-        report["tables"][table.name] = out
+            done["compacted"] = compacted
+        report["tables"][table.name] = done
+        done["seconds"] = round(time.monotonic() - begun, 3)
         done_rows += table.rows
         _progress(i, len(planned), table.name, done_rows, total_rows, started)
     report["seconds"] = round(time.monotonic() - started, 3)
@@ -105,12 +110,13 @@ def _apply_table(
         path = _path(target, layer, staged, table)
         delta_log.check_fence(path, settings.fence, staged.manifest.get("partition"))
     silver_path = _path(target, "silver", staged, table)
+    replaying = time.monotonic()
     silver_log = delta_log.replay(silver_path)
+    out["log_replay_seconds"] = round(time.monotonic() - replaying, 3)
     # reads hold a batch of rows of every column: size it to the widest rows (staged or stored)
     size_reads(spark, max(table.row_bytes, delta_log.row_bytes(silver_path, silver_log)))
     if settings.bronze and not delta_log.has_applied(bronze_path, commit.app_id):
-        bronze.append_bronze(spark, bronze_path, table, commit)
-        out["bronze"] = "appended"
+        out["bronze"] = bronze.append_bronze(spark, bronze_path, table, commit, settings.bronze_copy)
         crash_point("apply_after_bronze")
     if table.key_columns and history.matches(settings.history, table.name):
         out["history"] = _apply_history(spark, staged, table, frame, target, commit, settings, silver_log)

@@ -21,15 +21,27 @@ ENUM / SET             ``int`` index (1-based) / bit mask
 strings, blobs, JSON   ``bytes`` (MySQL binary JSON is converted to JSON text bytes)
 GEOMETRY               ``bytes``: 4-byte little-endian SRID + WKB
 =====================  ==========================================================
+
+:func:`native_reader` returns the compiled twin of these readers (``_binlogrows.c``, built by
+``pip install``), which yields the same values; it is used unless the extension is absent,
+``AIRFLOW_CDC_MYSQL_ROWS=python`` is set or the layout has a column type it does not handle.
 """
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Callable
 from typing import Any
 
 from airflow_cdc.core.errors import ProtocolError
+
+try:
+    from airflow_cdc.sources.mysql._binlogrows import Layout as _Layout
+except ImportError:  # not built (a source checkout without pip install): generated Python readers
+    _Layout = None
+
+ROWS_ENV = "AIRFLOW_CDC_MYSQL_ROWS"
 
 # column types (include/mysql_com.h, enum_field_types)
 T_DECIMAL, T_TINY, T_SHORT, T_LONG, T_FLOAT, T_DOUBLE, T_NULL, T_TIMESTAMP = 0, 1, 2, 3, 4, 5, 6, 7
@@ -281,3 +293,24 @@ def row_reader(columns: list[ColumnLayout], present: list[bool]) -> Callable[[by
     src += f"    return ({values}{',' if len(columns) == 1 else ''}), o\n"
     exec(compile(src, "<binlog row reader>", "exec"), env)  # noqa: S102 - code built from column types only
     return env["read"]  # type: ignore[no-any-return]
+
+
+def native_available() -> bool:
+    """Whether the compiled row decoder is built and not disabled through ``AIRFLOW_CDC_MYSQL_ROWS``."""
+    return _Layout is not None and os.environ.get(ROWS_ENV, "").lower() != "python"
+
+
+def native_reader(columns: list[ColumnLayout], present: list[bool]) -> Any:
+    """The compiled reader of one row image layout, or None (see the module docstring).
+
+    It is called like :func:`row_reader`'s function and has ``decode(body, offset, op,
+    after=None)``, which reads all row images of a rows event into ``(before, after)`` pairs
+    (``after``: the reader of an UPDATE's after images); a row image running past the end of the
+    event raises ``ValueError``.
+    """
+    if not native_available():
+        return None
+    try:
+        return _Layout([(c.type, c.meta, bool(c.unsigned), c.json) for c in columns], present)
+    except NotImplementedError:
+        return None

@@ -132,7 +132,8 @@ class TableState:
     def decode(
         self, body: bytes, o: int, op: str, present: list[bool], after: list[bool] | None, pos: int
     ) -> list[tuple[tuple | None, tuple | None]]:
-        """Row images of one rows event as (before, after) pairs.
+        """Row images of one rows event as (before, after) pairs, read from ``body[o:]`` by the
+        compiled reader where :func:`rowcodec.native_reader` gives one, else the generated ones.
 
         :raises SchemaError: an UPDATE/DELETE image lacks columns (the writing session did not
             use ``binlog_row_image=FULL``).
@@ -143,6 +144,13 @@ class TableState:
                 "writing session did not use binlog_row_image=FULL",
                 hint="set binlog_row_image=FULL globally and for every writing session",
             )
+        native = self._reader(present, True)
+        second = self._reader(after or present, True) if op == "u" else None
+        if native is not None and (op != "u" or second is not None):
+            try:
+                return native.decode(body, o, op, second)  # type: ignore[no-any-return]
+            except ValueError as e:
+                raise ProtocolError(f"table {self.name}: cannot decode rows event at {pos}: {e}") from e
         read = self._reader(present)
         end, out = len(body), []
         try:
@@ -164,12 +172,13 @@ class TableState:
             raise ProtocolError(f"table {self.name}: cannot decode rows event at {pos}: {e}") from e
         return out
 
-    def _reader(self, present: list[bool]) -> Any:
-        key = tuple(present)
-        reader = self.readers.get(key)
-        if reader is None:
-            reader = self.readers[key] = rc.row_reader(self.layout, present)
-        return reader
+    def _reader(self, present: list[bool], native: bool = False) -> Any:
+        """The generated Python reader, or (``native``) the compiled one or None (:mod:`rowcodec`)."""
+        key = (native, *present)
+        if key not in self.readers:
+            make = rc.native_reader if native else rc.row_reader
+            self.readers[key] = make(self.layout, present)
+        return self.readers[key]
 
 
 class TableResolver:

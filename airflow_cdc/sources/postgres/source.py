@@ -10,7 +10,6 @@ transactions are dropped; the rest are emitted at the window end.
 
 from __future__ import annotations
 
-import io
 import logging
 import time
 from collections.abc import Iterator
@@ -19,7 +18,6 @@ from typing import Any
 
 import psycopg
 import pyarrow as pa
-import pyarrow.csv as pacsv
 
 from airflow_cdc.core.batch import BatchWriter
 from airflow_cdc.core.column_mapping import configured_mappers
@@ -37,7 +35,7 @@ from airflow_cdc.core.snapshot import (
 )
 from airflow_cdc.core.source import Capabilities, ChangeSource
 from airflow_cdc.core.table_sink import SnapshotSinks
-from airflow_cdc.sources.postgres import client, replication
+from airflow_cdc.sources.postgres import client, copyread, replication
 from airflow_cdc.sources.postgres import sql as q
 from airflow_cdc.sources.postgres.offsets import PgOffset, ServerIdentity, restart_problem, server_identity
 from airflow_cdc.sources.postgres.position import PgPosition, format_pg_lsn, parse_pg_lsn
@@ -438,34 +436,12 @@ class PostgresSource(ChangeSource):
                 row = self.conn.execute(q.max_key(tid.schema, tid.table, order, condition)).fetchone()
                 snap.max_key = list(row) if row else []
             cursor_index = [all_cols.index(k) for k in order]
-            data = _parse_csv(b"", len(all_cols))
+            data = copyread.parse_csv(b"", len(all_cols))
             if snap.max_key:
-                copy = q.chunk_copy(
-                    tid.schema,
-                    tid.table,
-                    all_cols,
-                    order,
-                    after,
-                    snap.max_key,
-                    condition,
-                    limit,
-                    nullable,
-                )
-                data = _parse_csv(self._copy(copy), len(all_cols))
+                data = self._copy_chunk(tid, all_cols, order, after, snap.max_key, condition, limit, nullable)
                 if not unique and data.num_rows == limit:
-                    last_value = [data.column(i)[-1].as_py() for i in cursor_index]
-                    copy = q.chunk_copy(
-                        tid.schema,
-                        tid.table,
-                        all_cols,
-                        order,
-                        after,
-                        last_value,
-                        condition,
-                        None,
-                        nullable,
-                    )
-                    data = _parse_csv(self._copy(copy), len(all_cols))
+                    upto = [data.column(i)[-1].as_py() for i in cursor_index]
+                    data = self._copy_chunk(tid, all_cols, order, after, upto, condition, None, nullable)
             lsn_after = parse_pg_lsn(self.conn.execute(q.INSERT_LSN).fetchone()[0])  # type: ignore[index]
         key_index = [all_cols.index(k) for k in state.key_columns]
         last = data.num_rows < limit or (
@@ -511,10 +487,18 @@ class PostgresSource(ChangeSource):
     def watermark_from_json(self, data: dict[str, Any]) -> Watermark:
         return Watermark(data["xmin"], data["xmax"], frozenset(data["xip"]), data["lsn_after"])
 
-    def _copy(self, query: Any) -> bytes:
+    def _copy_chunk(
+        self, tid: TableId, cols: list[str], order: list[str], after: list | None, upto: list,
+        condition: Any, limit: int | None, nullable: list[bool],
+    ) -> pa.Table:
+        """One chunk's rows as string columns (:func:`copyread.read_table`)."""
         assert self.conn is not None
-        with self.conn.cursor().copy(query) as copy:
-            return b"".join(copy)
+
+        def statement(fmt: str) -> Any:
+            schema, table = tid.schema, tid.table
+            return q.chunk_copy(schema, table, cols, order, after, upto, condition, limit, nullable, fmt)
+
+        return copyread.read_table(self.conn, statement, len(cols))
 
     # -- the change window ------------------------------------------------------------------
     def read_window(
@@ -614,19 +598,3 @@ def changes_query(check: str, slot: str, publication: str, lsn: str) -> tuple[st
         return q.CHANGES_SLOT, (slot, publication, lsn)
     return q.CHANGES_WAL, (lsn,)
 
-
-def _parse_csv(data: bytes, ncols: int) -> pa.Table:
-    names = [f"c{i}" for i in range(ncols)]
-    if not data:
-        return pa.table({n: pa.array([], pa.string()) for n in names})
-    return pacsv.read_csv(
-        io.BytesIO(data),
-        read_options=pacsv.ReadOptions(column_names=names, block_size=1 << 24),
-        parse_options=pacsv.ParseOptions(newlines_in_values=True),
-        convert_options=pacsv.ConvertOptions(
-            column_types={n: pa.string() for n in names},
-            null_values=[""],
-            strings_can_be_null=True,
-            quoted_strings_can_be_null=False,
-        ),
-    )

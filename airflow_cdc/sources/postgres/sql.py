@@ -178,12 +178,15 @@ def chunk_copy(
     condition: Sequence[Piece] | None,
     limit: int | None,
     nullable: Sequence[bool] | None = None,
+    fmt: str = "csv",
 ) -> sql.Composed:
-    """``COPY (SELECT ... ORDER BY key LIMIT n) TO STDOUT (FORMAT csv)`` for one snapshot chunk.
+    """``COPY (SELECT ... ORDER BY key LIMIT n) TO STDOUT (FORMAT fmt)`` for one snapshot chunk.
 
     Bounds: see :func:`key_bound`.  ``condition``: the ad hoc snapshot's additional condition
-    (:func:`user_condition`).  ``limit`` None: no limit.
+    (:func:`user_condition`).  ``limit`` None: no limit.  ``fmt``: ``csv`` or ``text``.
     """
+    if fmt not in ("csv", "text"):
+        raise ValueError(f"COPY format {fmt!r}: expected 'csv' or 'text'")
     nulls = list(nullable) if nullable is not None else [False] * len(key)
     where: list[sql.Composable] = []
     if after is not None:
@@ -199,7 +202,7 @@ def chunk_copy(
         keys=sql.SQL(", ").join(sql.Identifier(k) for k in key),
         limit=sql.SQL(" LIMIT {}").format(sql.Literal(limit)) if limit is not None else sql.SQL(""),
     )
-    return sql.SQL("COPY ({}) TO STDOUT (FORMAT csv)").format(query)
+    return sql.SQL("COPY ({}) TO STDOUT (FORMAT {})").format(query, sql.SQL(fmt))
 
 
 def key_at(

@@ -155,9 +155,12 @@ def _zoned_timestamp(precision: int) -> Convert:
         return clock.iso_datetime(clock.timestamp_micros(text), precision or None) + "Z"
 
     def convert(text: pa.Array) -> pa.Array:
-        iso = pc.replace_substring_regex(text, TIMESTAMPTZ_FAST, r"\1T\2.\3000000")
-        ok = pc.match_substring(iso, "T")  # PostgreSQL's own output never contains a 'T'
-        fast = _suffix(pc.utf8_slice_codeunits(iso, 0, width), ok, "Z")
+        # plain string kernels (a regex replace costs ~4x): "<date>T<time>" without "+00", then
+        # ".000000" or "000000" after it (no fraction / a fraction), cut to the column's width
+        ok = pc.match_substring_regex(text, TIMESTAMPTZ_FAST)
+        iso = pc.utf8_slice_codeunits(pc.replace_substring(text, " ", "T", max_replacements=1), 0, -3)
+        pad = pc.if_else(pc.equal(pc.binary_length(iso), 19), ".000000", "000000")
+        fast = _suffix(pc.utf8_slice_codeunits(pc.binary_join_element_wise(iso, pad, ""), 0, width), ok, "Z")
         return fill_slow(text, fast, slow)
 
     return convert

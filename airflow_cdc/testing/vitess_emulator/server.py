@@ -220,13 +220,15 @@ class VtgateEmulator:
                 participants=[b.KeyspaceShard(keyspace=keyspace, shard=s.name) for s in old],
                 source_workflows=[f"{keyspace}.reshard"],
             )  # fmt: skip
+            # the new shards' tablets serve before the journal exists: a stream reading the journal
+            # at once must find them (registered after it, a busy machine saw "no healthy tablet")
+            for shard in new:
+                self.all_shards[(keyspace, shard.name)] = shard
             for source in old:
                 source.server.execute(
                     f"INSERT INTO `{JOURNAL_DB}`.`{JOURNAL_TABLE}` (id, db_name, val) VALUES (%s, %s, %s)",  # noqa: S608
                     (journal.id, source.database, journal.SerializeToString()),
                 )
-            for shard in new:
-                self.all_shards[(keyspace, shard.name)] = shard
             self.keyspaces[keyspace] = new
             return journal
 

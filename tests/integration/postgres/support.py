@@ -11,7 +11,8 @@ import pyarrow as pa
 
 from airflow_cdc.core.pipeline import build_config
 from airflow_cdc.sources.postgres import sql as q
-from airflow_cdc.sources.postgres.source import PostgresSource, _parse_csv
+from airflow_cdc.sources.postgres.copyread import parse_csv as _parse_csv
+from airflow_cdc.sources.postgres.source import PostgresSource
 from tests.support.oracle import ReferenceApplier
 from tests.support.pipeline import assert_rows_equal, replay, run_capture
 

@@ -10,7 +10,7 @@ import pytest
 
 from airflow_cdc.sources.vitess.proto import binlogdata_pb2 as b
 from airflow_cdc.testing.vitess_emulator.values import in_range, keyspace_id
-from tests.integration.vitess.support import Drain, request, rows_of
+from tests.integration.vitess.support import Drain, kinds, request, rows_of
 
 SCHEMA = ["CREATE TABLE orders (id BIGINT PRIMARY KEY, qty INT)"]
 
@@ -54,6 +54,11 @@ def test_reshard_one_to_two_keeps_every_event_once(vtgate, shard_servers, reshar
         drain.until(lambda ev: len(rows_of(ev)) >= 30)
         time.sleep(1)  # a duplicate would arrive right after
         events = drain.events
+        assert drain.error is None and not drain.ended, (
+            drain.error,
+            len(rows_of(events)),
+            kinds(events)[-30:],
+        )
     assert len(rows_of(events)) == 30
     shards_of_rows = [e.row_event.shard for e in events if e.type == b.ROW]
     assert shards_of_rows[:10] == ["0"] * 10 and set(shards_of_rows[10:]) == {"-80", "80-"}
@@ -92,3 +97,21 @@ def test_stop_on_reshard_sends_the_journal_and_ends(vtgate, shard_servers, resha
     with Drain(vtgate.address, request(ks, vgtid=b.VGtid(shard_gtids=journal.shard_gtids))) as after:
         more = after.until(lambda ev: len(rows_of(ev)) >= 1)
     assert rows_of(more) == [([b"2", b"2"], [b"2", b"7"])]
+
+
+def test_new_shards_serve_before_the_journal_is_written(vtgate, shard_servers, resharded, monkeypatch):
+    """A stream reads the journal as soon as it is in the old shard's binlog and opens the new
+    shards at once: they must already be registered (a busy machine once saw "no healthy tablet")."""
+    ks = resharded
+    source = vtgate.keyspace_shards(ks)[0].server
+    seen: list[set[str]] = []
+    execute = source.execute
+
+    def watching(sql: str, *args, **kwargs):
+        if "INSERT INTO" in sql and "journal" in sql.lower():
+            seen.append({name for (k, name) in vtgate.all_shards if k == ks})
+        return execute(sql, *args, **kwargs)
+
+    monkeypatch.setattr(source, "execute", watching)
+    vtgate.reshard(ks, {"-80": shard_servers[1], "80-": shard_servers[2]})
+    assert seen and all({"-80", "80-"} <= names for names in seen)

@@ -594,3 +594,13 @@ def test_handling_modes_are_validated():
         HandlingModes(time_precision="seconds")
     with pytest.raises(ConfigError, match="money.fraction.digits"):
         HandlingModes(money_fraction_digits=-1)
+
+
+@pytest.mark.parametrize("precision", range(7))
+def test_timestamptz_string_kernels_agree_with_the_row_formatter(precision):
+    # a timestamptz(p) column prints at most p fraction digits (trailing zeros dropped)
+    cut = [t[:20 + precision].rstrip("0").rstrip(".") if "." in t else t for t in _random_timestamps(2000)]
+    texts = [t + "+00" for t in cut] + ["2016-11-04 13:51:30+00", None, "infinity"]
+    want = [None if t is None else t if t == "infinity" else
+            clock.iso_datetime(clock.timestamp_micros(t), precision or None) + "Z" for t in texts]
+    assert conv("timestamptz", texts, precision) == want

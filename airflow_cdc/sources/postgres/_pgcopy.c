@@ -1,0 +1,318 @@
+/*
+ * Snapshot chunk reader: ``COPY (SELECT ...) TO STDOUT`` (text format) straight into Arrow
+ * string columns.
+ *
+ * The COPY is started by psycopg; read() then drains its CopyData messages with libpq's own
+ * PQgetCopyData (the library psycopg uses, its address handed over by copyread.py) in one C loop,
+ * with the GIL released, and unescapes each row's tab-separated fields into per-column Arrow
+ * buffers (int32 offsets, UTF-8 bytes, validity bitmap; ``\N`` is NULL).  The values are the
+ * server's text output, exactly what the CSV path and the pgoutput decoder hand to the codecs.
+ *
+ * Contract (see copyread.py, the only user):
+ *   read(conn, getcopydata, freemem, ncols, max_bytes) -> (status, nrows, columns)
+ *   - conn: the PGconn address; getcopydata/freemem: addresses of PQgetCopyData and PQfreemem of
+ *     the libpq that owns conn; ncols: fields per row; max_bytes: return once this many value
+ *     bytes are buffered (the caller calls again for the rest: bounds memory per piece and keeps
+ *     offsets within int32).
+ *   - status 1: the COPY ended (PQgetCopyData returned -1; the caller fetches the final result);
+ *     0: max_bytes reached, more rows follow; -2: libpq reported an error (the caller raises
+ *     with the connection's error message); -3: a row did not have ncols fields (a bug, never
+ *     server data: the caller raises).
+ *   - columns: one (offsets, data, validity or None) bytes triple per column, nrows rows.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int (*GetCopyData)(void *conn, char **buffer, int async);
+typedef void (*FreeMem)(void *ptr);
+
+typedef struct {
+    char *data;
+    size_t len, cap;
+    int32_t *offsets; /* nrows + 1 */
+    uint8_t *valid;   /* bitmap, allocated lazily at the first NULL */
+    int64_t nulls;
+} Column;
+
+typedef struct {
+    Column *cols;
+    int ncols;
+    int64_t nrows, cap_rows;
+    size_t bytes;
+} Columns;
+
+static int
+grow_rows(Columns *c)
+{
+    int64_t cap = c->cap_rows ? c->cap_rows * 2 : 1024;
+    for (int i = 0; i < c->ncols; i++) {
+        Column *col = &c->cols[i];
+        int32_t *off = realloc(col->offsets, (size_t)(cap + 1) * sizeof(int32_t));
+        if (off == NULL)
+            return -1;
+        col->offsets = off;
+        if (col->valid != NULL) {
+            uint8_t *v = realloc(col->valid, (size_t)(cap + 7) / 8);
+            if (v == NULL)
+                return -1;
+            memset(v + (c->cap_rows + 7) / 8, 0xFF, (size_t)((cap + 7) / 8 - (c->cap_rows + 7) / 8));
+            col->valid = v;
+        }
+    }
+    c->cap_rows = cap;
+    return 0;
+}
+
+static int
+reserve(Column *col, size_t extra)
+{
+    if (col->len + extra <= col->cap)
+        return 0;
+    size_t cap = col->cap ? col->cap : 4096;
+    while (cap < col->len + extra)
+        cap *= 2;
+    char *d = realloc(col->data, cap);
+    if (d == NULL)
+        return -1;
+    col->data = d;
+    col->cap = cap;
+    return 0;
+}
+
+static int
+set_null(Columns *c, Column *col, int64_t row)
+{
+    if (col->valid == NULL) {
+        col->valid = malloc((size_t)(c->cap_rows + 7) / 8);
+        if (col->valid == NULL)
+            return -1;
+        memset(col->valid, 0xFF, (size_t)(c->cap_rows + 7) / 8);
+    }
+    col->valid[row / 8] &= (uint8_t) ~(1u << (row % 8));
+    col->nulls++;
+    return 0;
+}
+
+static int
+hexval(char ch)
+{
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
+    return -1;
+}
+
+/* Unescape one text-format field [p, end) into col (COPY FROM's rules: \b \f \n \r \t \v,
+ * \digits octal, \xhex, any other escaped character stands for itself). */
+static int
+put_field(Column *col, const char *p, const char *end)
+{
+    if (reserve(col, (size_t)(end - p)) < 0)
+        return -1;
+    char *out = col->data + col->len;
+    while (p < end) {
+        const char *bs = memchr(p, '\\', (size_t)(end - p));
+        const char *stop = bs ? bs : end;
+        memcpy(out, p, (size_t)(stop - p));
+        out += stop - p;
+        p = stop;
+        if (bs == NULL || p + 1 >= end) {
+            if (bs != NULL)
+                *out++ = *p++; /* a trailing lone backslash: keep it */
+            break;
+        }
+        char ch = p[1];
+        p += 2;
+        switch (ch) {
+        case 'b': *out++ = '\b'; break;
+        case 'f': *out++ = '\f'; break;
+        case 'n': *out++ = '\n'; break;
+        case 'r': *out++ = '\r'; break;
+        case 't': *out++ = '\t'; break;
+        case 'v': *out++ = '\v'; break;
+        case 'x': {
+            int v = p < end ? hexval(*p) : -1;
+            if (v < 0) {
+                *out++ = 'x';
+                break;
+            }
+            p++;
+            int w = p < end ? hexval(*p) : -1;
+            if (w >= 0) {
+                v = v * 16 + w;
+                p++;
+            }
+            *out++ = (char)v;
+            break;
+        }
+        default:
+            if (ch >= '0' && ch <= '7') {
+                int v = ch - '0';
+                for (int k = 0; k < 2 && p < end && *p >= '0' && *p <= '7'; k++)
+                    v = v * 8 + (*p++ - '0');
+                *out++ = (char)(v & 0xFF);
+            } else {
+                *out++ = ch;
+            }
+        }
+    }
+    col->len = (size_t)(out - col->data);
+    return 0;
+}
+
+/* Split one row (a CopyData message, ending in a newline) into the columns; -3: field count. */
+static int
+put_row(Columns *c, const char *buf, int n)
+{
+    if (c->nrows == c->cap_rows && grow_rows(c) < 0)
+        return -1;
+    const char *p = buf, *end = buf + n;
+    if (end > p && end[-1] == '\n')
+        end--;
+    int64_t row = c->nrows;
+    size_t before = 0;
+    for (int i = 0; i < c->ncols; i++) {
+        Column *col = &c->cols[i];
+        const char *tab = memchr(p, '\t', (size_t)(end - p));
+        const char *stop = tab ? tab : end;
+        if ((tab == NULL) != (i == c->ncols - 1))
+            return -3;
+        before += col->len;
+        if (stop - p == 2 && p[0] == '\\' && p[1] == 'N') {
+            if (set_null(c, col, row) < 0)
+                return -1;
+        } else if (put_field(col, p, stop) < 0) {
+            return -1;
+        }
+        if (col->len > INT32_MAX)
+            return -1;
+        col->offsets[row + 1] = (int32_t)col->len;
+        p = stop + 1;
+    }
+    size_t after = 0;
+    for (int i = 0; i < c->ncols; i++)
+        after += c->cols[i].len;
+    c->bytes += after - before;
+    c->nrows++;
+    return 0;
+}
+
+static void
+free_columns(Columns *c)
+{
+    for (int i = 0; i < c->ncols; i++) {
+        free(c->cols[i].data);
+        free(c->cols[i].offsets);
+        free(c->cols[i].valid);
+    }
+    free(c->cols);
+}
+
+static PyObject *
+build_result(int status, Columns *c)
+{
+    PyObject *cols = PyList_New(c->ncols);
+    if (cols == NULL)
+        return NULL;
+    for (int i = 0; i < c->ncols; i++) {
+        Column *col = &c->cols[i];
+        PyObject *valid = Py_None;
+        Py_INCREF(Py_None);
+        if (col->nulls > 0) {
+            Py_DECREF(Py_None);
+            valid = PyBytes_FromStringAndSize((const char *)col->valid, (Py_ssize_t)(c->nrows + 7) / 8);
+        }
+        PyObject *item = Py_BuildValue(
+            "(y#y#N)", (const char *)col->offsets, (Py_ssize_t)((c->nrows + 1) * sizeof(int32_t)),
+            col->data ? col->data : "", (Py_ssize_t)col->len, valid);
+        if (item == NULL) {
+            Py_DECREF(cols);
+            return NULL;
+        }
+        PyList_SET_ITEM(cols, i, item);
+    }
+    return Py_BuildValue("(iLN)", status, (long long)c->nrows, cols);
+}
+
+static PyObject *
+pgcopy_read(PyObject *self, PyObject *args)
+{
+    unsigned long long conn_addr, get_addr, free_addr;
+    int ncols;
+    Py_ssize_t max_bytes;
+    if (!PyArg_ParseTuple(args, "KKKin", &conn_addr, &get_addr, &free_addr, &ncols, &max_bytes))
+        return NULL;
+    if (conn_addr == 0 || get_addr == 0 || free_addr == 0 || ncols < 1 || max_bytes < 1) {
+        PyErr_SetString(PyExc_ValueError, "read(): null address, no columns or max_bytes < 1");
+        return NULL;
+    }
+    void *conn = (void *)(uintptr_t)conn_addr;
+    GetCopyData get = (GetCopyData)(uintptr_t)get_addr;
+    FreeMem freemem = (FreeMem)(uintptr_t)free_addr;
+    Columns c = {0};
+    c.ncols = ncols;
+    c.cols = calloc((size_t)ncols, sizeof(Column));
+    if (c.cols == NULL || grow_rows(&c) < 0) {
+        free_columns(&c);
+        return PyErr_NoMemory();
+    }
+    for (int i = 0; i < ncols; i++)
+        c.cols[i].offsets[0] = 0;
+    int status = 0, failed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while ((size_t)max_bytes > c.bytes) {
+        char *buf = NULL;
+        int n = get(conn, &buf, 0);
+        if (n == -1) {
+            status = 1;
+            break;
+        }
+        if (n < 0) {
+            status = -2;
+            break;
+        }
+        int rc = put_row(&c, buf, n);
+        freemem(buf);
+        if (rc == -3) {
+            status = -3;
+            break;
+        }
+        if (rc < 0) {
+            failed = 1;
+            break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (failed) {
+        free_columns(&c);
+        PyErr_SetString(PyExc_MemoryError, "COPY chunk: out of memory or a column above 2 GiB");
+        return NULL;
+    }
+    PyObject *res = build_result(status, &c);
+    free_columns(&c);
+    return res;
+}
+
+static PyMethodDef methods[] = {
+    {"read", pgcopy_read, METH_VARARGS,
+     "read(conn, getcopydata, freemem, ncols, max_bytes) -> (status, nrows, columns): drain a\n"
+     "text-format COPY TO STDOUT into Arrow string buffers (see the module comment)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_pgcopy", "COPY TO STDOUT (text format) straight into Arrow string columns.", -1,
+    methods,
+};
+
+PyMODINIT_FUNC
+PyInit__pgcopy(void)
+{
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,162 @@
+"""Snapshot chunk reads: ``COPY (SELECT ...) TO STDOUT`` into Arrow string columns.
+
+Two paths give the same table (one string column ``c<i>`` per selected column, the server's
+text output of each value, NULL as null):
+
+- compiled (``_pgcopy``, built by ``pip install``): the text-format COPY is drained by libpq's
+  ``PQgetCopyData`` in a C loop -- the libpq psycopg itself uses, so the connection is shared --
+  and each row is unescaped straight into Arrow buffers;
+- pure Python (the reference, and the fallback when the extension is not built, psycopg's
+  libpq cannot be located, or ``AIRFLOW_CDC_PG_COPY=python``): a CSV-format COPY read through
+  psycopg and parsed by ``pyarrow.csv``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import io
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pyarrow.csv as pacsv
+from psycopg import generators, pq
+
+try:
+    from airflow_cdc.sources.postgres._pgcopy import read as _read
+except ImportError:  # not built (a source checkout without pip install): pure Python
+    _read = None
+
+log = logging.getLogger(__name__)
+
+COPY_ENV = "AIRFLOW_CDC_PG_COPY"
+#: Value bytes buffered before the compiled reader hands a piece over (bounds its buffers and
+#: keeps every string column far below Arrow's 32-bit offsets).
+MAX_PIECE_BYTES = 64 << 20
+
+
+@functools.cache
+def _libpq_functions() -> tuple[int, int] | None:
+    """Addresses of ``PQgetCopyData`` and ``PQfreemem`` in the libpq psycopg uses, or None."""
+    impl = pq.__impl__  # type: ignore[attr-defined]
+    try:
+        if impl == "python":
+            from psycopg.pq import _pq_ctypes
+
+            lib: Any = _pq_ctypes.pq  # type: ignore[attr-defined]  # the ctypes CDLL (not in its stub)
+        else:
+            lib = ctypes.CDLL(_loaded_libpq(impl))
+        get = ctypes.cast(lib.PQgetCopyData, ctypes.c_void_p).value
+        free = ctypes.cast(lib.PQfreemem, ctypes.c_void_p).value
+    except (OSError, AttributeError, ImportError, LookupError) as e:
+        log.info("compiled COPY reader disabled: psycopg's libpq not found (%s)", e)
+        return None
+    return (get, free) if get and free else None
+
+
+def _loaded_libpq(impl: str) -> str:
+    """The path of the libpq this process loaded for psycopg (``binary``: the bundled copy).
+
+    :raises LookupError: none, or more than one candidate.
+    """
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if "/libpq" in line and ".so" in line}
+    if impl == "binary":
+        paths = {p for p in paths if "psycopg_binary" in p}
+    if len(paths) != 1:
+        raise LookupError(f"{len(paths)} loaded libpq candidates")
+    return paths.pop()
+
+
+def native_available() -> bool:
+    """Whether the compiled reader is built, usable, and not disabled through ``AIRFLOW_CDC_PG_COPY``."""
+    if _read is None or os.environ.get(COPY_ENV, "").lower() == "python":
+        return False
+    return _libpq_functions() is not None
+
+
+def read_table(conn: psycopg.Connection, query: Callable[[str], Any], ncols: int) -> pa.Table:
+    """Run a COPY TO STDOUT of ``ncols`` columns and return its rows as string columns.
+
+    :param query: ``query(format)`` is the COPY statement in ``"text"`` or ``"csv"`` format.
+    :raises psycopg.Error: the server failed the query (as psycopg raises it).
+    """
+    if native_available():
+        return _native_table(conn, query("text"), ncols)
+    return parse_csv(_copy_bytes(conn, query("csv")), ncols)
+
+
+def _names(ncols: int) -> list[str]:
+    return [f"c{i}" for i in range(ncols)]
+
+
+def _native_table(conn: psycopg.Connection, statement: Any, ncols: int) -> pa.Table:
+    functions = _libpq_functions()
+    assert _read is not None and functions is not None
+    pieces: list[pa.Table] = []
+    with conn.cursor().copy(statement) as copy:
+        pgconn = conn.pgconn
+        while True:
+            address = pgconn.pgconn_ptr  # type: ignore[attr-defined]  # psycopg >= 3.1 (not in the stub)
+            status, n, columns = _read(address, *functions, ncols, MAX_PIECE_BYTES)
+            if n:
+                pieces.append(pa.Table.from_arrays([_strings(n, *c) for c in columns], names=_names(ncols)))
+            if status == 0:
+                continue
+            if status == 1:
+                break
+            if status == -2:
+                raise psycopg.OperationalError(f"COPY chunk read failed: {_error_text(pgconn)}")
+            raise psycopg.DataError(f"COPY chunk row without {ncols} fields (status {status})")
+        # the COPY ended: its final result is the command status (or the server's error)
+        results = conn.wait(generators.fetch_many(pgconn))
+        copy._finished = True  # psycopg must not read the ended COPY again on exit
+        result = results[-1]
+        if result.status != pq.ExecStatus.COMMAND_OK:
+            raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
+    if not pieces:
+        return parse_csv(b"", ncols)
+    return pa.concat_tables(pieces)
+
+
+def _error_text(pgconn: Any) -> str:
+    return bytes(pgconn.error_message or b"").decode(errors="replace").strip() or "connection error"
+
+
+def _strings(n: int, offsets: bytes, data: bytes, valid: bytes | None) -> pa.Array:
+    bufs = [None if valid is None else pa.py_buffer(valid), pa.py_buffer(offsets), pa.py_buffer(data)]
+    arr = pa.Array.from_buffers(pa.string(), n, bufs)
+    # the values are the server's bytes: reject invalid UTF-8 as the CSV path does
+    arr.validate(full=True)
+    return arr
+
+
+def _copy_bytes(conn: psycopg.Connection, statement: Any) -> bytes:
+    """All data of a COPY TO STDOUT; one buffer (no per-row objects kept alive for the GC)."""
+    out = bytearray()
+    with conn.cursor().copy(statement) as copy:
+        while data := copy.read():
+            out += data
+    return bytes(out)
+
+
+def parse_csv(data: bytes, ncols: int) -> pa.Table:
+    """CSV-format COPY output as string columns (unquoted empty field: NULL)."""
+    names = _names(ncols)
+    if not data:
+        return pa.table({n: pa.array([], pa.string()) for n in names})
+    return pacsv.read_csv(
+        io.BytesIO(data),
+        read_options=pacsv.ReadOptions(column_names=names, block_size=1 << 24),
+        parse_options=pacsv.ParseOptions(newlines_in_values=True),
+        convert_options=pacsv.ConvertOptions(
+            column_types={n: pa.string() for n in names},
+            null_values=[""],
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=False,
+        ),
+    )

@@ -1,0 +1,170 @@
+"""Benchmark: the latency of one small apply -- ``airflow-cdc apply --commit`` of a 1,000-event
+batch (500 inserts, 500 updates of a 20,000-row PostgreSQL table), from process start to commit,
+with ``spark-submit`` on ``local[2]`` (what the CLI and the Airflow operator run) -- and its parts.
+
+Parts, from the job's JSON report (``timings``, ``plan_seconds``, per table ``seconds`` and
+``log_replay_seconds``) and the wall clock around the CLI process:
+
+* start: CLI start-up, lease, ``spark-submit`` and the JVM until the job's Python starts;
+* session: ``SparkSession`` creation in the driver (SparkContext, Delta extensions);
+* plan: reading the staged parts' schemas and the silver tables' schemas;
+* per table: bronze, silver (and its Delta log replay);
+* end: the driver's shutdown, then the commit of the batch (state store and slot).
+
+Baseline, same run: ``spark-submit`` of a script that builds the same session (same jars and
+conf) and counts one row -- the fixed cost of any Spark job started this way.  The first batch
+(initial snapshot; creates the tables) is applied untimed.
+
+Last line: ``apply_latency: <median s> s; ratio <x> vs bare spark-submit session``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import argparse  # noqa: E402
+import dataclasses  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from typing import Any  # noqa: E402
+
+import psycopg  # noqa: E402
+
+from bench._common import REPO, TABLE_DDL, fmt, insert_range, log, median, pipeline_config  # noqa: E402
+
+os.environ.setdefault("AIRFLOW_CDC_DELTA_JARS", str(REPO / ".jars"))
+
+DB, TABLE = "bench_latency", "orders"
+BARE = """
+import time
+from pyspark.sql import SparkSession
+t0 = time.time()
+spark = SparkSession.builder.appName("bench-bare").getOrCreate()
+print("BARE", spark.range(1).count(), round(time.time() - t0, 3), flush=True)
+"""
+
+
+def _env() -> dict[str, str]:
+    path = str(REPO) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
+    return dict(os.environ, PYTHONPATH=path)
+
+
+def _cli(args: list[str]) -> tuple[float, float, str]:
+    """Run ``python -m airflow_cdc.cli ARGS``; returns (start epoch, wall seconds, output)."""
+    started = time.time()
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "airflow_cdc.cli", *args],
+        env=_env(),
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+    )
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"airflow-cdc {args[0]} failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-4000:]}"
+        )
+    return started, wall, proc.stdout + proc.stderr
+
+
+def _report(output: str) -> dict[str, Any]:
+    for line in reversed(output.splitlines()):
+        if line.startswith("{") and '"timings"' in line:
+            return dict(json.loads(line))
+    raise RuntimeError(f"no job report in the apply output:\n{output[-3000:]}")
+
+
+def parts(started: float, wall: float, report: dict[str, Any]) -> dict[str, float]:
+    timings = report["timings"]
+    out = {
+        "start": timings["python_started_at"] - started,
+        "session": timings["session_seconds"],
+        "plan": report.get("plan_seconds", 0.0),
+    }
+    for name, table in report["tables"].items():
+        out[f"table {name}"] = table.get("seconds", 0.0)
+        out[f"  log replay {name}"] = table.get("log_replay_seconds", 0.0)
+    out["end (shutdown, commit)"] = started + wall - timings["finished_at"]
+    return out
+
+
+def bare_session(job: Any, work: Path) -> float:
+    script = work / "bare.py"
+    script.write_text(BARE)
+    bare = dataclasses.replace(job, application=str(script), application_args=[], name="bench-bare")
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        bare.command("local[2]"), env={**os.environ, **bare.env}, capture_output=True, text=True
+    )
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0 or "BARE 1" not in proc.stdout:
+        raise RuntimeError(f"bare spark-submit failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
+    return wall
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--rows", type=int, default=20_000, help="rows of the table before the timed batches")
+    p.add_argument("--events", type=int, default=1_000, help="events per timed batch (half inserts)")
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args()
+    from airflow_cdc.apply.submit import build_apply_job
+    from airflow_cdc.core.batch import list_batches
+    from airflow_cdc.testing.servers import PostgresServer
+
+    with PostgresServer() as server, tempfile.TemporaryDirectory(prefix="bench_latency_") as tmp:
+        server.start()
+        work = Path(tmp)
+        dsn = server.create_database(DB)
+        with psycopg.connect(dsn) as conn:
+            conn.execute(TABLE_DDL.format(name=TABLE))
+            conn.commit()
+            insert_range(conn, TABLE, 1, args.rows)
+        config = pipeline_config(
+            server, DB, work / "staging", "bench_latency", "bench_latency_slot", "bench_latency_pub",
+            **{"delta.root": str(work / "delta")},
+        )  # fmt: skip
+        path = work / "pipeline.json"
+        path.write_text(json.dumps(config))
+        cli = ["--config", str(path)]
+        log(f"initial snapshot of {args.rows:,} rows, applied untimed (creates the Delta tables)")
+        _cli(["capture", *cli])
+        _cli(["apply", "--commit", *cli])
+        walls, bares, all_parts = [], [], []
+        next_id = args.rows + 1
+        for i in range(args.repeats):
+            half = args.events // 2
+            with psycopg.connect(dsn) as conn:
+                insert_range(conn, TABLE, next_id, next_id + half - 1)
+                conn.execute(f"UPDATE {TABLE} SET qty = qty + 1 WHERE id <= %s", (args.events - half,))  # noqa: S608
+                conn.commit()
+            next_id += half
+            _cli(["capture", *cli])
+            batch = list_batches(config["staging.path"], config["name"])[-1]
+            events = sum(t["rows"] for t in batch.manifest["tables"].values())
+            started, wall, output = _cli(["apply", "--commit", *cli])
+            report = _report(output)
+            split = parts(started, wall, report)
+            walls.append(wall)
+            all_parts.append(split)
+            bares.append(bare_session(build_apply_job(batch.path, config["delta.root"]), work))
+            detail = ", ".join(f"{k.strip()} {v:.1f}s" for k, v in split.items())
+            log(
+                f"round {i + 1}: {events} events, apply --commit {wall:.1f}s ({detail}); bare session {bares[-1]:.1f}s"
+            )
+        log(f"apply --commit walls {fmt(walls, 1)} s; bare spark-submit sessions {fmt(bares, 1)} s")
+        for key in all_parts[0]:
+            log(f"  median {key.strip()}: {median([s[key] for s in all_parts]):.2f}s")
+        wall = median(walls)
+        print(f"apply_latency: {wall:.1f} s; ratio {wall / median(bares):.2f} vs bare spark-submit session")
+
+
+if __name__ == "__main__":
+    main()
