@@ -2,9 +2,9 @@
 random keys is applied (silver only) to silver tables of 0.2M, 2M and 10M rows, in one warm Spark
 session (local[2]); per size the median of ``--repeats`` batches, the files the MERGE rewrote,
 the unchanged rows it copied and the deletion vectors it wrote.  The silver tables are built with
-a plain Delta write (the layout an initial snapshot apply gives them), not through apply, with
-deletion vectors as the job creates them (``--without-deletion-vectors``: as tables created
-before them, for a before/after under the same load).
+a plain Delta write (the layout an initial snapshot apply gives them), not through apply, with the
+job's default table properties (``--deletion-vectors``: as ``delta.deletion.vectors.enabled``
+creates them, for a before/after under the same load).
 
 Headline (last line): ``apply_scale: <median s> s per batch into 10M rows; ratio <x> vs 0.2M rows``
 (ratio = median at the largest size / median at the smallest; the target is <= 1.2).
@@ -30,9 +30,9 @@ os.environ.setdefault("AIRFLOW_CDC_DELTA_JARS", str(REPO / ".jars"))
 BATCH_POS0 = 1 << 40  # batch positions above every stored one
 
 
-def build_silver(spark, path: str, rows: int, vectors: bool = True) -> None:
+def build_silver(spark, path: str, rows: int, vectors: bool = False) -> None:
     """A silver table of ``rows`` keys as the apply job lays it out, written in one plain write
-    (``vectors=False``: without deletion vectors, as tables created before them)."""
+    (``vectors``: with deletion vectors, as ``delta.deletion.vectors.enabled`` creates it)."""
     from pyspark.sql import functions as F
 
     from spark_jobs.cdc_apply import silver
@@ -43,9 +43,7 @@ def build_silver(spark, path: str, rows: int, vectors: bool = True) -> None:
     columns = {f.name: natural(f).spark_type for f in COLUMNS}
     frame = TableFrame(None, columns, ["id"], None)  # type: ignore[arg-type]
     schema = silver.target_schema(frame, soft=False)
-    properties = dict(getattr(silver, "TABLE_PROPERTIES", {}))
-    if not vectors:
-        properties.pop("delta.enableDeletionVectors", None)
+    properties = silver.table_properties(deletion_vectors=vectors)
     create_table(spark, path, schema, properties)
     ids = spark.range(rows).withColumnRenamed("id", "i")
     data = ids.select(
@@ -137,9 +135,9 @@ def main() -> None:
     p.add_argument("--updates", type=int, default=5_000)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument(
-        "--without-deletion-vectors",
+        "--deletion-vectors",
         action="store_true",
-        help="silver tables without deletion vectors (as created before them): MERGE copies files",
+        help="silver tables with deletion vectors (delta.deletion.vectors.enabled): MERGE writes vectors",
     )
     args = p.parse_args()
     from spark_jobs.cdc_apply import session
@@ -150,7 +148,7 @@ def main() -> None:
     try:
         spark = session.build(app_name="bench-apply-scale")
         settings = ApplySettings(bronze=False)
-        vectors = not args.without_deletion_vectors
+        vectors = args.deletion_vectors
         times, rewritten = run(spark, work, sizes, args.updates, args.repeats, settings, vectors)
         for size in sizes:
             log(

@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--delete-mode", choices=["delete", "soft"], default="delete")
     p.add_argument("--no-bronze", action="store_true", help="skip the bronze change log")
     p.add_argument(
+        "--deletion-vectors", action="store_true", help="new silver/tombstone tables with deletion vectors"
+    )
+    p.add_argument(
         "--no-bronze-copy",
         action="store_true",
         help="re-encode bronze events instead of adding the staged files",
@@ -88,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         tuple(args.history_except),
         not args.no_bronze_copy,
         args.optimize_interval,
+        args.deletion_vectors,
     )
     try:
         report = apply_batch(spark, args.batch, args.target, settings)

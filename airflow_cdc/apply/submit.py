@@ -60,6 +60,8 @@ class ApplyOptions:
     :param bronze: append every event to the bronze change log.
     :param bronze_copy: add the staged files to bronze as they are where Delta allows
         (``delta.bronze.file.copy``).
+    :param deletion_vectors: create silver and tombstone tables with deletion vectors
+        (``delta.deletion.vectors.enabled``).
     :param rewrite_ratio: rewrite a silver table instead of MERGE into it when the batch has at
         least this many events per stored row (``delta.rewrite.ratio``); 0 always MERGEs.
     :param optimize_interval: compact silver and tombstone tables (Delta ``OPTIMIZE``) after
@@ -79,6 +81,7 @@ class ApplyOptions:
         "delta.history.enabled",
         "delta.history.except.columns",
         "delta.bronze.file.copy",
+        "delta.deletion.vectors.enabled",
     )
 
     delete_mode: str = "delete"
@@ -88,6 +91,7 @@ class ApplyOptions:
     history: tuple[str, ...] = ()
     history_except: tuple[str, ...] = ()
     bronze_copy: bool = True
+    deletion_vectors: bool = False
 
     @classmethod
     def from_config(cls, config: ConnectorConfig) -> ApplyOptions:
@@ -126,6 +130,8 @@ class ApplyOptions:
             out.append("--no-bronze")
         if not self.bronze_copy:
             out.append("--no-bronze-copy")
+        if self.deletion_vectors:
+            out.append("--deletion-vectors")
         for pattern in self.history_tables():
             out += ["--history", pattern]
         for pattern in self.history_except:

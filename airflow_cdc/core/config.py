@@ -489,6 +489,15 @@ COMMON_PROPERTIES: tuple[Property, ...] = (
         minimum=0,
     ),
     Property(
+        "delta.deletion.vectors.enabled",
+        "bool",
+        False,
+        "Create silver and tombstone tables with Delta deletion vectors: a MERGE then writes the changed "
+        "rows and a vector per touched file instead of copying whole files (measured: a little faster "
+        "at 10M rows, slower at 0.2M). Readers need deletion-vector support (Delta reader version 3). "
+        "Existing tables keep their protocol.",
+    ),
+    Property(
         "delta.history.enabled",
         "list",
         (),

@@ -35,6 +35,7 @@ class ApplySettings:
     history_except: tuple[str, ...] = ()  # regexes of <table>.<column> not tracked in history
     bronze_copy: bool = True  # add staged files to bronze as they are where Delta allows (bronze_copy)
     optimize_interval: int = 100  # OPTIMIZE silver/tombstones every N batches (compaction.py); 0 = never
+    deletion_vectors: bool = False  # silver/tombstone tables created with deletion vectors
 
 
 def apply_batch(
@@ -141,11 +142,25 @@ def _apply_table(
     narrow = frames.latest_per_key(frames.key_actions(actions, table.key_columns), table.key_columns)
     try:
         silver.record_tombstones(
-            spark, _path(target, "tombstones", staged, table), narrow, frame, commit, deletes
+            spark,
+            _path(target, "tombstones", staged, table),
+            narrow,
+            frame,
+            commit,
+            deletes,
+            settings.deletion_vectors,
         )
         crash_point("apply_after_tombstones")
         out["silver"] = silver.merge_silver(
-            spark, silver_path, latest, frame, commit, soft, silver_log, settings.rewrite_ratio
+            spark,
+            silver_path,
+            latest,
+            frame,
+            commit,
+            soft,
+            silver_log,
+            settings.rewrite_ratio,
+            settings.deletion_vectors,
         )
     finally:
         actions.unpersist()  # kept by the TOAST fill when key changes needed it

@@ -42,8 +42,18 @@ PENDING_TYPE = T.MapType(T.StringType(), T.BinaryType())
 TABLE_PROPERTIES = {
     "delta.enableTypeWidening": "true",
     "delta.columnMapping.mode": "name",
-    "delta.enableDeletionVectors": "true",
 }
+
+
+def table_properties(deletion_vectors: bool = False) -> dict[str, str]:
+    """Properties of a silver or tombstone table the job creates.  Deletion vectors
+    (``delta.deletion.vectors.enabled``) let a MERGE write the changed rows and a vector per
+    touched file instead of copying whole files; they raise the table's reader protocol (engines
+    without deletion-vector support cannot read it) and cost time on small tables, so they are
+    opt-in."""
+    if deletion_vectors:
+        return {**TABLE_PROPERTIES, "delta.enableDeletionVectors": "true"}
+    return dict(TABLE_PROPERTIES)
 
 
 def _meta_fields(soft: bool) -> list[T.StructField]:
@@ -107,7 +117,13 @@ def _and(conds: list[Column]) -> Column:
 
 
 def record_tombstones(
-    spark: SparkSession, path: str, latest: DataFrame, frame: TableFrame, commit: Commit, with_deletes: bool
+    spark: SparkSession,
+    path: str,
+    latest: DataFrame,
+    frame: TableFrame,
+    commit: Commit,
+    with_deletes: bool,
+    deletion_vectors: bool = False,
 ) -> None:
     """Store the newest delete per key (when ``with_deletes``) and the batch's truncate."""
     key_types = {k: frame.columns[k] for k in frame.keys}
@@ -129,7 +145,7 @@ def record_tombstones(
         rows = marker if rows is None else rows.unionByName(marker)
     if rows is None:
         return
-    create_table(spark, path, schema, TABLE_PROPERTIES)
+    create_table(spark, path, schema, table_properties(deletion_vectors))
     ensure_columns(spark, path, schema)
     stones = DeltaTable.forPath(spark, path)
     if frame.truncate_at is not None:
@@ -160,6 +176,7 @@ def merge_silver(
     soft: bool,
     stored_log: LogState,
     rewrite_ratio: float = 0.0,
+    deletion_vectors: bool = False,
 ) -> str:
     """The ordered MERGE: newer deletes remove (or flag), newer upserts replace, new keys insert.
 
@@ -170,7 +187,7 @@ def merge_silver(
     whole table beat MERGE's two passes over it) or ``merged``.
     """
     schema = target_schema(frame, soft)
-    create_table(spark, path, schema, TABLE_PROPERTIES)
+    create_table(spark, path, schema, table_properties(deletion_vectors))
     current = ensure_columns(spark, path, schema)
     data = [n for n in frame.columns]
     source = latest.select(

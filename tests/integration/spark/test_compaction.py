@@ -56,7 +56,8 @@ def test_deletion_vectors_and_compaction_on_schedule(spark, tmp_path, monkeypatc
     staged = write_batches(tmp_path / "staging", events, 4, rng)
     target = str(tmp_path / "lake")
     silver = table_path(target, "silver", CONNECTOR, TABLE)
-    settings = ApplySettings(rewrite_ratio=0, optimize_interval=2)  # always MERGE: vectors at work
+    # always MERGE, with deletion vectors: vectors at work
+    settings = ApplySettings(rewrite_ratio=0, optimize_interval=2, deletion_vectors=True)
     killed = []
 
     def crash_once(name: str) -> None:
