@@ -20,18 +20,27 @@ the peek path).  Keepalives asking for a reply are answered at once.  Only pgout
 the server spills large transactions itself (``logical_decoding_work_mem``) and sends each whole
 at its commit, so no change is ever handed on before its transaction committed.
 
-Memory: one batch of at most ``batch_rows`` messages is held at a time; the socket and libpq's
-buffer hold what the server sent ahead.
+Two readers of the stream, with the same rules: the compiled one (``_walstream.c``) takes over
+the socket once libpq has authenticated the connection, sends ``START_REPLICATION`` itself and
+splits the frames in C, handing Python only batches; the pure-Python one (libpq's
+``PQgetCopyData`` through psycopg, one call per message) reads TLS- or GSSAPI-encrypted
+connections, runs when the extension is not built, and is forced with
+``AIRFLOW_CDC_PG_STREAM=python``.
+
+Memory: one batch of at most ``batch_rows`` messages is held at a time; the socket and the
+reader's buffer hold what the server sent ahead.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import select
 import struct
 import time
 from collections.abc import Iterator
 from types import TracebackType
+from typing import Any, NoReturn
 
 import psycopg
 from psycopg import pq
@@ -44,7 +53,15 @@ from airflow_cdc.sources.postgres import client
 from airflow_cdc.sources.postgres import sql as q
 from airflow_cdc.sources.postgres.position import format_pg_lsn
 
+try:
+    from airflow_cdc.sources.postgres import _walstream
+except ImportError:  # not built (a source checkout without pip install): the pure-Python reader
+    _walstream = None  # type: ignore[assignment]
+
 log = logging.getLogger(__name__)
+
+#: set to ``python`` to force the pure-Python reader of the stream
+STREAM_ENV = "AIRFLOW_CDC_PG_STREAM"
 
 _XLOG_DATA, _KEEPALIVE, _IDLE = 0x77, 0x6B, -1  # 'w', 'k', (no message yet)
 _BEGIN, _COMMIT, _MESSAGE = 0x42, 0x43, 0x4D  # 'B', 'C', 'M'
@@ -91,6 +108,7 @@ class ReplicationStream:
         #: the highest flush position this stream ever reported to the server
         self.reported: int | None = None
         self._pg: PGconn | None = None
+        self._native: Any = None  # the compiled reader, when it reads this stream
         self.backend_pid = 0
         self._last_status = 0.0
 
@@ -125,10 +143,28 @@ class ReplicationStream:
             f"{format_pg_lsn(self.from_lsn)} (proto_version '1', publication_names "
             f"{_literal(q.quote_publication_name(self.publication))}, messages 'true')"
         )
+        if native_stream_available() and not pg.ssl_in_use and not pg.used_gssapi:
+            self.start_native(pg.socket, command)
+            return
+        log.debug("replication stream of slot %r read through libpq (TLS, GSSAPI or forced)", self.slot)
         res = pg.exec_(command.encode())
         if res.status != pq.ExecStatus.COPY_BOTH:
             self._raise_result(res)
         self._status(reply=False)
+
+    def start_native(self, fd: int, command: str) -> None:
+        """Start the stream on socket ``fd`` (authenticated, idle, unencrypted) with the compiled
+        reader: it sends ``command`` itself and reads every frame from then on."""
+        reader = _walstream.Reader(
+            fd, self.from_lsn, self.upto_lsn, self.max_events, self.batch_rows,
+            IDLE_PROBE, STATUS_INTERVAL, self._on_status,
+        )
+        try:
+            reader.start(command.encode())
+        except _walstream.StreamError as e:
+            self._raise_state(*e.args)
+        self._native = reader
+        self.reported = reader.reported
 
     def close(self) -> None:
         """End the stream and the connection (the server's walsender exits, freeing the slot)."""
@@ -139,6 +175,13 @@ class ReplicationStream:
     def _raise_result(self, res: PGresult) -> None:
         state = (res.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode()
         text = (res.error_message or b"").decode(errors="replace").strip()
+        self._raise_state(state, text)
+
+    def _raise_state(self, state: str, text: str) -> NoReturn:
+        """:raises ServerMisconfigured: the slot is in use (SQLSTATE 55006).
+        :raises ProtocolError: any other server error (``state`` set) or a broken stream."""
+        if not state:  # the compiled reader's own finding: no server error
+            raise ProtocolError(f"replication stream of slot {self.slot!r} failed: {text}")
         if state == "55006":  # object_in_use: another process streams from the slot
             raise ServerMisconfigured(
                 f"replication slot {self.slot!r} is in use by another process: {text}",
@@ -152,6 +195,9 @@ class ReplicationStream:
     def batches(self) -> Iterator[list[tuple[int, bytes]]]:
         """The window's messages in order, in batches of at most ``batch_rows`` (a batch of at
         least a quarter of that is also handed on when the server has sent nothing more yet)."""
+        if self._native is not None:
+            yield from self._native_batches()
+            return
         batch: list[tuple[int, bytes]] = []
         in_txn = False
         upto, limit = self.upto_lsn, self.max_events
@@ -185,6 +231,18 @@ class ReplicationStream:
                 batch = []
         if batch:
             yield batch
+
+    def _native_batches(self) -> Iterator[list[tuple[int, bytes]]]:
+        """The compiled reader's batches (same rules as :meth:`batches`)."""
+        reader = self._native
+        try:
+            while (batch := reader.next_batch()) is not None:
+                self.messages = reader.messages
+                yield batch
+        except _walstream.StreamError as e:
+            self._raise_state(*e.args)
+        finally:
+            self.messages, self.bounded, self.reported = reader.messages, reader.bounded, reader.reported
 
     def _messages(self) -> Iterator[tuple[int, int, bytes]]:
         """``(kind, lsn, payload)`` of each XLogData (its start LSN), keepalive (the server's
@@ -242,6 +300,16 @@ class ReplicationStream:
             select.select([], [pg.socket], [], 1.0)
         self.reported = pos if self.reported is None else max(self.reported, pos)
         self._last_status = time.monotonic()
+        self._on_status(pos, reply)
+
+    def _on_status(self, pos: int, reply: bool) -> None:
+        """Called after every standby status update either reader sends (``pos``: the position
+        reported); a hook for tests."""
+
+
+def native_stream_available() -> bool:
+    """Whether the compiled stream reader is built and not disabled through ``AIRFLOW_CDC_PG_STREAM``."""
+    return _walstream is not None and os.environ.get(STREAM_ENV, "").lower() != "python"
 
 
 def _literal(text: str) -> str:
