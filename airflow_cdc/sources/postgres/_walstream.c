@@ -87,7 +87,9 @@ fail(const char *sqlstate, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    PyObject *exc = Py_BuildValue("(ss)", sqlstate, text);
+    /* the server's texts need not be UTF-8 (nor our quoted bytes): decoded with replacement */
+    PyObject *exc = Py_BuildValue("(NN)", PyUnicode_DecodeUTF8(sqlstate, strlen(sqlstate), "replace"),
+                                  PyUnicode_DecodeUTF8(text, strlen(text), "replace"));
     if (exc != NULL) {
         PyErr_SetObject(StreamError, exc);
         Py_DECREF(exc);
