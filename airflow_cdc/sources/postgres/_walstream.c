@@ -15,6 +15,10 @@
  *     position reaches it ends the window between transactions;
  *   - after a Commit or non-transactional message at which ``max_events`` messages have been
  *     read, the window ends (``bounded``);
+ *   - protocol 2 streaming: a Stream Commit whose commit LSN is at or past ``upto`` ends the
+ *     window unread, one whose end reaches it is the last; it ends a transaction like a Commit
+ *     (also for ``max_events``); between Stream Start and Stream Stop a keepalive never ends the
+ *     window and a logical message is transactional (its xid comes first);
  *   - every standby status update reports ``from_lsn`` (the committed offset) as written,
  *     flushed and applied position, never more; keepalives asking for a reply are answered at
  *     once, an idle server (nothing for ``idle_probe`` seconds) is asked for a keepalive, and an
@@ -46,8 +50,8 @@ typedef struct {
     double idle_probe, status_interval, last_status;
     unsigned char *buf;
     Py_ssize_t cap, pos, have;
-    int in_txn, done, started, bounded;
-    Py_ssize_t messages, statuses;
+    int in_txn, in_stream, done, started, bounded;
+    Py_ssize_t messages, stream_messages, statuses;
     int64_t reported;
     PyObject *on_status;
 } Reader;
@@ -367,15 +371,19 @@ take_xlog(Reader *r, PyObject *batch, const unsigned char *p, Py_ssize_t len)
     const unsigned char *data = p + 25;
     Py_ssize_t n = len - 25;
     unsigned char first = n > 0 ? data[0] : 0;
-    int nontx = first == 'M' && n >= 2 && !(data[1] & 1);
-    if ((first == 'B' && n < 9) || (first == 'C' && n < 18) || (first == 'M' && n < 10) || n < 1)
+    /* inside a stream block every message carries its xid and is transactional */
+    int nontx = first == 'M' && !r->in_stream && n >= 2 && !(data[1] & 1);
+    if (n < 1 || (first == 'B' && n < 9) || (first == 'C' && n < 18) || (first == 'M' && n < 10) ||
+        (first == 'S' && n < 6) || (first == 'c' && n < 30) || (first == 'A' && n < 9))
         return fail("", "truncated pgoutput message of %zd bytes at %X/%X", n,
                     (unsigned)(lsn >> 32), (unsigned)lsn), -1;
     if (first == 'B') {
         if (be64(data + 1) >= r->upto)
             return 0;  /* its commit record starts at or past the target */
         r->in_txn = 1;
-    } else if (nontx && be64(data + 2) >= r->upto)
+    } else if (first == 'c' && be64(data + 6) >= r->upto)
+        return 0;  /* a streamed transaction committing at or past the target */
+    else if (nontx && be64(data + 2) >= r->upto)
         return 0;  /* a non-transactional message at or past the target */
     PyObject *row = PyTuple_New(2);
     PyObject *key = PyLong_FromUnsignedLongLong(lsn);
@@ -391,12 +399,16 @@ take_xlog(Reader *r, PyObject *batch, const unsigned char *p, Py_ssize_t len)
     if (rc < 0)
         return -1;
     r->messages++;
-    if (first == 'C') {
+    if (first == 'S' || first == 'E' || first == 'c' || first == 'A') {
+        r->stream_messages++;
+        r->in_stream = first == 'S' || (r->in_stream && first != 'E');
+    }
+    if (first == 'C' || first == 'c') {
         r->in_txn = 0;
-        if (be64(data + 10) >= r->upto)
+        if (be64(data + (first == 'C' ? 10 : 14)) >= r->upto)
             return 0;
     }
-    if ((first == 'C' || nontx) && r->messages >= r->max_events) {
+    if ((first == 'C' || first == 'c' || nontx) && r->messages >= r->max_events) {
         r->bounded = 1;
         return 0;
     }
@@ -423,7 +435,7 @@ take_frame(Reader *r, PyObject *batch, unsigned char type, const unsigned char *
         return fail("", "truncated keepalive message of %zd bytes", len), -1;
     if (body[17] && send_status(r, 0) < 0)
         return -1;
-    return be64(body + 1) >= r->upto && !r->in_txn ? 0 : 1;
+    return be64(body + 1) >= r->upto && !r->in_txn && !r->in_stream ? 0 : 1;
 }
 
 static PyObject *
@@ -503,6 +515,12 @@ Reader_get_messages(Reader *r, void *closure)
 }
 
 static PyObject *
+Reader_get_stream_messages(Reader *r, void *closure)
+{
+    return PyLong_FromSsize_t(r->stream_messages);
+}
+
+static PyObject *
 Reader_get_bounded(Reader *r, void *closure)
 {
     return PyBool_FromLong(r->bounded);
@@ -526,6 +544,7 @@ static PyMethodDef Reader_methods[] = {
 static PyGetSetDef Reader_getset[] = {
     {"reported", (getter)Reader_get_reported, NULL, "highest flush position ever reported", NULL},
     {"messages", (getter)Reader_get_messages, NULL, "messages read into the window", NULL},
+    {"stream_messages", (getter)Reader_get_stream_messages, NULL, "Stream Start/Stop/Commit/Abort read", NULL},
     {"bounded", (getter)Reader_get_bounded, NULL, "the window stopped at max_events", NULL},
     {"statuses", (getter)Reader_get_statuses, NULL, "status updates sent", NULL},
     {NULL, NULL, NULL, NULL, NULL},

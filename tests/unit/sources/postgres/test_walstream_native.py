@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from airflow_cdc.core.errors import ProtocolError, ServerMisconfigured
-from airflow_cdc.sources.postgres import walstream
+from airflow_cdc.sources.postgres import streamed, walstream
 from airflow_cdc.sources.postgres.walstream import ReplicationStream
 
 from .test_walstream import FROM, UPTO, FakeConn, _begin, _change, _commit, _keepalive, _message, _xlog
@@ -89,9 +89,10 @@ class Server:
 
 
 def _native(script: list[bytes], max_events: int = 1_000_000, batch_rows: int = 4096, prefix: bytes = COPY_BOTH,
-            ) -> tuple[ReplicationStream, list[tuple[int, bytes]], Server]:
+            streaming: bool = False) -> tuple[ReplicationStream, list[tuple[int, bytes]], Server]:
     server = Server(prefix + b"".join(_copy(m) for m in script))
     stream = ReplicationStream(None, "slot", "pub", FROM, UPTO, max_events, batch_rows)  # type: ignore[arg-type]
+    stream.streaming = streaming
     try:
         stream.start_native(server.ours.fileno(), COMMAND)
         out = [m for batch in stream.batches() for m in batch]
@@ -102,10 +103,12 @@ def _native(script: list[bytes], max_events: int = 1_000_000, batch_rows: int = 
 
 
 def _python(script: list[bytes], monkeypatch: pytest.MonkeyPatch, max_events: int = 1_000_000,
-            batch_rows: int = 4096) -> tuple[ReplicationStream, list[tuple[int, bytes]], FakeConn]:
+            batch_rows: int = 4096, streaming: bool = False,
+            ) -> tuple[ReplicationStream, list[tuple[int, bytes]], FakeConn]:
     monkeypatch.setattr(walstream.select, "select", lambda r, w, x, t=None: (r, w, x))
     monkeypatch.setattr(walstream, "PILE_UP", 0.0)
     stream = ReplicationStream(None, "slot", "pub", FROM, UPTO, max_events, batch_rows)  # type: ignore[arg-type]
+    stream.streaming = streaming
     conn = FakeConn(script)
     stream._pg = conn  # type: ignore[assignment]
     return stream, [m for batch in stream.batches() for m in batch], conn
@@ -239,7 +242,7 @@ def test_tls_and_gssapi_connections_keep_the_python_reader(monkeypatch: pytest.M
     real = walstream.pq
 
     class Conn:
-        status, backend_pid, socket = real.ConnStatus.OK, 42, 99
+        status, backend_pid, socket, server_version = real.ConnStatus.OK, 42, 99, 150000
 
         def __init__(self, ssl: bool, gss: bool) -> None:
             self.ssl_in_use, self.used_gssapi = ssl, gss
@@ -263,3 +266,92 @@ def test_tls_and_gssapi_connections_keep_the_python_reader(monkeypatch: pytest.M
             monkeypatch.delenv(walstream.STREAM_ENV, raising=False)
         ReplicationStream(None, "slot", "pub", FROM, UPTO, 100).start()  # type: ignore[arg-type]
         assert started.pop() == expected
+
+
+# -- protocol 2: streamed in-progress transactions ------------------------------------------------
+
+def _sstart(lsn: int, xid: int) -> bytes:
+    return _xlog(lsn, b"S" + struct.pack(">IB", xid, 1))
+
+
+def _sstop(lsn: int) -> bytes:
+    return _xlog(lsn, b"E")
+
+
+def _schange(lsn: int, xid: int) -> bytes:
+    return _xlog(lsn, b"I" + struct.pack(">Ii", xid, 1) + b"N\x00\x00")
+
+
+def _smessage(lsn: int, xid: int) -> bytes:
+    return _xlog(lsn, b"M" + struct.pack(">IBq", xid, 1, lsn) + b"p\x00" + struct.pack(">i", 1) + b"x")
+
+
+def _scommit(xid: int, commit_lsn: int, end_lsn: int) -> bytes:
+    return _xlog(end_lsn, b"c" + struct.pack(">IBqqq", xid, 0, commit_lsn, end_lsn, 77))
+
+
+def _sabort(lsn: int, xid: int, subxid: int) -> bytes:
+    return _xlog(lsn, b"A" + struct.pack(">II", xid, subxid))
+
+
+def _whole(xid: int, commit_lsn: int, end_lsn: int, changes: list[bytes]) -> list[tuple[int, bytes]]:
+    """What protocol 1 sends for the transaction (the form the window reader gets)."""
+    return [(end_lsn, b"B" + struct.pack(">qqI", commit_lsn, 77, xid)),
+            *[(struct.unpack_from(">q", c, 1)[0], c[25:]) for c in changes],
+            (end_lsn, b"C" + struct.pack(">Bqqq", 0, commit_lsn, end_lsn, 77))]
+
+
+# xid 10: streamed in three blocks around xid 20's; xid 11 and 12 its subtransactions, 12 (nested in
+# 11) rolled back with 11; xid 20 aborted whole; a keepalive inside a block is not the end; xid 30
+# streamed, then a plain transaction, then xid 30 commits past the target (not read).
+V2 = [_sstart(1100, 10), _schange(1101, 10), _schange(1102, 11), _sstop(1103),
+      _sstart(1104, 20), _schange(1105, 20), _sstop(1106),
+      _keepalive(1106, reply=True),
+      _sstart(1107, 10), _schange(1108, 12), _sstop(1109),
+      _sabort(1110, 10, 11), _sabort(1111, 20, 20),
+      _sstart(1112, 10), _schange(1113, 10), _keepalive(UPTO), _smessage(1114, 10), _sstop(1115),
+      _scommit(10, 1200, 1210),
+      _sstart(1300, 30), _schange(1301, 30), _sstop(1302),
+      _begin(1400), _change(1350), _commit(1400, 1410),
+      _scommit(30, 5000, 5010)]
+V2_EXPECTED = [*_whole(10, 1200, 1210, [_schange(1101, 10)[:26] + _schange(1101, 10)[30:],
+                                         _schange(1113, 10)[:26] + _schange(1113, 10)[30:],
+                                         _smessage(1114, 10)[:26] + _smessage(1114, 10)[30:]]),
+               (1390, _begin(1400)[25:]),
+               (1350, _change(1350)[25:]), (1410, _commit(1400, 1410)[25:])]
+
+
+@pytest.mark.parametrize("reader", ["native", "python"])
+@pytest.mark.parametrize("spill", [1 << 20, 16])
+def test_streamed_transactions_come_whole_at_their_commit(reader: str, spill: int,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Protocol 2: aborted (sub)transactions leave nothing, interleaved blocks are put together,
+    the xid is removed, a stream commit past the target ends the window -- in memory or spilled."""
+    monkeypatch.setattr(streamed, "SPILL_BYTES", spill)
+    if reader == "native":
+        stream, out, server = _native(V2, streaming=True, batch_rows=3)
+        server.close()
+    else:
+        stream, out, _ = _python(V2, monkeypatch, streaming=True, batch_rows=3)
+    assert out == V2_EXPECTED
+    assert stream.stream_messages == 5 + 5 + 2 + 1 and not stream.bounded  # S, E, A, c (xid 30: not read)
+
+
+@pytest.mark.parametrize("reader", ["native", "python"])
+def test_max_events_ends_after_a_stream_commit(reader: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = [_sstart(1100, 10), *[_schange(1101 + i, 10) for i in range(5)], _sstop(1110),
+              _scommit(10, 1200, 1210), _begin(1400), _change(1350), _commit(1400, 1410)]
+    if reader == "native":
+        stream, out, server = _native(script, streaming=True, max_events=2)
+        server.close()
+    else:
+        stream, out, _ = _python(script, monkeypatch, streaming=True, max_events=2)
+    assert [d[:1] for _, d in out] == [b"B", *[b"I"] * 5, b"C"] and stream.bounded
+
+
+@pytest.mark.parametrize("bad", [_xlog(1100, b"S\x00"), _xlog(1100, b"c" + bytes(10)),
+                                 _xlog(1100, b"A\x00\x00"), _sstop(1100)],
+                         ids=["short_start", "short_commit", "short_abort", "stop_without_start"])
+def test_malformed_stream_messages_are_protocol_errors(bad: bytes) -> None:
+    with pytest.raises(ProtocolError, match="malformed pgoutput stream message|Stream Stop without"):
+        list(streamed.unstream(iter([[(1100, bad[25:])]]), lambda: 1, 10))
