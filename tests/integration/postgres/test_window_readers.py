@@ -243,3 +243,36 @@ def _nan_safe(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_nan_safe(v) for v in value]
     return value
+
+
+def test_streamed_large_transactions_stage_like_the_peek(
+    pg_db: Any, tmp_path: Path, stream_reader: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``logical_decoding_work_mem`` at its 64 kB minimum the server streams the large
+    transactions in pieces (protocol 2): a committed one (with a rolled-back savepoint) stages
+    exactly what the peek stages, an aborted one leaves nothing, and a window bounded by
+    ``run.max.events`` still ends on whole transactions."""
+    from airflow_cdc.sources.postgres import streamed
+
+    spooled: list[int] = []
+    add = streamed.Spool.add
+    monkeypatch.setattr(streamed.Spool, "add", lambda self, lsn, data: (spooled.append(lsn), add(self, lsn, data)))
+    _exec(pg_db.dsn, f'ALTER DATABASE "{pg_db.name}" SET logical_decoding_work_mem = \'64kB\'',
+          "CREATE TABLE a (id int PRIMARY KEY, v text, big text)")
+    configs = [_config(pg_db, tmp_path, r, **{"run.max.events": 2500}) for r in ("stream", "peek")]
+    for config in configs:
+        run_capture(config)
+    _exec(pg_db.dsn,
+          "BEGIN; INSERT INTO a SELECT g, 'big', repeat('x', 200) FROM generate_series(1, 3000) g; "
+          "SAVEPOINT s; INSERT INTO a SELECT g, 'rolled back', NULL FROM generate_series(5001, 6000) g; "
+          "ROLLBACK TO s; UPDATE a SET v = 'u' WHERE id % 2 = 0; COMMIT",
+          "BEGIN; INSERT INTO a SELECT g, 'aborted', repeat('y', 200) FROM generate_series(7001, 9000) g; ROLLBACK",
+          "INSERT INTO a VALUES (0, 'small', NULL)",
+          "BEGIN; DELETE FROM a WHERE id > 2000; COMMIT")
+    stream_runs, peek_runs = (_runs(c) for c in configs)
+    assert spooled, "the server did not stream any transaction"
+    assert [rows for _, _, rows in stream_runs] == [rows for _, _, rows in peek_runs]
+    events = [e for _, _, rows in stream_runs for _, e in rows]
+    assert len(events) == 3000 + 1500 + 1 + 1000
+    assert not [e for e in events if (e["after"] or {}).get("v") in ("aborted", "rolled back")]
+    assert len(stream_runs) >= 2  # run.max.events ended a window after a whole (streamed) transaction
