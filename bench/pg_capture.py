@@ -139,6 +139,9 @@ def bare_stream(dsn: str, start: int, upto: int) -> int:
             elif buf[0] == 0x6B and unpack(buf, 1)[0] >= upto:
                 WALSENDER_CPU["stream"].append(walsender_cpu(pg.backend_pid))
                 return msgs
+            elif buf[0] == 0x6B and buf[17]:  # the server asks for a reply (wal_sender_timeout)
+                pg.put_copy_data(struct.pack(">cqqqqB", b"r", start, start, start, 0, 0))
+                pg.flush()
     finally:
         pg.finish()
         _wait_slot_idle(dsn)
