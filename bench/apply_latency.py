@@ -149,7 +149,7 @@ def main() -> None:
             _cli(["capture", *cli])
             batch = list_batches(config["staging.path"], config["name"])[-1]
             events = sum(t["rows"] for t in batch.manifest["tables"].values())
-            started, wall, output = _cli(["apply", "--commit", *cli])
+            started, wall, output = _cli(["apply", "--commit", "--batch", str(batch.path), *cli])
             report = _report(output)
             split = parts(started, wall, report)
             walls.append(wall)
