@@ -493,8 +493,9 @@ COMMON_PROPERTIES: tuple[Property, ...] = (
         "bool",
         False,
         "Create silver and tombstone tables with Delta deletion vectors: a MERGE then writes the changed "
-        "rows and a vector per touched file instead of copying whole files (measured: a little faster "
-        "at 10M rows, slower at 0.2M). Readers need deletion-vector support (Delta reader version 3). "
+        "rows and a vector per touched file instead of copying whole files (measured: half the time of a "
+        "small batch into 10M rows, 13 % more at 0.2M). Readers need deletion-vector support (Delta reader "
+        "version 3). "
         "Existing tables keep their protocol.",
     ),
     Property(
