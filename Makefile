@@ -44,6 +44,13 @@ export AIRFLOW_CDC_DELTA_JARS := $(CURDIR)/$(JARS)
 .PHONY: test setup system-packages venv jars lint clean demo
 
 test: setup
+	@# Test workers run captures, Spark drivers and browsers in-process and start subprocesses
+	@# (database servers, spark-submit) from there; a worker whose virtual size grew past RAM
+	@# (reserved, untouched address space) got ENOMEM from fork() under the kernel's heuristic
+	@# overcommit (vm.overcommit_memory=0) while 11 GiB were free. As root on a test machine, allow it.
+	@if [ -w /proc/sys/vm/overcommit_memory ] && [ "$$(cat /proc/sys/vm/overcommit_memory)" = 0 ]; then \
+	    { echo 1 > /proc/sys/vm/overcommit_memory; } 2>/dev/null \
+	    && echo ">>> vm.overcommit_memory=1 (fork from large test workers)" || true; fi
 	@echo ">>> running pytest $(PYTEST_ARGS)"
 	$(PY) -m pytest $(PYTEST_ARGS)
 
