@@ -139,9 +139,18 @@ def main() -> None:
         action="store_true",
         help="silver tables with deletion vectors (delta.deletion.vectors.enabled): MERGE writes vectors",
     )
+    p.add_argument(
+        "--full-merge",
+        action="store_true",
+        help="the MERGE that reads stored values (as when rows wait for unchanged-TOAST values), "
+        "instead of the lean one this batch qualifies for",
+    )
     args = p.parse_args()
-    from spark_jobs.cdc_apply import session
+    from spark_jobs.cdc_apply import session, silver
     from spark_jobs.cdc_apply.job import ApplySettings
+
+    if args.full_merge:
+        silver.has_pending = lambda spark, path: True
 
     sizes = [int(s) for s in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="bench-apply-scale-"))

@@ -222,14 +222,27 @@ def merge_silver(
         with commit.conf(spark, txn=False):
             table.delete(F.col(POSITION) < F.lit(frame.truncate_at))
     newer = f"s.{POSITION} > t.{POSITION}"
-    values = {quoted(n): f"CASE WHEN {_unsent(n)} THEN t.{quoted(n)} ELSE s.{quoted(n)} END" for n in data}
-    values[PENDING] = values_pending()
+    # Lean MERGE: no event of the batch lists unchanged-TOAST columns and no stored row waits for
+    # one, so no clause reads a stored value; the MERGE then reads the stored rows' keys and
+    # positions only (with deletion vectors it never reads the other columns of the touched files).
+    lean = not frame.toast and not has_pending(spark, path)
+    if lean:
+        values = {quoted(n): f"s.{quoted(n)}" for n in data}
+        values[PENDING] = f"CAST(NULL AS {PENDING_TYPE.simpleString()})"
+        fresh = dict(values)
+        new_pending = values[PENDING]
+    else:
+        values = {
+            quoted(n): f"CASE WHEN {_unsent(n)} THEN t.{quoted(n)} ELSE s.{quoted(n)} END" for n in data
+        }
+        values[PENDING] = values_pending()
     inserts = fresh | meta | {PENDING: new_pending}
     builder = table.alias("t").merge(source.alias("s"), _key_match(frame.keys, "t", "s"))
-    older = f"s.{POSITION} < t.{POSITION} AND t.{PENDING} IS NOT NULL" + (
-        f" AND NOT coalesce(t.{DELETED}, false)" if soft else ""
-    )
-    builder = builder.whenMatchedUpdate(condition=older, set=_older_fill(data))
+    if not lean:
+        older = f"s.{POSITION} < t.{POSITION} AND t.{PENDING} IS NOT NULL" + (
+            f" AND NOT coalesce(t.{DELETED}, false)" if soft else ""
+        )
+        builder = builder.whenMatchedUpdate(condition=older, set=_older_fill(data))
     if soft:
         flag = {**meta, DELETED: "true"}
         builder = builder.whenMatchedUpdate(condition=f"s.{ACTION} = 'delete' AND {newer}", set=flag)
@@ -244,6 +257,13 @@ def merge_silver(
     with commit.conf(spark, txn=True):
         builder.execute()
     return "merged"
+
+
+def has_pending(spark: SparkSession, path: str) -> bool:
+    """Whether a stored row still waits for unchanged-TOAST values.  Files whose statistics
+    count no ``__pending`` value are skipped unread, so this is usually planning only."""
+    stored = spark.read.format("delta").load(path)
+    return bool(stored.where(F.col(PENDING).isNotNull()).select(POSITION).limit(1).count())
 
 
 def _dense(state: LogState, events: int, ratio: float) -> bool:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import random
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Self
 
@@ -49,7 +52,11 @@ def _diff(expected: dict[str, Any] | None, got: dict[str, Any] | None) -> dict[s
     if expected is None or got is None:
         return {"(row)": (_short(expected), _short(got))}
     cols = expected.keys() | got.keys()
-    return {c: (_short(expected.get(c)), _short(got.get(c))) for c in sorted(cols) if expected.get(c) != got.get(c)}
+    return {
+        c: (_short(expected.get(c)), _short(got.get(c)))
+        for c in sorted(cols)
+        if expected.get(c) != got.get(c)
+    }
 
 
 def _short(value: Any) -> str:
@@ -72,6 +79,65 @@ def capture_process(config_path: Path, failpoints: str) -> subprocess.Popen:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
+
+
+class CrashRuns:
+    """Capture runs in child processes for a crash-convergence loop: each run is armed with
+    ``failpoints`` and, at ``kill_rate``, SIGKILLed after a random delay of up to ``max_delay``
+    seconds -- until ``budget`` runs were killed; later runs go unarmed.  Without the budget the
+    loop may never end on a slow machine: a slow run lets the writers fill its window, and a
+    per-transaction failpoint (``mid_window``) then kills nearly every run."""
+
+    def __init__(
+        self,
+        config_path: Path,
+        failpoints: str,
+        rng: random.Random,
+        kill_rate: float,
+        max_delay: float,
+        budget: int = 30,
+        max_runs: int = 400,
+    ) -> None:
+        self.config_path, self.failpoints, self.rng = config_path, failpoints, rng
+        self.kill_rate, self.max_delay, self.budget, self.max_runs = kill_rate, max_delay, budget, max_runs
+        self.kills = self.clean = 0
+
+    @property
+    def runs(self) -> int:
+        return self.kills + self.clean
+
+    @property
+    def armed(self) -> bool:
+        return self.kills < self.budget
+
+    def start(self) -> subprocess.Popen:
+        return capture_process(self.config_path, self.failpoints if self.armed else "")
+
+    def maybe_kill(self, proc: subprocess.Popen) -> None:
+        if self.armed and self.rng.random() < self.kill_rate:
+            time.sleep(self.rng.random() * self.max_delay)
+            proc.send_signal(signal.SIGKILL)
+
+    def wait(self, proc: subprocess.Popen) -> None:
+        """Count the run; a run that failed otherwise or hung fails the test with its stderr."""
+        try:
+            _, err = proc.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: the child's stacks on stderr
+            _, err = proc.communicate()
+            raise AssertionError(f"capture hung (run {self.runs}): {err.decode()[-6000:]}") from None
+        if proc.returncode == 0:
+            self.clean += 1
+        elif proc.returncode == -signal.SIGKILL:
+            self.kills += 1
+        else:
+            raise AssertionError(f"capture failed ({proc.returncode}): {err.decode()[-3000:]}")
+        assert self.runs < self.max_runs, f"no progress: {self.kills} kills, {self.clean} clean runs"
+
+    def run(self) -> None:
+        proc = self.start()
+        self.maybe_kill(proc)
+        self.wait(proc)
 
 
 class WriterThreads:

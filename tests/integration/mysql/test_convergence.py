@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import random
-import signal
 import threading
 import time
 from pathlib import Path
@@ -15,7 +14,7 @@ import pymysql
 import pytest
 
 from tests.integration.mysql.support import assert_converged, execute, pipeline, run_capture
-from tests.support.pipeline import WriterThreads, capture_process, snapshot_pending
+from tests.support.pipeline import CrashRuns, WriterThreads, snapshot_pending
 
 pytestmark = pytest.mark.slow
 ODD = "`we``ird tbl ü`"
@@ -170,25 +169,13 @@ def test_converges_with_sigkill_at_random_points(mariadb_db, tmp_path):
     config, tables = _setup(mariadb_db, tmp_path)
     config_path = tmp_path / "pipeline.json"
     config_path.write_text(json.dumps(config))
-    rng = random.Random(42)
-    kills = clean = 0
+    runs = CrashRuns(
+        config_path, "after_batch_write:0.25,after_state_commit:0.25,mid_window:0.1", random.Random(42), 0.35, 1.0
+    )
     with Writers(mariadb_db):
-        while snapshot_pending(config) or clean < 3:
-            proc = capture_process(
-                config_path, "after_batch_write:0.25,after_state_commit:0.25,mid_window:0.1"
-            )
-            if rng.random() < 0.35:
-                time.sleep(rng.random() * 1.0)
-                proc.send_signal(signal.SIGKILL)
-            _, err = proc.communicate(timeout=300)
-            if proc.returncode == 0:
-                clean += 1
-            elif proc.returncode == -signal.SIGKILL:
-                kills += 1
-            else:
-                raise AssertionError(f"capture failed ({proc.returncode}): {err.decode()[-3000:]}")
-            assert kills + clean < 120, "no progress under kills"
-    assert kills >= 5, f"only {kills} kills happened"
+        while snapshot_pending(config) or runs.clean < 3:
+            runs.run()
+    assert runs.kills >= 5, f"only {runs.kills} kills happened"
     run_capture(config)
     assert_converged(config, tables)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
-import signal
 import threading
 import time
 import uuid
@@ -34,7 +33,7 @@ from tests.integration.postgres.test_convergence import (
 )
 from tests.integration.spark.support import diff, normalised_rows, semantic_names, silver_rows
 from tests.integration.spark.test_apply_basic import assert_silver_matches
-from tests.support.pipeline import capture_process, replay, snapshot_pending
+from tests.support.pipeline import CrashRuns, replay, snapshot_pending
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -161,33 +160,24 @@ def test_sigkilled_captures_with_writers_replayed_through_spark(kind, request, s
                          "run.max.events": 300})
     config_path = tmp_path / "pipeline.json"
     config_path.write_text(json.dumps(config))
-    rng, stop, errors = random.Random(7), threading.Event(), []
+    stop, errors = threading.Event(), []
     writers = [threading.Thread(target=_typed_writer, args=(h, stop, s, errors)) for s in (1, 2)]
-    kills = clean = 0
+    # mid_window fires per staged transaction: a low rate still kills some windows
+    runs = CrashRuns(
+        config_path, "after_batch_write:0.1,after_state_commit:0.1,mid_window:0.002", random.Random(7), 0.3, 1.0
+    )
     with h.agent():
         for w in writers:
             w.start()
         try:
-            while snapshot_pending(config) or clean < 3:
-                # mid_window fires per staged transaction: a low rate still kills some windows
-                proc = capture_process(config_path, "after_batch_write:0.1,after_state_commit:0.1,mid_window:0.002")
-                if rng.random() < 0.3:
-                    time.sleep(rng.random() * 1.0)
-                    proc.send_signal(signal.SIGKILL)
-                _, err = proc.communicate(timeout=300)
-                if proc.returncode == 0:
-                    clean += 1
-                elif proc.returncode == -signal.SIGKILL:
-                    kills += 1
-                else:
-                    raise AssertionError(f"capture failed ({proc.returncode}): {err.decode()[-3000:]}")
-                assert kills + clean < 100, "no progress under kills"
+            while snapshot_pending(config) or runs.clean < 3:
+                runs.run()
         finally:
             stop.set()
             for w in writers:
                 w.join()
     assert not errors, errors
-    assert kills >= 3, f"only {kills} kills happened"
+    assert runs.kills >= 3, f"only {runs.kills} kills happened"
     run_capture(config)
     run_capture(config)
     batches = list_batches(config["staging.path"], config["name"])

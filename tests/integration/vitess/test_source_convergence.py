@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import random
-import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -17,9 +15,9 @@ import pytest
 
 from tests.integration.vitess.capture_support import SCHEMA, order_values, shard_rows, vitess_props
 from tests.support.pipeline import (
+    CrashRuns,
     WriterThreads,
     assert_rows_equal,
-    capture_process,
     replay,
     run_capture,
     snapshot_pending,
@@ -81,36 +79,21 @@ def sigkill_scenario(
     config_path = tmp_path / "pipeline.json"
     config_path.write_text(json.dumps(props))
     rng = random.Random(7)
-    kills = clean = copy_runs = runs = 0
+    runs = CrashRuns(config_path, "after_batch_write:0.25,after_state_commit:0.2,mid_window:0.1", rng, 0.3, 1.5)
+    copy_runs = 0
     with Writers(vtgate, ks) as writers:
-        while snapshot_pending(props) or clean < 3:
+        while snapshot_pending(props) or runs.clean < 3:
             copy_runs += snapshot_pending(props)
-            runs += 1
-            proc = capture_process(
-                config_path, "after_batch_write:0.25,after_state_commit:0.2,mid_window:0.1"
-            )
-            if runs == reshard_at:
+            proc = runs.start()
+            if runs.runs + 1 == reshard_at:
                 assert snapshot_pending(props), "the reshard should come while the copy is unfinished"
                 time.sleep(rng.random() * 0.5)
                 vtgate.reshard(ks, {"0": shard_servers[0]})
-            elif rng.random() < 0.3:
-                time.sleep(rng.random() * 1.5)
-                proc.send_signal(signal.SIGKILL)
-            try:
-                _, err = proc.communicate(timeout=300)
-            except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: the child's stacks on stderr
-                _, err = proc.communicate()
-                raise AssertionError(f"capture hung (run {runs}): {err.decode()[-6000:]}") from None
-            if proc.returncode == 0:
-                clean += 1
-            elif proc.returncode == -signal.SIGKILL:
-                kills += 1
             else:
-                raise AssertionError(f"capture failed ({proc.returncode}): {err.decode()[-3000:]}")
-            assert kills + clean < 150, "no progress under kills"
+                runs.maybe_kill(proc)
+            runs.wait(proc)
     assert not writers.errors
-    assert kills >= 5, f"only {kills} kills happened"
+    assert runs.kills >= 5, f"only {runs.kills} kills happened"
     assert copy_runs >= 5, "the copy should be spread over many runs"
     assert reshard_at is None or [s.name for s in vtgate.keyspace_shards(ks)] == ["0"]
     while run_capture(props).events:
