@@ -124,9 +124,7 @@ def mariadb_db(mariadb_server: MariaDbServer) -> Iterator[MariaDbDatabase]:
         mariadb_server.drop_database(name)
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
-    pytest.importorskip("pyspark")
+def _start_spark() -> Any:
     from spark_jobs.cdc_apply import session
     from spark_jobs.cdc_apply.layout import JARS_ENV
 
@@ -134,7 +132,33 @@ def spark() -> Iterator[object]:
         os.environ[JARS_ENV] = str(REPO / ".jars")
     os.environ.setdefault("TZ", "UTC")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers of in-process applies
-    spark = session.build(app_name="airflow-cdc-tests")
+    return session.build(app_name="airflow-cdc-tests")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the Spark session before the first test when this process will run a Spark test.
+
+    PySpark starts its JVM with a ``preexec_fn``, which makes Python ``fork()`` the whole
+    process instead of ``vfork()``.  Later in a run a test worker holds gigabytes of reserved,
+    untouched address space (allocators keep what they once mapped), and under the kernel's
+    heuristic overcommit that ``fork()`` failed with ENOMEM while RAM was free.  Started here, the
+    JVM is forked from a small process."""
+    if session.config.option.collectonly or not session.items:
+        return
+    if not any("spark" in getattr(item, "fixturenames", ()) for item in session.items):
+        return
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        return
+    _start_spark()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    pytest.importorskip("pyspark")
+    spark = _start_spark()  # the session pytest_collection_finish started, if it did
     try:
         yield spark
     finally:
