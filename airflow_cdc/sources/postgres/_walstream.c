@@ -39,6 +39,8 @@
 
 #define PG_EPOCH_US 946684800000000LL
 #define MIN_BUF (1 << 20)
+/* PostgreSQL sends no message larger than 1 GB (MaxAllocSize): a longer length is damage. */
+#define MAX_MESSAGE 0x40000000u
 
 static PyObject *StreamError;
 
@@ -217,7 +219,8 @@ fill(Reader *r)
 }
 
 /* The next complete backend message in the buffer: its type, body and body length; 0 if none
- * is complete yet.  The buffer grows to hold a message larger than it. */
+ * is complete yet.  The buffer grows (in fill) with the bytes that arrive, never to the length a
+ * header claims: a damaged or hostile header must not reserve gigabytes. */
 static int
 next_frame(Reader *r, unsigned char *type, const unsigned char **body, Py_ssize_t *len)
 {
@@ -226,21 +229,13 @@ next_frame(Reader *r, unsigned char *type, const unsigned char **body, Py_ssize_
         return 0;
     const unsigned char *p = r->buf + r->pos;
     uint32_t n = be32(p + 1);
-    if (n < 4)
+    if (n < 4 || n > MAX_MESSAGE)
         return fail("", "malformed message of length %u on the replication connection", n), -1;
     if (avail < (Py_ssize_t)n + 1) {
-        Py_ssize_t need = (Py_ssize_t)n + 1 + MIN_BUF / 4;
-        if (need > r->cap - r->pos) {  /* make room: compact, then grow */
+        if (r->pos > 0 && (Py_ssize_t)n + 1 > r->cap - r->pos) {  /* make room: compact */
             memmove(r->buf, p, (size_t)avail);
             r->have = avail;
             r->pos = 0;
-            if (need > r->cap) {
-                unsigned char *b = PyMem_Realloc(r->buf, (size_t)need);
-                if (b == NULL)
-                    return PyErr_NoMemory(), -1;
-                r->buf = b;
-                r->cap = need;
-            }
         }
         return 0;
     }

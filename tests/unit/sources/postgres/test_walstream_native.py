@@ -198,6 +198,8 @@ def test_start_errors_map_like_the_python_reader(state: str, error: type[Excepti
     (_copy(b"x" + bytes(30)), "unexpected replication message type 'x'"),
     (_copy(b"k" + bytes(5)), "truncated keepalive"),
     (_copy(_xlog(1500, b"C\0")), "truncated pgoutput message"),
+    # beyond PostgreSQL's 1 GB message limit: refused at the header, nothing reserved for it
+    (b"d" + (0x40000001).to_bytes(4, "big") + bytes(64), "malformed message of length 1073741825"),
     (_frame(b"c", b""), "ended the replication stream early"),
     (b"", "closed the replication connection"),
 ])
