@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -152,7 +153,23 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         import pyspark  # noqa: F401
     except ImportError:
         return
-    _start_spark()
+    # outside a test nothing captures the JVM's output: it goes to a file, not the test log
+    log = tempfile.NamedTemporaryFile(prefix="airflow-cdc-tests-spark-", suffix=".log", delete=False)  # noqa: SIM115
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        _start_spark()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+        log.close()
 
 
 @pytest.fixture(scope="session")
