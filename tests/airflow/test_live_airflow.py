@@ -157,7 +157,9 @@ def live(pg_server, tmp_path_factory) -> Iterator[tuple[LiveAirflow, Any]]:
         f"state.store: postgresql://{auth}/{meta}?table=cdc_state\n"  # not the source DB: its writes would be changes
 
         f"airflow:\n  dag_id: {DAG}\n  cdc_conn_id: live_pg\n  apply: false\n  retries: 0\n"
-        "  deferrable: true\n  poke_interval: 2\n  sensor_timeout: 20\n"
+        # the deferral must outlast the test's state polls (CLI calls of seconds each on a busy
+        # machine: a CI run saw a 20 s deferral time out unseen)
+        "  deferrable: true\n  poke_interval: 2\n  sensor_timeout: 60\n"
     )
     (dags / "live_shop.py").write_text(
         f"from airflow_cdc.airflow.dag_factory import cdc_dag\ndag = cdc_dag({str(pipeline)!r})\n"
@@ -285,7 +287,7 @@ def test_sensor_defers_triggerer_resumes_and_idle_runs_do_nothing(live):
     count = len(list_batches(staging, DAG))
     af.cli("dags", "trigger", DAG)
     idle = af.wait_new_run(before)
-    states = af.wait_run(idle, timeout=180)  # the sensor's 20 s timeout, then skips
+    states = af.wait_run(idle, timeout=240)  # the sensor's 60 s timeout, then skips
     assert states == {"sense": "skipped", "capture": "skipped", "commit": "skipped"}, states
     assert len(list_batches(staging, DAG)) == count > before_batches  # no batch, no commit, no Asset event
     triggerer = (af.home / "triggerer.log").read_text(errors="replace")
