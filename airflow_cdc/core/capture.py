@@ -23,6 +23,7 @@ from airflow_cdc.core.conditions import RAW_SQL_PROPERTY
 from airflow_cdc.core.config import ConnectorConfig, signal_table
 from airflow_cdc.core.errors import ConfigError, ServerMisconfigured
 from airflow_cdc.core.failpoints import failpoint
+from airflow_cdc.core.gc_policy import relaxed_gc
 from airflow_cdc.core.lease import Lease, Leases, fence_state
 from airflow_cdc.core.signals import SnapshotSignal, apply_signals, check_signals, parse_signal
 from airflow_cdc.core.snapshot import (
@@ -180,7 +181,7 @@ class Capture:
         """
         parsed = [s if isinstance(s, SnapshotSignal) else parse_signal(s) for s in signals or []]
         try:
-            with self.leases.hold("capture") as lease:
+            with self.leases.hold("capture") as lease, relaxed_gc():
                 return self._run(parsed, commit, lease, prepared)
         finally:
             snapshot_parts.discard(prepared)

@@ -33,6 +33,11 @@ from airflow_cdc.core.events import (
     now_us,
 )
 
+try:
+    from airflow_cdc.core._columns import columns as _transpose
+except ImportError:  # not built: Python transposition
+    _transpose = None
+
 #: Row data per Parquet row group, at most (about): Spark reads a row group's column chunks whole
 ROW_GROUP_BYTES = 16 << 20
 #: Values buffered per piece before it is converted and written (estimated from samples)
@@ -153,7 +158,7 @@ def relax(field: pa.Field) -> pa.Field:
     return pa.field(field.name, t, True, field.metadata)
 
 
-def text_array(values: list[Any]) -> tuple[pa.Array, list[bool] | None]:
+def text_array(values: Sequence[Any]) -> tuple[pa.Array, list[bool] | None]:
     """Build a string array from text values; returns also the "not sent" mask if any."""
     try:
         return pa.array(values, type=pa.string()), None
@@ -250,16 +255,54 @@ class TableSink:
         if self._full():
             self.flush()
 
-    def _image(self, rows: list[tuple | None], want_unavailable: bool) -> tuple[pa.Array, list | None]:
-        texts: list[pa.Array] = []
-        unchanged: list[pa.BooleanArray | None] = []
+    def add_many(self, rows: list[tuple]) -> None:
+        """:meth:`add` for each of ``rows`` (pieces end exactly where they would)."""
+        size, i = len(rows), 0
+        while i < size:
+            n = len(self._rows)
+            take = min(size - i, self._piece_rows - n)
+            if take <= 0:
+                self.flush()
+                continue
+            # the events that would be sampled (the piece's 64th, 128th, ...) end the piece early
+            # once the sampled sizes reach PIECE_BYTES
+            first = (-n) % _SAMPLE or _SAMPLE
+            for k in range(first, take + 1, _SAMPLE):
+                row = rows[i + k - 1]
+                self._sampled += _image_bytes(row[1]) + _image_bytes(row[2])
+                if self._sampled * _SAMPLE >= PIECE_BYTES:
+                    take = k
+                    break
+            self._rows += rows[i : i + take] if i or take < size else rows
+            i += take
+            if len(self._rows) >= self._piece_rows or self._sampled * _SAMPLE >= PIECE_BYTES:
+                self.flush()
+
+    def _columns(self, rows: list[tuple | None]) -> dict[int, list]:
+        """The selected columns' values of ``rows`` (None where a row is None), by column index."""
+        if _transpose is not None:
+            try:
+                return dict(zip(self._select, _transpose(rows, self._select), strict=True))
+            except IndexError as e:
+                raise ProtocolError(
+                    f"{self.rel_path}: a row image has fewer columns than the table ({e})"
+                ) from None
+        columns = {}
         for idx in self._select:
             try:
-                values = [r[idx] if r is not None else None for r in rows]
+                columns[idx] = [r[idx] if r is not None else None for r in rows]
             except IndexError:
                 raise ProtocolError(
                     f"{self.rel_path}: a row image has fewer columns than the table (column index {idx})"
                 ) from None
+        return columns
+
+    def _image(self, rows: list[tuple | None], want_unavailable: bool) -> tuple[pa.Array, list | None]:
+        texts: list[pa.Array] = []
+        unchanged: list[pa.BooleanArray | None] = []
+        columns = self._columns(rows)
+        for idx in self._select:
+            values = columns[idx]
             native = getattr(self._codecs[len(texts)], "convert_values", None)
             if native is not None:  # sources that decode binary values themselves (MySQL binlog)
                 texts.append(native(values))
@@ -315,7 +358,7 @@ class TableSink:
             counts,
             before,
             after,
-            pa.array(positions, type=pa.binary()),
+            positions if isinstance(positions, pa.Array) else pa.array(positions, type=pa.binary()),
             src,
             txn,
             unavailable,
@@ -355,7 +398,7 @@ class TableSink:
                 ],
                 type=TRANSACTION_TYPE,
             )
-            if txn and any(t is not None for t in txn)
+            if txn and txn.count(None) < len(txn)
             else pa.nulls(n, TRANSACTION_TYPE)
         )
         unavail_arr = (

@@ -370,6 +370,117 @@ fail:
     return NULL;
 }
 
+
+static PyObject *S_c, *S_u, *S_d;
+
+/* One event tuple (op, before, after, info, pos, row, None, ordinal): the form the stream's sink
+ * buffers (stream.py's expand_events reads it). Steals nothing. */
+static PyObject *event_tuple(PyObject *op, PyObject *before, PyObject *after, PyObject *info,
+                             PyObject *pos, Py_ssize_t row, Py_ssize_t ordinal) {
+    PyObject *t = PyTuple_New(8);
+    if (!t) return NULL;
+    PyObject *r = PyLong_FromSsize_t(row), *n = PyLong_FromSsize_t(ordinal);
+    if (!r || !n) { Py_XDECREF(r); Py_XDECREF(n); Py_DECREF(t); return NULL; }
+    Py_INCREF(op); PyTuple_SET_ITEM(t, 0, op);
+    Py_INCREF(before); PyTuple_SET_ITEM(t, 1, before);
+    Py_INCREF(after); PyTuple_SET_ITEM(t, 2, after);
+    Py_INCREF(info); PyTuple_SET_ITEM(t, 3, info);
+    Py_INCREF(pos); PyTuple_SET_ITEM(t, 4, pos);
+    PyTuple_SET_ITEM(t, 5, r);
+    Py_INCREF(Py_None); PyTuple_SET_ITEM(t, 6, Py_None);
+    PyTuple_SET_ITEM(t, 7, n);
+    return t;
+}
+
+static int append_event(PyObject *out, PyObject *op, PyObject *before, PyObject *after, PyObject *info,
+                        PyObject *pos, Py_ssize_t row, Py_ssize_t ordinal) {
+    PyObject *t = event_tuple(op, before, after, info, pos, row, ordinal);
+    if (!t) return -1;
+    int rc = PyList_Append(out, t);
+    Py_DECREF(t);
+    return rc;
+}
+
+/* events(body, offset, op, after, key_index, info, pos) -> list of event tuples
+ * (op, before, after, info, pos, row, None, ordinal) for every row image of a rows event: what
+ * decode() returns, turned into the stream's events in one pass.  An update whose key columns
+ * (``key_index``, indexes into the full column list) differ between its images becomes a ``d`` of
+ * the old image and a ``c`` carrying both images, as Debezium emits a primary-key change;
+ * ``ordinal`` numbers the events, ``row`` the row images. */
+static PyObject *Layout_events(Layout *self, PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t o;
+    int op;
+    PyObject *after = Py_None, *keys, *info, *pos;
+    if (!PyArg_ParseTuple(args, "y*nCOOOO", &buf, &o, &op, &after, &keys, &info, &pos)) return NULL;
+    Layout *second = NULL;
+    PyObject *ks = NULL, *out = NULL;
+    Py_ssize_t nkeys = 0, key[64];
+    if (op == 'u') {
+        if (after == Py_None) second = self;
+        else if (PyObject_TypeCheck(after, &LayoutType)) second = (Layout *)after;
+        else { PyErr_SetString(PyExc_TypeError, "after must be a Layout"); goto fail; }
+    } else if (op != 'c' && op != 'd') {
+        PyErr_SetString(PyExc_ValueError, "op must be 'c', 'u' or 'd'");
+        goto fail;
+    }
+    if (o < 0) { PyErr_SetString(PyExc_ValueError, "negative offset"); goto fail; }
+    ks = PySequence_Fast(keys, "key_index must be a sequence");
+    if (!ks) goto fail;
+    nkeys = PySequence_Fast_GET_SIZE(ks);
+    if (nkeys > 64) { PyErr_SetString(PyExc_ValueError, "more than 64 key columns"); goto fail; }
+    for (Py_ssize_t i = 0; i < nkeys; i++) {
+        key[i] = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(ks, i));
+        if (key[i] == -1 && PyErr_Occurred()) goto fail;
+        if (key[i] < 0 || key[i] >= self->ncols || (second && key[i] >= second->ncols)) {
+            PyErr_SetString(PyExc_IndexError, "key column index out of range");
+            goto fail;
+        }
+    }
+    const uint8_t *d = buf.buf;
+    Py_ssize_t len = buf.len, row = 0, n = 0;
+    out = PyList_New(0);
+    if (!out) goto fail;
+    while (o < len) {
+        PyObject *a = read_row(self, d, len, &o);
+        if (!a) goto fail;
+        int rc;
+        if (op == 'c') {
+            rc = append_event(out, S_c, Py_None, a, info, pos, row, n++);
+        } else if (op == 'd') {
+            rc = append_event(out, S_d, a, Py_None, info, pos, row, n++);
+        } else {
+            PyObject *b = read_row(second, d, len, &o);
+            if (!b) { Py_DECREF(a); goto fail; }
+            int changed = 0;
+            for (Py_ssize_t i = 0; i < nkeys && !changed; i++) {
+                changed = PyObject_RichCompareBool(PyTuple_GET_ITEM(a, key[i]), PyTuple_GET_ITEM(b, key[i]), Py_NE);
+                if (changed < 0) break;
+            }
+            if (changed < 0) rc = -1;
+            else if (changed) {
+                rc = append_event(out, S_d, a, Py_None, info, pos, row, n);
+                if (rc == 0) rc = append_event(out, S_c, a, b, info, pos, row, n + 1);
+                n += 2;
+            } else {
+                rc = append_event(out, S_u, a, b, info, pos, row, n++);
+            }
+            Py_DECREF(b);
+        }
+        Py_DECREF(a);
+        if (rc < 0) goto fail;
+        row++;
+    }
+    Py_DECREF(ks);
+    PyBuffer_Release(&buf);
+    return out;
+fail:
+    Py_XDECREF(ks);
+    Py_XDECREF(out);
+    PyBuffer_Release(&buf);
+    return NULL;
+}
+
 /* read(data, offset) -> (row, next_offset): one image, the Python reader's signature. */
 static PyObject *Layout_call(Layout *self, PyObject *args, PyObject *kw) {
     Py_buffer buf;
@@ -390,6 +501,8 @@ static PyObject *Layout_call(Layout *self, PyObject *args, PyObject *kw) {
 static PyMethodDef Layout_methods[] = {
     {"decode", (PyCFunction)Layout_decode, METH_VARARGS,
      "decode(body, offset, op, after=None) -> list of (before, after) row image pairs"},
+    {"events", (PyCFunction)Layout_events, METH_VARARGS,
+     "events(body, offset, op, after, key_index, info, pos) -> list of stream event tuples"},
     {NULL, NULL, 0, NULL}
 };
 
@@ -406,12 +519,130 @@ static PyTypeObject LayoutType = {
     .tp_methods = Layout_methods,
 };
 
+
+/* Days from 0001-01-01 style civil date to the Unix epoch (proleptic Gregorian). */
+static int64_t days_from_civil(int64_t y, int64_t m, int64_t d) {
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;
+    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+static int valid_date(int64_t y, int64_t m, int64_t d) {
+    static const int DIM[13] = {0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (y < 1 || y > 9999 || m < 1 || m > 12 || d < 1) return 0;
+    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    return d <= DIM[m] + (m == 2 && leap);
+}
+
+static int64_t floordiv(int64_t a, int64_t b) {
+    int64_t q = a / b;
+    if ((a % b != 0) && ((a < 0) != (b < 0))) q--;
+    return q;
+}
+
+/* datetime_epoch(values, divisor, zero) -> (data, validity) or None
+ *
+ * types.datetime_micros over a column of neutral DATETIME values (YYYYMMDDhhmmss * 10**6 +
+ * micros, Python ints, None for NULL), floor-divided by ``divisor`` (1: micros, 1000: millis);
+ * a zero or invalid date becomes ``zero`` (an int, or None for NULL).  Returns the int64 values and
+ * the validity bitmap (None when nothing is NULL) as bytes for pyarrow's Array.from_buffers, or
+ * None when a value is not a non-negative int below 2**127 (the caller then converts in Python). */
+static PyObject *datetime_epoch(PyObject *mod, PyObject *args) {
+    PyObject *values, *zero;
+    long long divisor;
+    if (!PyArg_ParseTuple(args, "OLO", &values, &divisor, &zero)) return NULL;
+    if (divisor < 1) { PyErr_SetString(PyExc_ValueError, "divisor must be positive"); return NULL; }
+    int zero_null = zero == Py_None;
+    long long zero_value = 0;
+    if (!zero_null) {
+        zero_value = PyLong_AsLongLong(zero);
+        if (zero_value == -1 && PyErr_Occurred()) return NULL;
+    }
+    PyObject *seq = PySequence_Fast(values, "values must be a sequence");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), nulls = 0;
+    PyObject *data = PyBytes_FromStringAndSize(NULL, n * 8);
+    PyObject *valid = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
+    if (!data || !valid) goto fail;
+    int64_t *out = (int64_t *)PyBytes_AS_STRING(data);
+    uint8_t *bits = (uint8_t *)PyBytes_AS_STRING(valid);
+    memset(bits, 0xFF, (n + 7) / 8);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PySequence_Fast_GET_ITEM(seq, i);
+        int is_null = 0;
+        int64_t result = 0;
+        if (v == Py_None) {
+            is_null = 1;
+        } else {
+            if (!PyLong_CheckExact(v)) goto python;
+            unsigned __int128 x;
+            int overflow = 0;
+            long long small = PyLong_AsLongLongAndOverflow(v, &overflow);
+            if (small == -1 && PyErr_Occurred()) goto fail;
+            if (!overflow) {
+                if (small < 0) goto python;
+                x = (unsigned __int128)small;
+            } else {
+                unsigned char b[16];
+                if (overflow < 0) goto python;
+                if (_PyLong_AsByteArray((PyLongObject *)v, b, 16, 1, 1) < 0) { PyErr_Clear(); goto python; }
+                x = 0;
+                for (int k = 15; k >= 0; k--) x = x << 8 | b[k];
+                if (x >> 127) goto python;
+            }
+            int64_t micros = (int64_t)(x % 1000000);
+            unsigned __int128 stamp = x / 1000000;
+            int64_t hms = (int64_t)(stamp % 1000000);
+            unsigned __int128 ymd = stamp / 1000000;
+            /* as types.datetime_micros: the fields are packed year << 9 | month << 5 | day (the
+             * pure-Python path's epoch_days key), then unpacked and validated as a date */
+            unsigned __int128 year = ymd / 10000;
+            if (year > ((unsigned __int128)1 << 40)) { is_null = 1; }
+            else {
+                int64_t packed = (int64_t)year << 9 | (int64_t)(ymd / 100 % 100) << 5 | (int64_t)(ymd % 100);
+                int64_t y = packed >> 9, m = packed >> 5 & 15, d = packed & 31;
+                if (!valid_date(y, m, d)) is_null = 1;
+                else {
+                    int64_t secs = days_from_civil(y, m, d) * 86400
+                        + hms / 10000 * 3600 + hms / 100 % 100 * 60 + hms % 100;
+                    result = floordiv(secs * 1000000 + micros, divisor);
+                }
+            }
+            if (is_null && !zero_null) { is_null = 0; result = zero_value; }
+        }
+        if (is_null) { bits[i >> 3] &= (uint8_t)~(1u << (i & 7)); nulls++; }
+        out[i] = result;
+    }
+    Py_DECREF(seq);
+    if (!nulls) { Py_DECREF(valid); valid = Py_None; Py_INCREF(valid); }
+    return Py_BuildValue("(NN)", data, valid);
+python:
+    Py_DECREF(seq); Py_XDECREF(data); Py_XDECREF(valid);
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(seq); Py_XDECREF(data); Py_XDECREF(valid);
+    return NULL;
+}
+
+static PyMethodDef module_methods[] = {
+    {"datetime_epoch", datetime_epoch, METH_VARARGS,
+     "datetime_epoch(values, divisor, zero) -> (int64 bytes, validity bytes or None) or None"},
+    {NULL, NULL, 0, NULL}
+};
+
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_binlogrows", "Compiled binlog ROWS event row-image decoder", -1, NULL
+    PyModuleDef_HEAD_INIT, "_binlogrows", "Compiled binlog ROWS event row-image decoder", -1, module_methods
 };
 
 PyMODINIT_FUNC PyInit__binlogrows(void) {
     if (PyType_Ready(&LayoutType) < 0) return NULL;
+    S_c = PyUnicode_InternFromString("c");
+    S_u = PyUnicode_InternFromString("u");
+    S_d = PyUnicode_InternFromString("d");
+    if (!S_c || !S_u || !S_d) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     Py_INCREF(&LayoutType);

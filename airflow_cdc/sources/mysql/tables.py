@@ -144,11 +144,10 @@ class TableState:
                 "writing session did not use binlog_row_image=FULL",
                 hint="set binlog_row_image=FULL globally and for every writing session",
             )
-        native = self._reader(present, True)
-        second = self._reader(after or present, True) if op == "u" else None
-        if native is not None and (op != "u" or second is not None):
+        readers = self._native(op, present, after)
+        if readers is not None:
             try:
-                return native.decode(body, o, op, second)  # type: ignore[no-any-return]
+                return readers[0].decode(body, o, op, readers[1])  # type: ignore[no-any-return]
             except ValueError as e:
                 raise ProtocolError(f"table {self.name}: cannot decode rows event at {pos}: {e}") from e
         read = self._reader(present)
@@ -171,6 +170,40 @@ class TableState:
         except (IndexError, ValueError) as e:
             raise ProtocolError(f"table {self.name}: cannot decode rows event at {pos}: {e}") from e
         return out
+
+    def events(
+        self,
+        body: bytes,
+        o: int,
+        op: str,
+        present: list[bool],
+        after: list[bool] | None,
+        pos: int,
+        info: tuple,
+    ) -> list[tuple] | None:
+        """The stream's event tuples ``(op, before, after, info, pos, row, None, ordinal)`` of one
+        rows event, built by the compiled reader in one pass (a key-changing update is a ``d`` and
+        a ``c``, see :meth:`WindowReader._add_all`); None where there is no compiled reader.
+
+        :raises SchemaError: as :meth:`decode`.
+        """
+        if op != "c" and not all(present):
+            self.decode(body, o, op, present, after, pos)  # raises the SchemaError
+        readers = self._native(op, present, after)
+        if readers is None:
+            return None
+        try:
+            return readers[0].events(body, o, op, readers[1], self.key_index, info, pos)  # type: ignore[no-any-return]
+        except ValueError as e:
+            raise ProtocolError(f"table {self.name}: cannot decode rows event at {pos}: {e}") from e
+
+    def _native(self, op: str, present: list[bool], after: list[bool] | None) -> tuple[Any, Any] | None:
+        """The compiled readers of a rows event's images (before/only, after), or None."""
+        native = self._reader(present, True)
+        second = self._reader(after or present, True) if op == "u" else None
+        if native is None or (op == "u" and second is None):
+            return None
+        return native, second
 
     def _reader(self, present: list[bool], native: bool = False) -> Any:
         """The generated Python reader, or (``native``) the compiled one or None (:mod:`rowcodec`)."""

@@ -52,6 +52,11 @@ _PY_CHARSETS = {
 }
 META_MYSQL_TYPE = b"mysql.type"
 
+try:
+    from airflow_cdc.sources.mysql._binlogrows import datetime_epoch as _datetime_epoch
+except ImportError:  # not built: Python conversion
+    _datetime_epoch = None
+
 
 @dataclass(frozen=True)
 class Modes:
@@ -92,6 +97,34 @@ def datetime_micros(v: int) -> int | None:
     if days is None:
         return None
     return (days * 86400 + hms // 10000 * 3600 + hms // 100 % 100 * 60 + hms % 100) * 1_000_000 + micros
+
+
+def _datetimes(divisor: int, zero: int | None) -> Callable[[list], pa.Array]:
+    """Neutral DATETIME values -> epoch micros (``divisor`` 1) or millis (1000); ``zero`` for zero
+    and invalid dates.  The compiled twin of :func:`datetime_micros` converts whole columns; values
+    it does not take (negative, huge: damaged input) go through the Python function."""
+
+    def python(values: list) -> pa.Array:
+        return pa.array(
+            [
+                None if v is None else m // divisor if (m := datetime_micros(v)) is not None else zero
+                for v in values
+            ],
+            type=pa.int64(),
+        )
+
+    if _datetime_epoch is None:
+        return python
+
+    def convert(values: list) -> pa.Array:
+        out = _datetime_epoch(values, divisor, zero)
+        if out is None:
+            return python(values)
+        data, valid = out
+        buffers = [None if valid is None else pa.py_buffer(valid), pa.py_buffer(data)]
+        return pa.Array.from_buffers(pa.int64(), len(values), buffers)
+
+    return convert
 
 
 def _zero(col: ColumnDef, epoch_value: Any) -> Any:
@@ -188,13 +221,13 @@ def _temporal(
                 pa.int64(),
                 "int64",
                 name,
-                _ints(pa.int64(), lambda v: m // 1000 if (m := datetime_micros(v)) is not None else zero),
+                _datetimes(1000, zero),
             )
         return (
             pa.int64(),
             "int64",
             DBZ + "MicroTimestamp",
-            _ints(pa.int64(), lambda v: m if (m := datetime_micros(v)) is not None else zero),
+            _datetimes(1, zero),
         )
     if t == "timestamp":
         return pa.string(), "string", DBZ + "ZonedTimestamp", _timestamp_text(col)

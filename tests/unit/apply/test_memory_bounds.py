@@ -212,3 +212,52 @@ def test_local_runs_keep_spark_at_warn_unless_the_user_says_otherwise(tmp_path):
     mine = "-Dlog4j2.configurationFile=file:/etc/spark/log4j2.properties"
     job = build_apply_job(batch, str(tmp_path / "lake"), conf={"spark.driver.extraJavaOptions": mine})
     assert job.conf["spark.driver.extraJavaOptions"] == mine
+
+
+@pytest.mark.parametrize("width", [10, 3 * KB, 100 * KB])
+@pytest.mark.parametrize("piece_rows", [1, 63, 64, 1_000])
+def test_add_many_ends_pieces_where_add_does(tmp_path, width, piece_rows):
+    """Events handed over in lists (the compiled MySQL reader: one list per rows event) make the
+    same pieces and the same rows as one event at a time, whatever the list sizes."""
+    import random
+
+    rnd = random.Random(width + piece_rows)
+    events = [
+        ("c", None, (str(i), (f"{i:07d}-" * (width // 8 + 1))[: rnd.choice([width, width // 3, 1])]), _pos(i), (i,), None)
+        for i in range(1_500)
+    ]
+    pieces: dict[str, list[int]] = {}
+    paths = {}
+    for how in ("one", "many"):
+        w = BatchWriter(tmp_path / how, "conn", piece_rows=piece_rows)
+        sink = w.sink(
+            "public.t",
+            {"schema": "public", "table": "t", "key_columns": ["id"]},
+            [IntCodec("id"), TextCodec("v")],
+            [0, 1],
+            LAYOUT,
+            "changes",
+            "v1",
+        )
+        seen = pieces[how] = []
+        original = sink.flush
+
+        def flush(sink=sink, seen=seen, original=original) -> None:
+            seen.append(sink.buffered)
+            original()
+
+        sink.flush = flush  # type: ignore[method-assign]
+        if how == "one":
+            for e in events:
+                sink.add(e)
+        else:
+            i = 0
+            while i < len(events):
+                n = rnd.choice([0, 1, 2, 63, 64, 65, 200, 1_500])
+                sink.add_many(events[i : i + n])
+                i += n
+        paths[how] = w.finish({})
+    assert pieces["one"] == pieces["many"] and sum(pieces["many"]) == 1_500
+    rows = {how: [r for rb in Batch(p).iter_events("public.t") for r in rb.to_pylist()] for how, p in paths.items()}
+    strip = lambda r: {k: v for k, v in r.items() if not k.startswith("ts_")}  # noqa: E731
+    assert [strip(r) for r in rows["one"]] == [strip(r) for r in rows["many"]]

@@ -14,7 +14,7 @@ import struct
 
 import pytest
 
-from airflow_cdc.core.errors import ProtocolError
+from airflow_cdc.core.errors import ProtocolError, SchemaError
 from airflow_cdc.sources.mysql import protocol as p
 from airflow_cdc.sources.mysql import rowcodec as rc
 from airflow_cdc.sources.mysql.flavour import _mysql_json
@@ -302,3 +302,97 @@ def test_garbage_never_crashes_the_compiled_reader():
                     assert isinstance(layout.decode(data[:size], 0, op, layout), list)
                 except ValueError:
                     pass
+
+
+def _stream_events(images: list, op: str, key_index: list[int], info: tuple, pos: int) -> list[tuple]:
+    """The model of the stream's events of one rows event (what ``WindowReader._add_all`` builds
+    from decoded images): a key-changing update is a d of the old image and a c carrying both."""
+    out = []
+    for row, (before, after) in enumerate(images):
+        if op == "u" and any(before[i] != after[i] for i in key_index):
+            parts = [("d", before, None), ("c", before, after)]
+        else:
+            parts = [(op, before, after)]
+        for event_op, b, a in parts:
+            out.append((event_op, b, a, info, pos, row, None, len(out)))
+    return out
+
+
+@pytest.mark.parametrize("op", ["c", "d", "u"])
+@pytest.mark.parametrize("key_index", [[0], [4, 9], [30, 2, 7]])
+def test_compiled_events_are_the_decoded_images_as_stream_events(monkeypatch, op, key_index):
+    """``Layout.events`` (the hot path: images straight into event tuples) equals the Python
+    readers' images turned into events by the model, including updates that change the key (half
+    of the updates here repeat their before image with the key kept, the others do not)."""
+    rnd = random.Random(len(key_index) * 10 + ord(op))
+    cols = _columns()
+    present = [True] * len(cols)
+    body = b"HDR"
+    for k in range(80):
+        image = _image(rnd, cols, present, 0.1)
+        body += image
+        if op == "u":
+            body += image if k % 2 else _image(rnd, cols, present, 0.1)
+    state = _state(cols)
+    state.key_index = key_index
+    info = (1700000000000, 7, "0-1-5", "binlog.000003", 3, 12, None)
+    events = state.events(body, 3, op, present, present if op == "u" else None, 4, info)
+    monkeypatch.setenv(rc.ROWS_ENV, "python")
+    assert _state(cols).events(body, 3, op, present, None, 4, info) is None  # no compiled reader
+    expected = _stream_events(_state(cols).decode(body, 3, op, present, None, 4), op, key_index, info, 4)
+    assert len(events) == len(expected) >= 80
+    for got, want in zip(events, expected, strict=True):
+        assert got[0] == want[0] and got[3:] == want[3:]
+        assert (got[1] is None) == (want[1] is None) and (got[2] is None) == (want[2] is None)
+        assert _same(got[1] or (), want[1] or ()) and _same(got[2] or (), want[2] or ())
+    if op == "u":
+        ops = [e[0] for e in events]
+        assert ops.count("u") >= 40 and ops.count("d") == ops.count("c") >= 30
+
+
+def test_compiled_events_refuse_what_decode_refuses():
+    cols = [rc.ColumnLayout(rc.T_LONG, 0), rc.ColumnLayout(rc.T_VARCHAR, 300)]
+    body = b"\0" + struct.pack("<i", 5) + (200).to_bytes(2, "little") + b"short"
+    with pytest.raises(ProtocolError, match="db.t.*at 9"):
+        _state(cols).events(body, 0, "c", [True, True], None, 9, ())
+    layout = rc.native_reader(cols, [True, True])
+    with pytest.raises(IndexError):
+        layout.events(b"", 0, "u", None, [5], (), 1)
+    with pytest.raises(ValueError):
+        layout.events(b"", 0, "x", None, [0], (), 1)
+    with pytest.raises(SchemaError, match="binlog_row_image=FULL"):
+        _state(cols).events(body, 0, "d", [True, False], None, 9, ())
+
+
+@pytest.mark.parametrize("divisor", [1, 1000])
+@pytest.mark.parametrize("zero", [None, 0])
+def test_compiled_datetime_conversion_is_datetime_micros(divisor, zero):
+    """``datetime_epoch`` (a column of neutral DATETIME values at once) equals ``datetime_micros``
+    value by value: valid stamps of every year, zero dates, invalid months and days (Feb 29 of
+    non-leap years), pre-1970 values (floor division to millis), garbage of every width the
+    readers can produce, NULLs; negative values fall back to Python."""
+    from airflow_cdc.sources.mysql import types as T
+
+    rnd = random.Random(divisor + (zero or 0))
+    values = [None, 0, 1, 10**6, 20240229235959_999999, 20230229000000_000000, 99991231235959_999999,
+              100000101000000_000000, 19700101000000_000000, 19691231235959_999999, 10101000000_000000,
+              15821004235959_000001, 20000229120000_000000, 19000229120000_000000, 24000229000000_000000,
+              21000229000000_000000, 20240431000000_000000, 20241301000000_000000, 2**63, 2**64 - 1, 2**64, (2**64 - 1) * 10**6]  # fmt: skip
+    for _ in range(50_000):
+        k = rnd.random()
+        if k < 0.3:
+            values.append(rnd.getrandbits(rnd.choice([8, 20, 40, 63, 64, 67, 70, 84])))
+        elif k < 0.9:
+            y, m, d = rnd.randint(0, 10000), rnd.randint(0, 99), rnd.randint(0, 99)
+            values.append(((y * 10000 + m * 100 + d) * 1000000 + rnd.randrange(10**6)) * 10**6 + rnd.randrange(10**6))
+        else:
+            values.append(None)
+    expected = [
+        None if v is None else m // divisor if (m := T.datetime_micros(v)) is not None else zero for v in values
+    ]
+    assert T._datetimes(divisor, zero)(values).to_pylist() == expected
+    assert rc._Layout is not None and T._datetime_epoch([-1], divisor, zero) is None  # Python's turn
+    tail = [-1, 20240101000000_000000]
+    assert T._datetimes(divisor, zero)(tail).to_pylist() == [
+        m // divisor if (m := T.datetime_micros(v)) is not None else zero for v in tail
+    ]
