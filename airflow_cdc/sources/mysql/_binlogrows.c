@@ -97,6 +97,16 @@ static int col_size(Col *c) {
     }
 }
 
+/* printf("%0*llu", width, v) without printf (a DECIMAL has up to 9 groups per value) */
+static int put_uint(char *out, uint64_t v, int width) {
+    char tmp[24];
+    int k = 0, n = 0;
+    do { tmp[k++] = (char)('0' + v % 10); v /= 10; } while (v);
+    while (n < width - k) out[n++] = '0';
+    while (k) out[n++] = tmp[--k];
+    return n;
+}
+
 static PyObject *read_decimal(const uint8_t *src, Col *c) {
     int precision = c->meta >> 8, scale = c->meta & 0xFF;
     int intg = precision - scale, frac = scale;
@@ -111,10 +121,8 @@ static PyObject *read_decimal(const uint8_t *src, Col *c) {
     if (negative) for (int i = 0; i < size; i++) b[i] ^= 0xFF;
     char ibuf[100];
     int ni = 0;
-    if (lead) { ni += sprintf(ibuf + ni, "%llu", (unsigned long long)be(b, lead)); p = lead; }
-    for (int i = 0; i < intg0; i++, p += 4) {
-        ni += sprintf(ibuf + ni, ni ? "%09llu" : "%llu", (unsigned long long)be(b + p, 4));
-    }
+    if (lead) { ni += put_uint(ibuf + ni, be(b, lead), 0); p = lead; }
+    for (int i = 0; i < intg0; i++, p += 4) ni += put_uint(ibuf + ni, be(b + p, 4), ni ? 9 : 0);
     /* str(int): no leading zeros, "0" for zero */
     int s = 0;
     while (s < ni && ibuf[s] == '0') s++;
@@ -123,8 +131,8 @@ static PyObject *read_decimal(const uint8_t *src, Col *c) {
     else { memcpy(out + n, ibuf + s, ni - s); n += ni - s; }
     if (frac) {
         out[n++] = '.';
-        for (int i = 0; i < frac0; i++, p += 4) n += sprintf(out + n, "%09llu", (unsigned long long)be(b + p, 4));
-        if (tail) n += sprintf(out + n, "%0*llu", frac0x, (unsigned long long)be(b + p, tail));
+        for (int i = 0; i < frac0; i++, p += 4) n += put_uint(out + n, be(b + p, 4), 9);
+        if (tail) n += put_uint(out + n, be(b + p, tail), frac0x);
     }
     return PyUnicode_FromStringAndSize(out, n);
 }
