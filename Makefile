@@ -22,7 +22,7 @@ PY          := $(VENV)/bin/python
 # Two workers, whole files per worker (module fixtures stay together); each worker starts its own
 # servers, emulators and Spark session; the files of minutes run first (tests/conftest.py LONG_FILES)
 # and the slowest tests are listed at the end.  PYTEST_ARGS="" runs serially.
-PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder --durations=25
+PYTEST_ARGS ?= -n 2 --dist loadfile --durations=25
 EXTRAS      ?= dev,mysql,sqlserver,vitess,spark,airflow
 comma       := ,
 # Stamp name: .installed-<sha of pyproject.toml>, plus the extras when they are not the default.

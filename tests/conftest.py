@@ -27,46 +27,32 @@ SERVER_FIXTURES = frozenset({"pg_server", "pg_db", "mariadb_server", "mariadb_db
 _PG_BASELINE: dict[int, dict[str, str]] = {}  # settings each session server started with
 
 
-#: Test files of minutes each (measured in CI runs), scheduled first.  ``make test`` hands whole
-#: files to two workers in collection order (``--no-loadscope-reorder``: xdist's default order is
-#: by test count, which put these one-test files last, and a long file started last keeps one
-#: worker busy alone while the other has finished).  After them the other Spark files, then the
-#: other integration files, then the rest: the many short files fill in at the end.
-LONG_FILES = (  # by their total in the CI run of 2026-11-27 (test durations summed per file)
-    "integration/spark/test_convergence_spark.py",  # ~550 s
-    "airflow/test_end_to_end.py",  # ~520 s
-    "integration/spark/test_apply_order.py",  # ~270 s
-    "integration/spark/test_sigkill_spark.py",  # ~260 s
-    "integration/spark/test_apply_memory.py",  # ~235 s
-    "integration/spark/test_apply_basic.py",  # ~230 s
-    "airflow/test_live_airflow.py",  # ~210 s
-    "integration/vitess/test_source_convergence.py",  # ~200 s
-    "integration/vitess/test_source_spark.py",  # ~180 s
-    "integration/spark/test_standalone_cluster.py",  # ~155 s
+#: Test files of minutes each (measured in CI runs), scheduled first: ``make test`` hands whole files
+#: to two workers in collection order, and a long file started last keeps one worker busy alone
+#: while the other has finished (the longest first, the many short files fill in after).
+LONG_FILES = (
+    "integration/spark/test_convergence_spark.py",
+    "integration/spark/test_sigkill_spark.py",
+    "airflow/test_live_airflow.py",
+    "integration/spark/test_apply_order.py",
     "integration/spark/test_history.py",
-    "integration/postgres/test_convergence.py",
-    "integration/mysql/test_spark_replay.py",
-    "integration/spark/test_compaction.py",
-    "airflow/test_snapshot_tasks.py",
+    "integration/vitess/test_source_convergence.py",
     "integration/mysql/test_convergence.py",
+    "integration/postgres/test_convergence.py",
+    "airflow/test_end_to_end.py",
 )
 
 
-def _file_order(items: list[pytest.Item]) -> dict[Path, tuple[int, int]]:
-    """Per test file: (rank in LONG_FILES or after them, 0 Spark / 1 integration / 2 other)."""
-    order: dict[Path, tuple[int, int]] = {}
-    for item in items:
-        path = Path(str(item.path))
-        posix = path.as_posix()
-        rank = next((r for r, f in enumerate(LONG_FILES) if posix.endswith("/tests/" + f)), len(LONG_FILES))
-        kind = 0 if "spark" in getattr(item, "fixturenames", ()) else 1 if INTEGRATION_DIR in path.parents else 2
-        order[path] = min(order.get(path, (rank, kind)), (rank, kind))
-    return order
+def _long_first(item: pytest.Item) -> int:
+    path = Path(str(item.path)).as_posix()
+    for rank, suffix in enumerate(LONG_FILES):
+        if path.endswith("/tests/" + suffix):
+            return rank
+    return len(LONG_FILES)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    order = _file_order(items)
-    items.sort(key=lambda item: order[Path(str(item.path))])  # stable: a file's tests keep their order
+    items.sort(key=_long_first)  # stable: every file's tests stay together and in order
     for item in items:
         in_dir = INTEGRATION_DIR in Path(str(item.path)).parents
         if in_dir or SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
