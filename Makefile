@@ -20,8 +20,9 @@ SHELL := /bin/bash
 VENV        := .venv
 PY          := $(VENV)/bin/python
 # Two workers, whole files per worker (module fixtures stay together); each worker starts its own
-# servers, emulators and Spark session; the files of minutes run first (tests/conftest.py LONG_FILES)
-# and the slowest tests are listed at the end.  PYTEST_ARGS="" runs serially.
+# servers, emulators and Spark session; the 25 slowest tests are listed at the end.  xdist hands out
+# files with the most tests first, so the Spark files of minutes overlap the many short files (heavy
+# files first made them run against each other: slower).  PYTEST_ARGS="" runs serially.
 PYTEST_ARGS ?= -n 2 --dist loadfile --durations=25
 EXTRAS      ?= dev,mysql,sqlserver,vitess,spark,airflow
 comma       := ,

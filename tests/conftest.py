@@ -27,32 +27,7 @@ SERVER_FIXTURES = frozenset({"pg_server", "pg_db", "mariadb_server", "mariadb_db
 _PG_BASELINE: dict[int, dict[str, str]] = {}  # settings each session server started with
 
 
-#: Test files of minutes each (measured in CI runs), scheduled first: ``make test`` hands whole files
-#: to two workers in collection order, and a long file started last keeps one worker busy alone
-#: while the other has finished (the longest first, the many short files fill in after).
-LONG_FILES = (
-    "integration/spark/test_convergence_spark.py",
-    "integration/spark/test_sigkill_spark.py",
-    "airflow/test_live_airflow.py",
-    "integration/spark/test_apply_order.py",
-    "integration/spark/test_history.py",
-    "integration/vitess/test_source_convergence.py",
-    "integration/mysql/test_convergence.py",
-    "integration/postgres/test_convergence.py",
-    "airflow/test_end_to_end.py",
-)
-
-
-def _long_first(item: pytest.Item) -> int:
-    path = Path(str(item.path)).as_posix()
-    for rank, suffix in enumerate(LONG_FILES):
-        if path.endswith("/tests/" + suffix):
-            return rank
-    return len(LONG_FILES)
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=_long_first)  # stable: every file's tests stay together and in order
     for item in items:
         in_dir = INTEGRATION_DIR in Path(str(item.path)).parents
         if in_dir or SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
