@@ -43,7 +43,7 @@ static PyObject *columns(PyObject *mod, PyObject *args) {
             for (Py_ssize_t j = 0; j < k; j++) {
                 if (idx[j] >= width) {
                     PyErr_Format(PyExc_IndexError, "column index %zd", idx[j]);
-                    goto fill;
+                    goto fail;
                 }
                 PyObject *v = PyTuple_GET_ITEM(row, idx[j]);
                 Py_INCREF(v);
@@ -52,30 +52,21 @@ static PyObject *columns(PyObject *mod, PyObject *args) {
             continue;
         }
         Py_ssize_t width = PySequence_Size(row);  /* lists and other sequences */
-        if (width < 0) goto fill;
+        if (width < 0) goto fail;
         for (Py_ssize_t j = 0; j < k; j++) {
             if (idx[j] >= width) {
                 PyErr_Format(PyExc_IndexError, "column index %zd", idx[j]);
-                goto fill;
+                goto fail;
             }
             PyObject *v = PySequence_GetItem(row, idx[j]);
-            if (!v) goto fill;
+            if (!v) goto fail;
             PyList_SET_ITEM(PyList_GET_ITEM(out, j), i, v);
         }
-        continue;
-    fill:
-        /* the lists must be complete before they are freed: None for the unset items */
-        for (Py_ssize_t j = 0; j < k; j++) {
-            PyObject *col = PyList_GET_ITEM(out, j);
-            for (Py_ssize_t m = i; m < n; m++)
-                if (!PyList_GET_ITEM(col, m)) { Py_INCREF(Py_None); PyList_SET_ITEM(col, m, Py_None); }
-        }
-        goto fail;
     }
     PyMem_Free(idx);
     Py_DECREF(rs); Py_DECREF(ss);
     return out;
-fail:
+fail:  /* a column list's unset (NULL) items are skipped when it is freed */
     PyMem_Free(idx);
     Py_XDECREF(out);
     Py_DECREF(rs); Py_DECREF(ss);

@@ -327,6 +327,18 @@ fail:
     return -1;
 }
 
+/* The arguments decode() and events() share: an update's after-image layout (``after``: a Layout,
+ * or None for this one) into *second, and a non-negative offset.  -1 with an exception set. */
+static int check_call(Layout *self, int op, PyObject *after, Py_ssize_t o, Layout **second) {
+    if (op == 'u') {
+        if (after == Py_None) *second = self;
+        else if (PyObject_TypeCheck(after, &LayoutType)) *second = (Layout *)after;
+        else { PyErr_SetString(PyExc_TypeError, "after must be a Layout"); return -1; }
+    }
+    if (o < 0) { PyErr_SetString(PyExc_ValueError, "negative offset"); return -1; }
+    return 0;
+}
+
 /* decode(body, offset, op, after=None) -> list of (before, after) pairs for op 'c', 'd' or 'u'
  * (for 'u' self reads the before image and ``after`` the after image). */
 static PyObject *Layout_decode(Layout *self, PyObject *args) {
@@ -336,16 +348,7 @@ static PyObject *Layout_decode(Layout *self, PyObject *args) {
     PyObject *after = Py_None;
     if (!PyArg_ParseTuple(args, "y*nC|O", &buf, &o, &op, &after)) return NULL;
     Layout *second = NULL;
-    if (op == 'u') {
-        if (after == Py_None) second = self;
-        else if (PyObject_TypeCheck(after, &LayoutType)) second = (Layout *)after;
-        else { PyBuffer_Release(&buf); PyErr_SetString(PyExc_TypeError, "after must be a Layout"); return NULL; }
-    }
-    if (o < 0) {
-        PyBuffer_Release(&buf);
-        PyErr_SetString(PyExc_ValueError, "negative offset");
-        return NULL;
-    }
+    if (check_call(self, op, after, o, &second) < 0) { PyBuffer_Release(&buf); return NULL; }
     const uint8_t *d = buf.buf;
     Py_ssize_t len = buf.len;
     PyObject *out = PyList_New(0);
@@ -424,15 +427,11 @@ static PyObject *Layout_events(Layout *self, PyObject *args) {
     Layout *second = NULL;
     PyObject *ks = NULL, *out = NULL;
     Py_ssize_t nkeys = 0, key[64];
-    if (op == 'u') {
-        if (after == Py_None) second = self;
-        else if (PyObject_TypeCheck(after, &LayoutType)) second = (Layout *)after;
-        else { PyErr_SetString(PyExc_TypeError, "after must be a Layout"); goto fail; }
-    } else if (op != 'c' && op != 'd') {
+    if (check_call(self, op, after, o, &second) < 0) goto fail;
+    if (op != 'c' && op != 'u' && op != 'd') {
         PyErr_SetString(PyExc_ValueError, "op must be 'c', 'u' or 'd'");
         goto fail;
     }
-    if (o < 0) { PyErr_SetString(PyExc_ValueError, "negative offset"); goto fail; }
     ks = PySequence_Fast(keys, "key_index must be a sequence");
     if (!ks) goto fail;
     nkeys = PySequence_Fast_GET_SIZE(ks);

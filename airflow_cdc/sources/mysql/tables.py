@@ -138,12 +138,7 @@ class TableState:
         :raises SchemaError: an UPDATE/DELETE image lacks columns (the writing session did not
             use ``binlog_row_image=FULL``).
         """
-        if op != "c" and not all(present):
-            raise SchemaError(
-                f"table {self.name}: rows event at binlog position {pos} lacks columns; the "
-                "writing session did not use binlog_row_image=FULL",
-                hint="set binlog_row_image=FULL globally and for every writing session",
-            )
+        self._require_full(op, present, pos)
         readers = self._native(op, present, after)
         if readers is not None:
             try:
@@ -187,8 +182,7 @@ class TableState:
 
         :raises SchemaError: as :meth:`decode`.
         """
-        if op != "c" and not all(present):
-            self.decode(body, o, op, present, after, pos)  # raises the SchemaError
+        self._require_full(op, present, pos)
         readers = self._native(op, present, after)
         if readers is None:
             return None
@@ -196,6 +190,15 @@ class TableState:
             return readers[0].events(body, o, op, readers[1], self.key_index, info, pos)  # type: ignore[no-any-return]
         except ValueError as e:
             raise ProtocolError(f"table {self.name}: cannot decode rows event at {pos}: {e}") from e
+
+    def _require_full(self, op: str, present: list[bool], pos: int) -> None:
+        """:raises SchemaError: an UPDATE/DELETE image lacks columns (not ``binlog_row_image=FULL``)."""
+        if op != "c" and not all(present):
+            raise SchemaError(
+                f"table {self.name}: rows event at binlog position {pos} lacks columns; the "
+                "writing session did not use binlog_row_image=FULL",
+                hint="set binlog_row_image=FULL globally and for every writing session",
+            )
 
     def _native(self, op: str, present: list[bool], after: list[bool] | None) -> tuple[Any, Any] | None:
         """The compiled readers of a rows event's images (before/only, after), or None."""

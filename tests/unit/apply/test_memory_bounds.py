@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -19,23 +20,14 @@ from airflow_cdc.core.errors import ApplyFailed, ConfigError
 from spark_jobs.cdc_apply import rechunk
 from spark_jobs.cdc_apply.layout import default_driver_memory
 from spark_jobs.cdc_apply.staged import StagedBatch, row_bytes
-from tests.unit.core.test_batch import LAYOUT, IntCodec, TextCodec, _pos
+from tests.unit.core.test_batch import _pos, open_sink
 
 KB = 1024
 
 
-def _wide_batch(tmp_path: Path, rows: int, width: int, piece_rows: int = 65_536) -> tuple[BatchWriter, Path]:
-    w = BatchWriter(tmp_path, "conn", piece_rows=piece_rows)
-    sink = w.sink(
-        "public.t",
-        {"schema": "public", "table": "t", "key_columns": ["id"]},
-        [IntCodec("id"), TextCodec("v")],
-        [0, 1],
-        LAYOUT,
-        "changes",
-        "v1",
-    )
-    pieces = []
+def _recording_sink(w: BatchWriter) -> tuple[Any, list[int]]:
+    """``public.t``'s sink of ``w``, and the list its flushes append their piece sizes to."""
+    sink, pieces = open_sink(w), []
     original = sink.flush
 
     def flush() -> None:
@@ -43,6 +35,12 @@ def _wide_batch(tmp_path: Path, rows: int, width: int, piece_rows: int = 65_536)
         original()
 
     sink.flush = flush  # type: ignore[method-assign]
+    return sink, pieces
+
+
+def _wide_batch(tmp_path: Path, rows: int, width: int, piece_rows: int = 65_536) -> tuple[BatchWriter, Path]:
+    w = BatchWriter(tmp_path, "conn", piece_rows=piece_rows)
+    sink, pieces = _recording_sink(w)
     for i in range(rows):
         value = (f"{i:07d}-" * (width // 8 + 1))[:width]  # distinct: no dictionary encoding
         sink.append("c", None, (str(i), value), _pos(i), (i,))
@@ -230,23 +228,7 @@ def test_add_many_ends_pieces_where_add_does(tmp_path, width, piece_rows):
     paths = {}
     for how in ("one", "many"):
         w = BatchWriter(tmp_path / how, "conn", piece_rows=piece_rows)
-        sink = w.sink(
-            "public.t",
-            {"schema": "public", "table": "t", "key_columns": ["id"]},
-            [IntCodec("id"), TextCodec("v")],
-            [0, 1],
-            LAYOUT,
-            "changes",
-            "v1",
-        )
-        seen = pieces[how] = []
-        original = sink.flush
-
-        def flush(sink=sink, seen=seen, original=original) -> None:
-            seen.append(sink.buffered)
-            original()
-
-        sink.flush = flush  # type: ignore[method-assign]
+        sink, pieces[how] = _recording_sink(w)
         if how == "one":
             for e in events:
                 sink.add(e)

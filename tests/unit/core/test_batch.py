@@ -46,9 +46,9 @@ def _pos(n):
     return n.to_bytes(8, "big") + (0).to_bytes(8, "big")
 
 
-def _write(tmp_path, piece_rows=16, owner=None):
-    w = BatchWriter(tmp_path, "conn", piece_rows=piece_rows, owner=owner)
-    sink = w.sink(
+def open_sink(w: BatchWriter):
+    """The sink of the two-column test table ``public.t`` (id, v) of ``w``."""
+    return w.sink(
         "public.t",
         {"schema": "public", "table": "t", "key_columns": ["id"]},
         [IntCodec("id"), TextCodec("v")],
@@ -57,6 +57,11 @@ def _write(tmp_path, piece_rows=16, owner=None):
         "changes",
         "v1",
     )
+
+
+def _write(tmp_path, piece_rows=16, owner=None):
+    w = BatchWriter(tmp_path, "conn", piece_rows=piece_rows, owner=owner)
+    sink = open_sink(w)
     for i in range(40):
         sink.append("c", None, (str(i), f"v{i}"), _pos(i), (i,))
     sink.append("d", (str(0), None), None, _pos(100), (100,))
