@@ -7,7 +7,8 @@ chunks grow from 1024 rows towards ``incremental.snapshot.chunk.target.ms``) and
 ``snapshot.max.rows.per.run=10000000``, running ``run(commit=True)`` until no snapshot is pending.
 Also: the CPU seconds of the server (postmaster and backends, from ``/proc``) and of this process
 for the COPY and the snapshot (a load-independent view: the machine is shared), one default run
-with the pure-Python chunk reader (``AIRFLOW_CDC_PG_COPY=python``), rows/s at fixed chunk sizes
+with the pure-Python chunk reader (``AIRFLOW_CDC_PG_COPY=python``), each repeat also without the
+background writes (``AIRFLOW_CDC_SNAPSHOT_THREADS=0``), rows/s at fixed chunk sizes
 1024 / 10k / 50k / 131072 (one repeat each), peak RSS of a snapshot run in a fresh CLI subprocess,
 and a cProfile of one run.  ``--scale 500000,1000000,...`` adds a scaling table: one table per
 size (copied from the largest), COPY and snapshot seconds each (one repeat).
@@ -153,6 +154,23 @@ def parse_args() -> argparse.Namespace:
     return ap.parse_args()
 
 
+def inline_run(runner: Runner, cpu: ServerCpu) -> float:
+    """Seconds of one default snapshot without the background writes (``AIRFLOW_CDC_SNAPSHOT_THREADS=0``:
+    each part's row groups encoded in the capture's thread, table after table)."""
+    from airflow_cdc.core.table_sink import THREADS_ENV
+
+    os.environ[THREADS_ENV] = "0"
+    try:
+        cfg = runner.config(CHUNK)
+        dt, srv, cli, (rows, runs) = cpu_timed(cpu, lambda: snapshot_until_done(cfg))
+        log(f"  the same without background writes: {dt:.2f}s = {rows / dt:,.0f} rows/s "
+            f"(server CPU {srv:.2f}s, client CPU {cli:.2f}s)")
+        runner.cleanup(cfg)
+        return dt
+    finally:
+        del os.environ[THREADS_ENV]
+
+
 def python_reader_run(runner: Runner) -> float:
     """Seconds of one default snapshot with the pure-Python chunk reader (CSV COPY + pyarrow.csv)."""
     from airflow_cdc.sources.postgres.copyread import COPY_ENV
@@ -217,7 +235,7 @@ def main() -> None:
             conn.execute("CHECKPOINT")
         runner = Runner(server, Path(tmp))
 
-        copy_times, snap_times = [], []
+        copy_times, snap_times, inline_times = [], [], []
         for i in range(args.repeats):
             dt, srv, cli, rows = cpu_timed(cpu, lambda: copy_all(dsn))
             copy_times.append(dt)
@@ -232,6 +250,8 @@ def main() -> None:
             if rows != TOTAL:
                 log(f"  WARNING: expected {TOTAL:,} snapshot rows, got {rows:,}")
             runner.cleanup(cfg)
+            dt = inline_run(runner, cpu)
+            inline_times.append(dt)
 
         sweep, python_s = {}, None
         if not args.no_sweep:
@@ -265,6 +285,11 @@ def main() -> None:
         copy_rate, snap_rate = TOTAL / copy_med, TOTAL / snap_med
         log(f"COPY seconds {fmt(copy_times, 2)} median {copy_med:.2f}s = {copy_rate:,.0f} rows/s")
         log(f"snapshot seconds {fmt(snap_times, 2)} median {snap_med:.2f}s = {snap_rate:,.0f} rows/s")
+        inline_med = median(inline_times)
+        log(f"without background writes: seconds {fmt(inline_times, 2)} median {inline_med:.2f}s; "
+            f"the background writes save {1 - snap_med / inline_med:.0%}")
+        print(f"snapshot without background writes: {TOTAL / inline_med:.0f} rows/s; ratio "
+              f"{copy_med / inline_med:.2f} vs COPY TO STDOUT", flush=True)
         if python_s:
             print(f"pure-Python chunk reader: {TOTAL / python_s:.0f} rows/s; ratio {copy_med / python_s:.2f} "
                   "vs COPY TO STDOUT", flush=True)

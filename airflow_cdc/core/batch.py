@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 from airflow_cdc.core.errors import BatchError
 from airflow_cdc.core.filemodes import make_private, private_dir, private_dirs
 from airflow_cdc.core.lease import pid_alive, pid_namespace
-from airflow_cdc.core.table_sink import PartInfo, TableSink
+from airflow_cdc.core.table_sink import BackgroundWrites, PartInfo, TableSink, snapshot_threads
 
 MANIFEST = "manifest.json"
 OWNER = "owner.json"
@@ -112,6 +112,9 @@ class BatchWriter:
         self._parts: dict[str, list[PartInfo]] = {}
         self._tables: dict[str, dict[str, Any]] = {}
         self._counters: dict[str, int] = {}
+        #: encodes snapshot parts' row groups while the caller prepares the next rows, and the
+        #: parts of several tables side by side
+        self._writes: BackgroundWrites | None = None
 
     def sink(
         self,
@@ -147,9 +150,18 @@ class BatchWriter:
             expand=expand,
             key_columns=table_info.get("key_columns") or (),
         )
+        if kind == "snapshot" and snapshot_threads():
+            if self._writes is None:
+                self._writes = BackgroundWrites()
+            sink.writes = self._writes
         self._open[table] = sink
         self._tables.setdefault(table, {}).update(table_info)
         return sink
+
+    def _stop_writes(self) -> None:
+        if self._writes is not None:
+            self._writes.shutdown()
+            self._writes = None
 
     def close_table(self, table: str) -> None:
         sink = self._open.pop(table, None)
@@ -201,8 +213,11 @@ class BatchWriter:
         :param manifest: connector-specific fields (from/to offset, state_after, counts ...).
         :returns: the published batch directory.
         """
-        for table in list(self._open):
-            self.close_table(table)
+        try:
+            for table in list(self._open):
+                self.close_table(table)
+        finally:
+            self._stop_writes()
         tables = {}
         for name, info in self._tables.items():
             parts = self._parts.get(name, [])
@@ -246,6 +261,7 @@ class BatchWriter:
             except Exception:  # noqa: BLE001 - best effort while aborting
                 pass
         self._open.clear()
+        self._stop_writes()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 

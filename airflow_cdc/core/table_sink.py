@@ -16,7 +16,10 @@ sink writes its before image as null and keeps the old key's columns in ``__old_
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -56,6 +59,39 @@ def row_group_rows(table: pa.Table, limit: int = ROW_GROUP_BYTES) -> int:
     """Rows per row group so that a group of ``table``'s rows holds about ``limit`` bytes."""
     n = table.num_rows
     return max(1, min(n, limit * n // max(1, table.nbytes)))
+
+
+#: ``0`` turns off the snapshot parts' background writes (row groups encoded while the next rows
+#: are converted, the parts of several tables side by side): one thread does everything
+THREADS_ENV = "AIRFLOW_CDC_SNAPSHOT_THREADS"
+
+
+def snapshot_threads() -> bool:
+    """Whether snapshot parts are written in background threads (:data:`THREADS_ENV`)."""
+    return os.environ.get(THREADS_ENV, "") != "0"
+
+
+class BackgroundWrites:
+    """Threads that encode and write row groups of parts, with at most ``most`` writes waiting or
+    running: the rows handed over stay bounded however many parts are open."""
+
+    def __init__(self, threads: int = 2, most: int = 4) -> None:
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="parquet-write")
+        self._slots = threading.BoundedSemaphore(most)
+
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future:
+        """Run ``fn`` on a writer thread; blocks while ``most`` writes are outstanding."""
+        self._slots.acquire()
+        try:
+            future = self._pool.submit(fn, *args, **kwargs)
+        except BaseException:
+            self._slots.release()
+            raise
+        future.add_done_callback(lambda _: self._slots.release())
+        return future
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True)
 
 
 class Codec(Protocol):
@@ -207,6 +243,10 @@ class TableSink:
             write_statistics=[POSITION_COLUMN, "ts_ms"],
         )
         self._reset()
+        #: where row groups are encoded and written (None: in the caller's thread); one write of
+        #: this part is outstanding at most, so its row groups keep their order
+        self.writes: BackgroundWrites | None = None
+        self._pending: Future | None = None
         self.closed = False
         self.rows = 0
         self.ops: dict[str, int] = {}
@@ -422,13 +462,27 @@ class TableSink:
             ],
             schema=self.schema,
         )
-        self._writer.write_table(table, row_group_size=row_group_rows(table))
+        self._write_table(table)
         self.rows += n
         for op, count in op_counts.items():
             self.ops[op] = self.ops.get(op, 0) + count
         if self.first_position is None:
             self.first_position = positions[0].as_py()
         self.last_position = positions[n - 1].as_py()
+
+    def _write_table(self, table: pa.Table) -> None:
+        if self.writes is None:
+            self._writer.write_table(table, row_group_size=row_group_rows(table))
+            return
+        self._wait()
+        rows = row_group_rows(table)
+        self._pending = self.writes.submit(self._writer.write_table, table, row_group_size=rows)
+
+    def _wait(self) -> None:
+        """Wait for the outstanding row-group write; raises what it raised."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
 
     def _old_key(self, ops: pa.Array, before: pa.Array) -> tuple[pa.Array, list[pa.Array]]:
         """Move the before image of key-change ``c`` events into ``__old_key`` (null elsewhere)."""
@@ -476,7 +530,10 @@ class TableSink:
     def close(self) -> PartInfo:
         """Flush and close the file; returns what the manifest records about this part."""
         self.flush()
-        self._writer.close()
+        try:
+            self._wait()
+        finally:
+            self._writer.close()
         self.closed = True
         return PartInfo(
             self.rel_path,

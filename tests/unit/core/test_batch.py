@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import operator
 import os
 import socket
 import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 from airflow_cdc.core.batch import Batch, BatchWriter, clean_incomplete, list_batches
 from airflow_cdc.core.errors import BatchError
 from airflow_cdc.core.lease import pid_namespace
-from airflow_cdc.core.table_sink import SourceLayout
+from airflow_cdc.core.table_sink import BackgroundWrites, SourceLayout
 
 
 class IntCodec:
@@ -46,15 +49,15 @@ def _pos(n):
     return n.to_bytes(8, "big") + (0).to_bytes(8, "big")
 
 
-def open_sink(w: BatchWriter):
+def open_sink(w: BatchWriter, kind: str = "changes", table: str = "public.t"):
     """The sink of the two-column test table ``public.t`` (id, v) of ``w``."""
     return w.sink(
-        "public.t",
-        {"schema": "public", "table": "t", "key_columns": ["id"]},
+        table,
+        {"schema": "public", "table": table.split(".")[1], "key_columns": ["id"]},
         [IntCodec("id"), TextCodec("v")],
         [0, 1],
         LAYOUT,
-        "changes",
+        kind,
         "v1",
     )
 
@@ -173,3 +176,82 @@ def test_empty_table_part_is_dropped(tmp_path):
     b = Batch(w.finish({}))
     assert b.tables() == []
     assert not (b.path / "tables" / "public.e" / "part-00000.parquet").exists()
+
+
+def _snapshot_rows(sinks, pieces):
+    for i in range(pieces):
+        for k, sink in enumerate(sinks):
+            ids = pa.array([str(i * 1000 + j + k) for j in range(50 + i)])
+            sink.write_columnar("r", [ids, pc.binary_join_element_wise(ids, "x", "")], _pos(i), (i,))
+
+
+def test_snapshot_parts_written_in_the_background_equal_parts_written_inline(tmp_path):
+    """Snapshot parts encode their row groups on the writer's threads, two tables side by side:
+    the files hold the same rows in the same row groups as when written in the caller's thread."""
+    files = {}
+    for background in (True, False):
+        w = BatchWriter(tmp_path / str(background), "conn")
+        sinks = [open_sink(w, "snapshot", t) for t in ("public.t", "public.u")]
+        for sink in sinks:
+            assert sink.writes is not None
+            if not background:
+                sink.writes = None
+        _snapshot_rows(sinks, 12)
+        b = Batch(w.finish({}))
+        files[background] = [pq.ParquetFile(b.path / b.table_info(t)["parts"][0]["file"]) for t in b.tables()]
+        assert [b.table_info(t)["rows"] for t in b.tables()] == [sum(range(50, 62))] * 2
+    for got, want in zip(files[True], files[False], strict=True):
+        assert got.metadata.num_row_groups == want.metadata.num_row_groups == 12
+        assert got.read().drop(["ts_ms", "ts_us", "ts_ns"]).equals(want.read().drop(["ts_ms", "ts_us", "ts_ns"]))
+
+
+def test_a_failed_background_write_fails_the_batch(tmp_path, monkeypatch):
+    """A row group the writer thread could not write surfaces when the part closes: the batch is
+    not published and its directory is removed on abort."""
+    w = BatchWriter(tmp_path, "conn")
+    sink = open_sink(w, "snapshot")
+    real, calls = sink._writer.write_table, []
+
+    def fail_second(table, **kw):
+        calls.append(table.num_rows)
+        if len(calls) == 2:
+            raise OSError("disk full")
+        real(table, **kw)
+
+    monkeypatch.setattr(sink._writer, "write_table", fail_second)
+    with pytest.raises(OSError, match="disk full"):
+        _snapshot_rows([sink], 1)
+        _snapshot_rows([sink], 1)
+        w.finish({})  # closing the part waits for the failed write
+    w.abort()
+    assert calls == [50, 50] and list_batches(tmp_path, "conn") == []
+    assert list((tmp_path / "conn" / "batches").iterdir()) == []
+
+
+def test_background_writes_hold_at_most_their_bound():
+    """A writer handing over rows blocks while ``most`` writes are outstanding (bounded memory),
+    and goes on once one completes; a write's error is its future's."""
+    writes, gate, handed = BackgroundWrites(threads=1, most=2), threading.Event(), []
+
+    def hand_over():
+        for i in range(3):
+            writes.submit(gate.wait, 10)
+            handed.append(i)
+
+    producer = threading.Thread(target=hand_over)
+    producer.start()
+    producer.join(0.3)
+    assert handed == [0, 1] and producer.is_alive()  # the third waits for a free slot
+    gate.set()
+    producer.join(10)
+    assert handed == [0, 1, 2]
+    failed = writes.submit(operator.truediv, 1, 0)
+    with pytest.raises(ZeroDivisionError):
+        failed.result()
+    held = threading.Event()
+    second = threading.Thread(target=lambda: [writes.submit(held.wait, 10) for _ in range(2)])
+    second.start()
+    second.join(2)
+    assert not second.is_alive()  # both slots free again: the failed write gave its slot back
+    held.set()
+    writes.shutdown()
