@@ -341,7 +341,7 @@ class ChunkTracker:
         else:
             wanted = set(stale)
             cols = [chunk.data.column(i).to_pylist() for i in chunk.key_index]
-            mask = pa.array([key not in wanted for key in zip(*cols, strict=True)])
+            mask = pa.array([key not in wanted for key in zip(*cols, strict=True)], pa.bool_())
         return chunk.data.filter(mask)
 
     def pre_images(self, chunk: ChunkRead) -> list[tuple[bytes, pa.Table]]:

@@ -47,6 +47,16 @@ def test_dropped_rows_are_pre_images_of_their_first_unreflected_change_when_it_l
     assert tracker.pre_images(a) == [] and tracker.pre_images(b) == []
 
 
+def test_an_empty_chunk_with_a_composite_key_and_touched_keys_has_no_survivors():
+    """A chunk read after every row of its range was deleted is empty; the window's changes to
+    its table then leave nothing to drop (the mask of no rows is a boolean array, not null-typed)."""
+    empty = pa.table({"c0": pa.array([], pa.string()), "c1": pa.array([], pa.string())})
+    chunk = ChunkRead(TableSnapshot("t"), ["a", "b"], empty, [0, 1], {10}, last=True)
+    tracker = ChunkTracker([chunk], reflects)
+    tracker.observe("t", ("1", "x"), 11)
+    assert tracker.survivors(chunk).num_rows == 0 and tracker.pre_images(chunk) == []
+
+
 def test_truncate_drops_every_unreflecting_chunk():
     a = _chunk("t", [1, 2], watermark={10})
     b = _chunk("t", [3], watermark={10, 11})
