@@ -154,37 +154,42 @@ def parse_args() -> argparse.Namespace:
     return ap.parse_args()
 
 
+def snapshot_with_env(runner: Runner, cpu: ServerCpu, name: str, value: str) -> tuple[float, float, float, int, int]:
+    """(wall, server CPU, client CPU, rows, runs) of one default snapshot with ``name=value`` set in
+    the environment (restored after)."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        cfg = runner.config(CHUNK)
+        dt, srv, cli, (rows, runs) = cpu_timed(cpu, lambda: snapshot_until_done(cfg))
+        runner.cleanup(cfg)
+        return dt, srv, cli, rows, runs
+    finally:
+        if before is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = before
+
+
 def inline_run(runner: Runner, cpu: ServerCpu) -> float:
     """Seconds of one default snapshot without the background writes (``AIRFLOW_CDC_SNAPSHOT_THREADS=0``:
     each part's row groups encoded in the capture's thread, table after table)."""
     from airflow_cdc.core.table_sink import THREADS_ENV
 
-    os.environ[THREADS_ENV] = "0"
-    try:
-        cfg = runner.config(CHUNK)
-        dt, srv, cli, (rows, runs) = cpu_timed(cpu, lambda: snapshot_until_done(cfg))
-        log(f"  the same without background writes: {dt:.2f}s = {rows / dt:,.0f} rows/s "
-            f"(server CPU {srv:.2f}s, client CPU {cli:.2f}s)")
-        runner.cleanup(cfg)
-        return dt
-    finally:
-        del os.environ[THREADS_ENV]
+    dt, srv, cli, rows, _ = snapshot_with_env(runner, cpu, THREADS_ENV, "0")
+    log(f"  the same without background writes: {dt:.2f}s = {rows / dt:,.0f} rows/s "
+        f"(server CPU {srv:.2f}s, client CPU {cli:.2f}s)")
+    return dt
 
 
-def python_reader_run(runner: Runner) -> float:
+def python_reader_run(runner: Runner, cpu: ServerCpu) -> float:
     """Seconds of one default snapshot with the pure-Python chunk reader (CSV COPY + pyarrow.csv)."""
     from airflow_cdc.sources.postgres.copyread import COPY_ENV
 
-    os.environ[COPY_ENV] = "python"
-    try:
-        cfg = runner.config(CHUNK)
-        dt, (rows, runs) = timed(lambda: snapshot_until_done(cfg))
-        log(f"pure-Python chunk reader (default chunk settings): {rows:,} rows in {runs} run(s), {dt:.2f}s "
-            f"= {rows / dt:,.0f} rows/s")
-        runner.cleanup(cfg)
-        return dt
-    finally:
-        del os.environ[COPY_ENV]
+    dt, _, _, rows, runs = snapshot_with_env(runner, cpu, COPY_ENV, "python")
+    log(f"pure-Python chunk reader (default chunk settings): {rows:,} rows in {runs} run(s), {dt:.2f}s "
+        f"= {rows / dt:,.0f} rows/s")
+    return dt
 
 
 def scaling(runner: Runner, dsn: str, cpu: ServerCpu, sizes: list[int]) -> list[tuple[int, float, float]]:
@@ -255,7 +260,7 @@ def main() -> None:
 
         sweep, python_s = {}, None
         if not args.no_sweep:
-            python_s = python_reader_run(runner)
+            python_s = python_reader_run(runner, cpu)
             for chunk in (1024, 10_000, 50_000, 131_072):
                 cfg = runner.config(chunk)
                 dt, (rows, runs) = timed(lambda c=cfg: snapshot_until_done(c))

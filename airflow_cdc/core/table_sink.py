@@ -471,11 +471,11 @@ class TableSink:
         self.last_position = positions[n - 1].as_py()
 
     def _write_table(self, table: pa.Table) -> None:
+        rows = row_group_rows(table)
         if self.writes is None:
-            self._writer.write_table(table, row_group_size=row_group_rows(table))
+            self._writer.write_table(table, row_group_size=rows)
             return
         self._wait()
-        rows = row_group_rows(table)
         self._pending = self.writes.submit(self._writer.write_table, table, row_group_size=rows)
 
     def _wait(self) -> None:
