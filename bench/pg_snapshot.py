@@ -4,8 +4,9 @@ Two tables (1M + 0.5M rows, realistic column mix).  Baseline: psycopg COPY of ev
 format, reading all blocks.  Measured: a fresh connector (new name, slot, staging dir) with
 ``snapshot.mode=initial``, the default chunk settings (``incremental.snapshot.chunk.size`` unset:
 chunks grow from 1024 rows towards ``incremental.snapshot.chunk.target.ms``) and
-``snapshot.max.rows.per.run=10000000``, running ``run(commit=True)`` until no snapshot is pending.
-Also: the CPU seconds of the server (postmaster and backends, from ``/proc``) and of this process
+``snapshot.max.rows.per.run=10000000``, running ``run(commit=True)`` until no snapshot is pending,
+with ``snapshot.max.threads=--threads`` (default 2, this machine's cores: key ranges read side by side
+on that many connections); each repeat also runs it with one reader (Debezium's default).  Also: the CPU seconds of the server (postmaster and backends, from ``/proc``) and of this process
 for the COPY and the snapshot (a load-independent view: the machine is shared), one default run
 with the pure-Python chunk reader (``AIRFLOW_CDC_PG_COPY=python``), each repeat also without the
 background writes (``AIRFLOW_CDC_SNAPSHOT_THREADS=0``), rows/s at fixed chunk sizes
@@ -151,6 +152,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--no-rss", action="store_true", help="skip the subprocess peak-RSS run")
     ap.add_argument("--no-profile", action="store_true", help="skip the cProfile run")
     ap.add_argument("--no-sweep", action="store_true", help="skip the fixed chunk sizes and the Python reader")
+    ap.add_argument("--threads", type=int, default=2, help="snapshot.max.threads of the headline snapshot")
     return ap.parse_args()
 
 
@@ -240,21 +242,24 @@ def main() -> None:
             conn.execute("CHECKPOINT")
         runner = Runner(server, Path(tmp))
 
-        copy_times, snap_times, inline_times = [], [], []
+        copy_times, snap_times, one_times, inline_times = [], [], [], []
+        threads = {"snapshot.max.threads": args.threads}
         for i in range(args.repeats):
             dt, srv, cli, rows = cpu_timed(cpu, lambda: copy_all(dsn))
             copy_times.append(dt)
             log(f"COPY TO STDOUT #{i + 1}: {rows:,} rows in {dt:.2f}s = {rows / dt:,.0f} rows/s "
                 f"(server CPU {srv:.2f}s, client CPU {cli:.2f}s)")
-            cfg = runner.config(CHUNK)
-            dt, srv, cli, (rows, runs) = cpu_timed(cpu, lambda c=cfg: snapshot_until_done(c))
-            snap_times.append(dt)
-            size = dir_size_mib(Path(cfg["staging.path"]))
-            log(f"snapshot #{i + 1} (default chunk settings): {rows:,} rows in {runs} run(s), {dt:.2f}s = "
-                f"{rows / dt:,.0f} rows/s (server CPU {srv:.2f}s, client CPU {cli:.2f}s; staged {size:.0f} MiB)")
-            if rows != TOTAL:
-                log(f"  WARNING: expected {TOTAL:,} snapshot rows, got {rows:,}")
-            runner.cleanup(cfg)
+            for props, times in ((threads, snap_times), ({}, one_times)):
+                cfg = runner.config(CHUNK, **props)
+                dt, srv, cli, (rows, runs) = cpu_timed(cpu, lambda c=cfg: snapshot_until_done(c))
+                times.append(dt)
+                size = dir_size_mib(Path(cfg["staging.path"]))
+                log(f"snapshot #{i + 1} (default chunk settings, snapshot.max.threads="
+                    f"{props.get('snapshot.max.threads', 1)}): {rows:,} rows in {runs} run(s), {dt:.2f}s = "
+                    f"{rows / dt:,.0f} rows/s (server CPU {srv:.2f}s, client CPU {cli:.2f}s; staged {size:.0f} MiB)")
+                if rows != TOTAL:
+                    log(f"  WARNING: expected {TOTAL:,} snapshot rows, got {rows:,}")
+                runner.cleanup(cfg)
             dt = inline_run(runner, cpu)
             inline_times.append(dt)
 
@@ -270,8 +275,9 @@ def main() -> None:
 
         child_rss = None
         if not args.no_rss:
-            log("peak RSS: one snapshot run (default chunk settings, whole snapshot) in a fresh CLI subprocess")
-            cfg = runner.config(CHUNK)
+            log(f"peak RSS: one snapshot run (default chunk settings, whole snapshot, {args.threads} readers) "
+                "in a fresh CLI subprocess")
+            cfg = runner.config(CHUNK, **threads)
             wall, child_rss, _ = run_cli_capture(cfg, Path(tmp), commit=True)
             log(f"  subprocess snapshot run: {wall:.2f}s wall (incl. interpreter start), "
                 f"peak RSS {child_rss:,.0f} MiB")
@@ -289,10 +295,14 @@ def main() -> None:
         copy_med, snap_med = median(copy_times), median(snap_times)
         copy_rate, snap_rate = TOTAL / copy_med, TOTAL / snap_med
         log(f"COPY seconds {fmt(copy_times, 2)} median {copy_med:.2f}s = {copy_rate:,.0f} rows/s")
-        log(f"snapshot seconds {fmt(snap_times, 2)} median {snap_med:.2f}s = {snap_rate:,.0f} rows/s")
-        inline_med = median(inline_times)
-        log(f"without background writes: seconds {fmt(inline_times, 2)} median {inline_med:.2f}s; "
-            f"the background writes save {1 - snap_med / inline_med:.0%}")
+        log(f"snapshot seconds ({args.threads} readers) {fmt(snap_times, 2)} median {snap_med:.2f}s = "
+            f"{snap_rate:,.0f} rows/s")
+        one_med, inline_med = median(one_times), median(inline_times)
+        log(f"one reader: seconds {fmt(one_times, 2)} median {one_med:.2f}s")
+        log(f"one reader without background writes: seconds {fmt(inline_times, 2)} median {inline_med:.2f}s; "
+            f"the background writes save {1 - one_med / inline_med:.0%}")
+        print(f"snapshot with one reader (snapshot.max.threads=1): {TOTAL / one_med:.0f} rows/s; ratio "
+              f"{copy_med / one_med:.2f} vs COPY TO STDOUT", flush=True)
         print(f"snapshot without background writes: {TOTAL / inline_med:.0f} rows/s; ratio "
               f"{copy_med / inline_med:.2f} vs COPY TO STDOUT", flush=True)
         if python_s:
@@ -307,7 +317,8 @@ def main() -> None:
         if child_rss is not None:
             log(f"peak RSS: snapshot subprocess {child_rss:,.0f} MiB; this process {self_maxrss_mib():,.0f} MiB")
         ratio = snap_rate / copy_rate
-        print(f"pg_snapshot: {snap_rate:.0f} rows/s; ratio {ratio:.2f} vs COPY TO STDOUT", flush=True)
+        print(f"pg_snapshot: {snap_rate:.0f} rows/s; ratio {ratio:.2f} vs COPY TO STDOUT "
+              f"(snapshot.max.threads={args.threads})", flush=True)
 
 
 if __name__ == "__main__":

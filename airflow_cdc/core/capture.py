@@ -34,6 +34,7 @@ from airflow_cdc.core.snapshot import (
     TableSnapshot,
     match_tables,
 )
+from airflow_cdc.core.snapshot_readers import DEFAULT_SPAN, read_side_by_side
 from airflow_cdc.core.source import ChangeSource
 from airflow_cdc.core.state import StateStore
 from airflow_cdc.core.windows import merge_windows
@@ -375,6 +376,11 @@ class Capture:
         if loaded is not None:
             return loaded.chunks, loaded.groups
         max_rows = self.config["snapshot.max.rows.per.run"]
+        threads = self.config["snapshot.max.threads"] if self.source.capabilities.snapshot_readers else 1
+        if threads > 1:
+            chunk = self.config["incremental.snapshot.chunk.size"]
+            span = int(chunk) if self.config.is_set("incremental.snapshot.chunk.size") else DEFAULT_SPAN
+            return read_side_by_side(self, ctx.pending, max_rows, threads, span, self._chunk_size())
         return self.source.read_chunks(ctx.pending, max_rows, self._chunk_size()), None
 
     def _finish_native(

@@ -51,11 +51,14 @@ class Capabilities:
         source snapshots natively inside its window (Vitess's copy phase) from the pending list.
     :param checks: names of the cheap change checks :meth:`ChangeSource.changes_after` accepts; the
         first is the default.
+    :param snapshot_readers: chunks can be read side by side by :meth:`ChangeSource.snapshot_reader`
+        sources (the connector then has the ``snapshot.max.threads`` property).
     """
 
     acknowledges: bool = False
     keeps_state: bool = False
     chunked_snapshots: bool = True
+    snapshot_readers: bool = False
     checks: tuple[str, ...] = ("wal",)
 
 
@@ -159,6 +162,13 @@ class ChangeSource(abc.ABC):
     def read_chunks(self, pending: list, max_rows: int, chunk_size: Any) -> list:
         """Key-ordered chunks of the pending table snapshots (``chunked_snapshots`` sources)."""
         raise NotImplementedError(f"{self.kind} does not read snapshot chunks")
+
+    def snapshot_reader(self) -> ChangeSource:
+        """A source on a connection of its own that reads snapshot chunks (:meth:`read_chunks`) of
+        the tables this opened source discovered, side by side with others (``snapshot.max.threads``,
+        :mod:`airflow_cdc.core.snapshot_readers`); the caller closes it.  Checks nothing again and
+        changes nothing on the server."""
+        raise NotImplementedError(f"{self.kind} does not read snapshot chunks side by side")
 
     def continue_window(self, window: Any) -> bool:
         """Prepare a follow-on ``read_window`` from ``window.end`` in the same run (the first chunks

@@ -51,6 +51,15 @@ PG_PROPERTIES: tuple[Property, ...] = COMMON_PROPERTIES + (
         "Debezium: nothing materialised on the server, no open transaction).",
         choices=("stream", "peek"),
     ),
+    Property(
+        "snapshot.max.threads",
+        "int",
+        1,
+        "Connections that read a run's snapshot rows side by side: above 1, the pending tables "
+        "are read in key ranges of incremental.snapshot.chunk.size rows (131072 when not set) "
+        "handed out to that many readers, each on a connection of its own.",
+        minimum=1,
+    ),
 )
 
 

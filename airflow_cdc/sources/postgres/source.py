@@ -82,7 +82,7 @@ class PostgresSource(ChangeSource):
     """One PostgreSQL database captured through one slot and one publication."""
 
     kind = "postgresql"
-    capabilities = Capabilities(acknowledges=True, checks=("wal", "slot"))
+    capabilities = Capabilities(acknowledges=True, checks=("wal", "slot"), snapshot_readers=True)
 
     def __init__(self, config: ConnectorConfig) -> None:
         self.config = config
@@ -129,6 +129,14 @@ class PostgresSource(ChangeSource):
             [t for t, _ in self._tables.values()],
             via_root,
         )
+
+    def snapshot_reader(self) -> PostgresSource:
+        """A source on its own connection for the tables this one discovered (no publication check)."""
+        reader = type(self)(self.config)
+        reader.conn = client.connect(self.config)
+        reader.server, reader.catalog = self.server, client.Catalog(reader.conn)
+        reader._tables = dict(self._tables)
+        return reader
 
     def _check_key_order(self, meta: Any, checked: set[int]) -> None:
         """Refuse key columns without a btree order (json, xml, point ...): chunks could not be
@@ -488,8 +496,15 @@ class PostgresSource(ChangeSource):
         return Watermark(data["xmin"], data["xmax"], frozenset(data["xip"]), data["lsn_after"])
 
     def _copy_chunk(
-        self, tid: TableId, cols: list[str], order: list[str], after: list | None, upto: list,
-        condition: Any, limit: int | None, nullable: list[bool],
+        self,
+        tid: TableId,
+        cols: list[str],
+        order: list[str],
+        after: list | None,
+        upto: list,
+        condition: Any,
+        limit: int | None,
+        nullable: list[bool],
     ) -> pa.Table:
         """One chunk's rows as string columns (:func:`copyread.read_table`)."""
         assert self.conn is not None
@@ -597,4 +612,3 @@ def changes_query(check: str, slot: str, publication: str, lsn: str) -> tuple[st
     if check == "slot":
         return q.CHANGES_SLOT, (slot, publication, lsn)
     return q.CHANGES_WAL, (lsn,)
-

@@ -109,17 +109,21 @@ class Writers(WriterThreads):
 
 
 
-def _setup(pg_db, tmp_path: Path, reader: str = "peek") -> dict:
+def _setup(pg_db, tmp_path: Path, reader: str = "peek", threads: int = 1) -> dict:
     with psycopg.connect(pg_db.dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)
     return pipeline(pg_db, tmp_path / "staging", **{"incremental.snapshot.chunk.size": 1000,
                                                      "snapshot.max.rows.per.run": 12_000,
-                                                     "run.max.events": 20_000, "window.reader": reader})
+                                                     "run.max.events": 20_000, "window.reader": reader,
+                                                     "snapshot.max.threads": threads})
 
 
-@pytest.mark.parametrize("reader", ["stream", "peek"])
-def test_converges_under_concurrent_writes(pg_db, tmp_path, reader):
-    config = _setup(pg_db, tmp_path, reader)
+@pytest.mark.parametrize(("reader", "threads"), [("stream", 1), ("peek", 1), ("peek", 3)],
+                         ids=["stream", "peek", "peek-three-readers"])
+def test_converges_under_concurrent_writes(pg_db, tmp_path, reader, threads):
+    """Three snapshot readers (snapshot.max.threads) on two cores: ranges of 1,000 rows read side
+    by side while the writers insert into them, move keys across them and delete from them."""
+    config = _setup(pg_db, tmp_path, reader, threads)
     runs = 0
     with Writers(pg_db.dsn) as writers:
         while snapshot_pending(config) or runs < 3:
@@ -138,16 +142,18 @@ def test_converges_under_concurrent_writes(pg_db, tmp_path, reader):
 
 
 def test_converges_with_sigkill_at_random_points(pg_db, tmp_path):
+    """Each run reads its snapshot rows with one, two or three readers (snapshot.max.threads,
+    drawn per run): killed runs leave ranges read by readers side by side, the next run may read
+    them with another count."""
     config = _setup(pg_db, tmp_path, "stream")  # peek: test_crash_between_state_commit_and_slot_advance
     config_path = tmp_path / "pipeline.json"
-    config_path.write_text(json.dumps(config))
-    runs = CrashRuns(
-        config_path, "after_batch_write:0.25,after_state_commit:0.25,mid_window:0.1", random.Random(42), 0.35, 1.5
-    )
+    rng = random.Random(42)
+    runs = CrashRuns(config_path, "after_batch_write:0.25,after_state_commit:0.25,mid_window:0.1", rng, 0.35, 1.5)
     with Writers(pg_db.dsn) as writers:
         while snapshot_pending(config) or runs.clean < 3:
             if not snapshot_pending(config):
                 writers.free_moves.set()
+            config_path.write_text(json.dumps({**config, "snapshot.max.threads": rng.choice([1, 2, 3])}))
             runs.run()
     assert runs.kills >= 5, f"only {runs.kills} kills happened"
     run_capture(config)

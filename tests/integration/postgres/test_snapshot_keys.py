@@ -198,8 +198,11 @@ SETUP = [
 ]
 
 
+@pytest.mark.parametrize("threads", [1, 2], ids=["one-reader", "two-readers"])
 @pytest.mark.parametrize("group", list(GROUPS), ids=list(GROUPS))
-def test_snapshot_complete_for_key_type(pg_db: Any, tmp_path: Any, monkeypatch: Any, group: str) -> None:
+def test_snapshot_complete_for_key_type(
+    pg_db: Any, tmp_path: Any, monkeypatch: Any, group: str, threads: int
+) -> None:
     cases, chunk = GROUPS[group]
     conn = pg_db.connect(autocommit=True)
     for stmt in SETUP:
@@ -208,7 +211,11 @@ def test_snapshot_complete_for_key_type(pg_db: Any, tmp_path: Any, monkeypatch: 
     for n, (table, case) in enumerate(tables.items()):
         mutators[f"public.{table}"] = _create(conn, table, case, n)
     nullable = [f"public.{t}:{','.join(c.columns)}" for t, c in tables.items() if c.nullable]
-    props: dict[str, Any] = {"incremental.snapshot.chunk.size": chunk, "snapshot.max.rows.per.run": 80}
+    props: dict[str, Any] = {
+        "incremental.snapshot.chunk.size": chunk,
+        "snapshot.max.rows.per.run": 80,
+        "snapshot.max.threads": threads,
+    }
     if nullable:
         props["message.key.columns"] = ";".join(nullable)
     config = pipeline(pg_db, tmp_path / "staging", **props)
