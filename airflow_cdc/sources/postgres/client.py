@@ -202,6 +202,13 @@ class Catalog:
         self._types: dict[int, PgTypeInfo] = {}
         self._meta: dict[tuple[int, TableId], TableMeta] = {}
 
+    def on_connection(self, conn: psycopg.Connection) -> Catalog:
+        """A catalog on ``conn`` that starts from what this one has read: a snapshot reader sees
+        the tables' columns as the capture run does, whatever DDL ran since."""
+        other = Catalog(conn)
+        other._types, other._meta = dict(self._types), dict(self._meta)
+        return other
+
     def type_info(self, oid: int) -> PgTypeInfo:
         if oid not in self._types:
             row = self.conn.execute(q.TYPE_INFO, (oid,)).fetchone()

@@ -131,10 +131,11 @@ class PostgresSource(ChangeSource):
         )
 
     def snapshot_reader(self) -> PostgresSource:
-        """A source on its own connection for the tables this one discovered (no publication check)."""
+        """A source on its own connection for the tables this one discovered, with their columns as
+        this run read them (no publication check): its chunks line up with this source's rows."""
         reader = type(self)(self.config)
         reader.conn = client.connect(self.config)
-        reader.server, reader.catalog = self.server, client.Catalog(reader.conn)
+        reader.server, reader.catalog = self.server, self.catalog.on_connection(reader.conn)
         reader._tables = dict(self._tables)
         return reader
 
