@@ -253,6 +253,10 @@ def _load_chunks(
             chunk = capture.source.chunk_from_files(
                 snap, pq.read_table(part / f"chunk-{i:05d}.parquet"), meta
             )
+            misfit = capture.source.chunk_misfit(chunk)
+            if misfit is not None:
+                log.warning("snapshot parts: part %d: %s; plan %s refused", spec["index"], misfit, path)
+                return None
             floor = capture.source.chunk_floor(chunk.watermark)
             if floor is not None and floor < start:
                 log.warning(

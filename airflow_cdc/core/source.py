@@ -220,6 +220,11 @@ class ChangeSource(abc.ABC):
             snap, meta["columns"], data, meta["key_index"], watermark, meta["last"], meta["cursor_index"]
         )
 
+    def chunk_misfit(self, chunk: Any) -> str | None:
+        """Why a chunk read by another process (a snapshot part) cannot be staged by this opened
+        source -- its table's columns changed since -- or None when it fits."""
+        return None
+
     def plan_native_snapshots(self, pending: list) -> None:  # noqa: B027 (optional hook)
         """Hand the pending table snapshots to a source that snapshots natively inside its window
         (``chunked_snapshots=False``), before ``read_window``.  The source stages their ``op=r``

@@ -35,7 +35,7 @@ from airflow_cdc.core.table_sink import SnapshotSinks
 from airflow_cdc.sources.mysql import chunk_keys, client, offsets, parts, snapshot
 from airflow_cdc.sources.mysql.flavour import GtidSet
 from airflow_cdc.sources.mysql.position import MySqlPosition, binlog_file_number
-from airflow_cdc.sources.mysql.schema import SchemaHistory, load_tables
+from airflow_cdc.sources.mysql.schema import SchemaHistory, TableDef, load_tables
 from airflow_cdc.sources.mysql.stream import WindowReader, WindowResult
 from airflow_cdc.sources.mysql.tables import TableResolver, TableState, source_constants
 from airflow_cdc.sources.mysql.types import Modes
@@ -411,12 +411,25 @@ class MySqlSource(ChangeSource):
 
     def chunk_to_files(self, chunk: Any) -> tuple[pa.Table, dict[str, Any]]:
         table, width = parts.chunk_to_table(chunk)
-        return table, {**super().chunk_to_files(chunk)[1], "width": width}
+        structure = _structure(self._tables[chunk.snapshot.table])  # the one the rows were read with
+        return table, {**super().chunk_to_files(chunk)[1], "width": width, "structure": structure}
 
     def chunk_from_files(self, snap: TableSnapshot, data: Any, meta: dict[str, Any]) -> ChunkRead:
         table, rows = parts.rows_of(data, meta["width"])
         chunk = super().chunk_from_files(snap, table, meta)
-        return snapshot.MySqlChunk(**{**vars(chunk), "rows": rows})
+        return snapshot.MySqlChunk(**{**vars(chunk), "rows": rows, "structure": meta.get("structure")})
+
+    def chunk_misfit(self, chunk: ChunkRead) -> str | None:
+        """A part's rows are staged with this run's structure of the table, by position: a chunk
+        read with another one (a column added, dropped or retyped since) does not fit."""
+        read = getattr(chunk, "structure", None)
+        now = _structure(self._tables[chunk.snapshot.table])
+        if read is None or read == now:
+            return None
+        gone = [c[0] for c in read if c[0] not in {n[0] for n in now}]
+        added = [c[0] for c in now if c[0] not in {r[0] for r in read}]
+        what = f"dropped {gone}, added {added}" if gone or added else "a column changed its type or place"
+        return f"the columns of {chunk.snapshot.table} changed since it was read ({what})"
 
     def encoded_chunks(self, table: str, chunk_size: int) -> Iterator[pa.Table]:
         """The live table in key order, encoded like captured rows (``verify``); no state is touched."""
@@ -516,3 +529,8 @@ def _tid(tdef: Any) -> Any:
 
 def _tinyint_boolean(config: ConnectorConfig) -> bool:
     return "TinyIntOneToBooleanConverter" in str(config["boolean.type"] or "")
+
+
+def _structure(tdef: TableDef) -> list[list[str]]:
+    """A table's columns as (name, declared type) pairs, in order (JSON-friendly lists)."""
+    return [[c.name, c.column_type] for c in tdef.columns]

@@ -380,6 +380,16 @@ class PostgresSource(ChangeSource):
         tid, oid = self._tables[table]
         return [c.name for c in self.catalog.table_meta(tid, oid, self.filters).columns]
 
+    def chunk_misfit(self, chunk: ChunkRead) -> str | None:
+        """Chunk rows are staged by position in this run's column order: a chunk read with other
+        columns (a column dropped or added since) does not fit."""
+        now = self.table_columns(chunk.snapshot.table) or []
+        if chunk.columns == now:
+            return None
+        gone, added = [c for c in chunk.columns if c not in now], [c for c in now if c not in chunk.columns]
+        what = f"dropped {gone}, added {added}" if gone or added else "reordered"
+        return f"the columns of {chunk.snapshot.table} changed since it was read ({what})"
+
     def read_chunks(
         self, pending: list[TableSnapshot], max_rows: int, chunk_size: int | ChunkSizer
     ) -> list[ChunkRead]:

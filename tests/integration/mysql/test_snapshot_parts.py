@@ -4,6 +4,7 @@ readers while writers write; several runs until the snapshot completes, then row
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -84,3 +85,38 @@ def test_parallel_parts_converge_with_a_composite_key(mariadb_db, tmp_path, monk
     build_capture(config).run(commit=True)
     assert runs >= 3 and len(loaded) == runs - 1 and all(loaded), loaded
     assert_converged(config, [f"{mariadb_db.name}.t"])
+
+
+@pytest.mark.parametrize("ddl", ["DROP COLUMN a", "ADD COLUMN d INT, DROP COLUMN b"])
+def test_parts_read_before_the_columns_changed_are_refused(mariadb_db, tmp_path, monkeypatch, caplog, ddl):
+    """A column dropped between the parts' reads and the capture: the parts' rows have the old
+    structure, the run stages with the new one; the plan is refused (the run reads its chunks
+    itself), never loaded shifted by a column."""
+    table = "cols_" + ddl.split()[-1]
+    execute(
+        mariadb_db,
+        f"CREATE TABLE {table} (id INT PRIMARY KEY, a VARCHAR(20), b DECIMAL(10,1), c DATE)",
+        f"INSERT INTO {table} SELECT seq, CONCAT('a', seq), seq * 1.5, DATE '2000-01-01' + INTERVAL seq DAY "
+        "FROM seq_1_to_1500",
+    )
+    config = pipeline(
+        mariadb_db,
+        tmp_path / "staging",
+        **{"incremental.snapshot.chunk.size": 100, "snapshot.max.rows.per.run": 400,
+           "table.include.list": f"{mariadb_db.name}.{table}", "name": table},
+    )
+    build_capture(config).run(commit=True)
+    loaded = count_loads(monkeypatch)
+    plan = prepare(config, 2)
+    execute(mariadb_db, f"ALTER TABLE {table} {ddl}")
+    with caplog.at_level(logging.WARNING, logger="airflow_cdc.core.snapshot_parts"):
+        build_capture(config).run(commit=True, prepared=plan)
+    assert "columns" in caplog.text and loaded == [0]
+    runs = 0
+    while snapshot_pending(config):
+        build_capture(config).run(commit=True, prepared=prepare(config, 2))
+        runs += 1
+        assert runs < 10
+    build_capture(config).run(commit=True)
+    assert loaded[1:] and all(loaded[1:]), "later plans are loaded"
+    assert_converged(config, [f"{mariadb_db.name}.{table}"])

@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 from airflow_cdc.core.pipeline import build_capture
-from tests.integration.postgres.support import assert_converged, pipeline
-from tests.support.pipeline import WriterThreads, snapshot_pending
+from tests.integration.postgres.support import assert_converged, pipeline, source_rows
+from tests.support.pipeline import WriterThreads, assert_rows_equal, replay, snapshot_pending
 from tests.support.snapshot_parts import count_loads, prepare
 
 pytestmark = pytest.mark.slow
@@ -183,3 +183,32 @@ def test_adhoc_snapshot_with_condition_and_repeating_surrogate_key(pg_db, tmp_pa
     assert sorted(keys) == sorted(expected)  # each matching row exactly once
     assert runs >= 2 and loaded and all(loaded), loaded
     assert_converged(config, TABLES)
+
+
+@pytest.mark.parametrize("ddl", ["DROP COLUMN a", "ADD COLUMN d int, DROP COLUMN b"])
+def test_parts_read_before_the_columns_changed_are_refused(pg_db, tmp_path, monkeypatch, caplog, ddl):
+    """A column dropped between the parts' reads and the capture: the parts' rows have the old
+    columns, the run stages the new ones; the plan is refused (the run reads its chunks itself),
+    never loaded shifted by a column."""
+    table = "cols_" + ddl.split()[-1]
+    with psycopg.connect(pg_db.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, a text, b numeric, c date)")
+        conn.execute(f"INSERT INTO {table} SELECT g, 'a' || g, g * 1.5, date '2000-01-01' + g "
+                     "FROM generate_series(1, 1500) g")
+    config = pipeline(pg_db, tmp_path / "staging", **{
+        "incremental.snapshot.chunk.size": 100, "snapshot.max.rows.per.run": 400, "name": table,
+        "table.include.list": f"public.{table}", "slot.name": f"slot_{table}", "publication.name": f"pub_{table}"})
+    build_capture(config).run(commit=True)
+    loaded = count_loads(monkeypatch)
+    plan = prepare(config, 2)
+    with psycopg.connect(pg_db.dsn, autocommit=True) as conn:
+        conn.execute(f"ALTER TABLE {table} {ddl}")
+    with caplog.at_level(logging.WARNING, logger="airflow_cdc.core.snapshot_parts"):
+        build_capture(config).run(commit=True, prepared=plan)
+    assert "columns" in caplog.text and loaded == [0]
+    while snapshot_pending(config):
+        build_capture(config).run(commit=True, prepared=prepare(config, 2))
+    build_capture(config).run(commit=True)
+    assert loaded[1:] and all(loaded[1:]), "later plans are loaded"
+    rows = source_rows(config, f"public.{table}")
+    assert_rows_equal(table, rows, replay(config).rows(f"public.{table}"), lenient_columns=True)
