@@ -17,8 +17,8 @@ run's snapshot rows cost the server's index scans plus the row conversion, in se
 
 This is the in-process form of snapshot parts (:mod:`airflow_cdc.core.snapshot_parts`) and exact
 for the same reason: every chunk is read after the window start, and chunks of different readers
-are reconciled per reader.  A table chunked by a surrogate key (``surrogate.key`` of an ad hoc
-snapshot, whose values may repeat) is not split: from there on the capture's connection reads the
+are reconciled per reader.  A table chunked by a surrogate key (the ``surrogate-key`` of an ad
+hoc snapshot, whose values may repeat) is not split: from there on the capture's connection reads the
 rest of the run's budget as usual.  Memory is what one reader would hold: the run's
 ``snapshot.max.rows.per.run`` rows (plus rows inserted into ranges while they were read).
 """
@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 DEFAULT_SPAN = 131_072
 #: a range is read to its end, whatever the run's budget (see the module docstring)
 WHOLE_RANGE = 1 << 62
+#: seconds between progress lines while the readers work
+PROGRESS_SECONDS = 10.0
 
 
 def read_side_by_side(
@@ -117,6 +119,7 @@ class _Ranges:
         #: (range index, reader, table snapshot, chunks, final range of its table)
         self.taken: list[tuple[int, int, TableSnapshot, list[ChunkRead], bool]] = []
         self.errors: list[BaseException] = []
+        self.started = self.logged = time.monotonic()
 
     def next(self) -> tuple[int, TableSnapshot, TableSnapshot, bool, int] | None:
         """The next range to read: (index, table snapshot, snapshot bounded to it, final, size)."""
@@ -145,6 +148,23 @@ class _Ranges:
             self.index += 1
             return self.index - 1, snap, bounded, final, size
 
+    def _progress(self) -> None:
+        """A progress line (rows, rate, time left at most) every ``PROGRESS_SECONDS``; under the lock."""
+        now = time.monotonic()
+        if now - self.logged < PROGRESS_SECONDS:
+            return
+        self.logged = now
+        rate = self.rows / max(now - self.started, 1e-9)
+        table = self.current.table if self.current is not None else "the pending tables"
+        log.info(
+            "snapshot readers: %d of up to %d rows read (now in %s), %.0f rows/s, at most %.0fs left",
+            self.rows,
+            self.max_rows,
+            table,
+            rate,
+            max(self.max_rows - self.rows, 0) / max(rate, 1e-9),
+        )
+
     def read(self, reader: int) -> None:
         """One reader's loop: take ranges and read each to its end, on a source of its own."""
         own: ChangeSource | None = None
@@ -166,6 +186,7 @@ class _Ranges:
                     self.taken.append((index, reader, snap, chunks, final))
                     self.rows += sum(max(c.data.num_rows, 1) for c in chunks)
                     self.in_flight -= size
+                    self._progress()
         except BaseException as e:  # noqa: BLE001 - raised again in the capture's thread
             with self.lock:
                 self.errors.append(e)

@@ -182,3 +182,14 @@ def test_a_reader_without_a_connection_names_the_setting(caplog):
     with pytest.raises(ConnectionError, match="too many clients"):
         read_side_by_side(SimpleNamespace(source=source), [TableSnapshot("t")], 100, 2, 10, 10)
     assert "snapshot.max.threads" in caplog.text
+
+
+def test_long_reads_show_progress(caplog, monkeypatch):
+    from airflow_cdc.core import snapshot_readers
+
+    monkeypatch.setattr(snapshot_readers, "PROGRESS_SECONDS", 0.0)
+    source = MemorySource({"t": list(range(200))})
+    with caplog.at_level("INFO", logger="airflow_cdc.core.snapshot_readers"):
+        read_side_by_side(SimpleNamespace(source=source), [TableSnapshot("t")], 150, 2, 10, 10)
+    lines = [r.getMessage() for r in caplog.records if "snapshot readers:" in r.getMessage()]
+    assert len(lines) >= 10 and "of up to 150 rows read (now in t)" in lines[0] and "rows/s" in lines[-1]
