@@ -5,8 +5,9 @@ format, reading all blocks.  Measured: a fresh connector (new name, slot, stagin
 ``snapshot.mode=initial``, the default chunk settings (``incremental.snapshot.chunk.size`` unset:
 chunks grow from 1024 rows towards ``incremental.snapshot.chunk.target.ms``) and
 ``snapshot.max.rows.per.run=10000000``, running ``run(commit=True)`` until no snapshot is pending,
-with ``snapshot.max.threads=--threads`` (default 2, this machine's cores: key ranges read side by side
-on that many connections); each repeat also runs it with one reader (Debezium's default).  Also: the CPU seconds of the server (postmaster and backends, from ``/proc``) and of this process
+with ``snapshot.max.threads=--threads`` (default 2, this machine's cores: key ranges read side by
+side on that many connections); each repeat also runs it with one reader (Debezium's default).
+Also: the CPU seconds of the server (postmaster and backends, from ``/proc``) and of this process
 for the COPY and the snapshot (a load-independent view: the machine is shared), one default run
 with the pure-Python chunk reader (``AIRFLOW_CDC_PG_COPY=python``), each repeat also without the
 background writes (``AIRFLOW_CDC_SNAPSHOT_THREADS=0``), rows/s at fixed chunk sizes

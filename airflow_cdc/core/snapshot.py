@@ -194,6 +194,18 @@ class ChunkSizer:
         self.size = max(self.least, min(self.most, want, self.size * 4))
 
 
+def captured_only(pending: list[TableSnapshot], captured: Iterable[str]) -> list[TableSnapshot]:
+    """The pending snapshots of tables still captured, in order; the others are skipped, logged."""
+    captured = set(captured)
+    kept = []
+    for snap in pending:
+        if snap.table in captured:
+            kept.append(snap)
+        else:
+            log.warning("snapshot of %s skipped: table is not captured (filters or dropped)", snap.table)
+    return kept
+
+
 def read_budgeted(
     pending: list[TableSnapshot],
     captured: Iterable[str],
@@ -207,14 +219,10 @@ def read_budgeted(
     row, so a run always ends.  Snapshots of tables that are not (or no longer) captured are skipped.
     ``chunk_size`` is fixed rows per chunk, or a :class:`ChunkSizer` that adapts it.
     """
-    captured = set(captured)
     chunks: list[ChunkRead] = []
     budget = max_rows
     sizer = chunk_size if isinstance(chunk_size, ChunkSizer) else None
-    for snap in pending:
-        if snap.table not in captured:
-            log.warning("snapshot of %s skipped: table is not captured (filters or dropped)", snap.table)
-            continue
+    for snap in captured_only(pending, captured):
         cursor = snap.last_key
         while budget > 0:
             asked = min(sizer.size if sizer else int(chunk_size), budget)  # type: ignore[arg-type]

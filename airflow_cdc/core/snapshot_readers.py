@@ -30,7 +30,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from airflow_cdc.core.snapshot import ChunkRead, TableSnapshot
+from airflow_cdc.core.snapshot import ChunkRead, TableSnapshot, captured_only
 from airflow_cdc.core.source import ChangeSource
 
 if TYPE_CHECKING:
@@ -56,14 +56,7 @@ def read_side_by_side(
     :raises Exception: what a reader raised first; the run then fails as a failed read would.
     """
     source = capture.source
-    captured = set(source.tables())
-    tables = []
-    for snap in pending:
-        if snap.table in captured:
-            tables.append(snap)
-        else:
-            log.warning("snapshot of %s skipped: table is not captured (filters or dropped)", snap.table)
-    ranges = _Ranges(source, tables, max_rows, max(1, min(span, max_rows)))
+    ranges = _Ranges(source, captured_only(pending, source.tables()), max_rows, max(1, min(span, max_rows)))
     started = time.monotonic()
     workers = [
         threading.Thread(target=ranges.read, args=(k,), name=f"snapshot-reader-{k}", daemon=True)
@@ -75,9 +68,10 @@ def read_side_by_side(
         w.join()
     if ranges.errors:
         raise ranges.errors[0]
+    taken = sorted(ranges.taken, key=lambda t: t[0])  # key order
     chunks: list[ChunkRead] = []
     groups: list[int] = []
-    for _, reader, snap, read, final in sorted(ranges.taken, key=lambda t: t[0]):
+    for _, reader, snap, read, final in taken:
         reached = bool(read) and read[-1].last
         for chunk in read:
             chunk.snapshot, chunk.last = snap, False
@@ -85,13 +79,13 @@ def read_side_by_side(
             groups.append(reader)
         if final and reached:
             read[-1].last = True
-    if ranges.taken:
+    if taken:
         seconds = max(time.monotonic() - started, 1e-9)
         log.info(
             "snapshot: %d rows in %d chunk(s) of %s read by %d readers side by side in %.1fs (%.0f rows/s)",
             ranges.rows,
             len(chunks),
-            ", ".join(dict.fromkeys(t[2].table for t in sorted(ranges.taken, key=lambda t: t[0]))),
+            ", ".join(dict.fromkeys(t[2].table for t in taken)),
             threads,
             seconds,
             ranges.rows / seconds,
@@ -132,13 +126,13 @@ class _Ranges:
             if self.current is None:
                 if not self.queue or self.queue[0].surrogate_key:
                     return None
-                snap = self.queue.pop(0)
-                snap.max_key, _ = self.source.snapshot_bounds(snap, [])
-                self.current, self.lower = snap, snap.last_key
+                self.current = self.queue.pop(0)
+                self.lower = self.current.last_key
             snap = self.current
             bounded = TableSnapshot.from_json({**snap.to_json(), "rows": 0, "chunks": 0})
             bounded.last_key = self.lower
-            bounds = self.source.snapshot_bounds(bounded, [size - 1])[1] if snap.max_key else []
+            # one query: the range's end, and the table's max_key with its first range
+            snap.max_key, bounds = self.source.snapshot_bounds(bounded, [size - 1])
             final = not bounds or bounds[0] == snap.max_key
             bounded.max_key = snap.max_key if final else bounds[0]
             self.lower = bounded.max_key

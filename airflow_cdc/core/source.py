@@ -272,6 +272,15 @@ class ChangeSource(abc.ABC):
         raise NotImplementedError(f"{self.kind} cannot be verified")
 
 
+def columns_changed(table: str, read: list[str], now: list[str], otherwise: str) -> str:
+    """A chunk's misfit (:meth:`ChangeSource.chunk_misfit`): the columns dropped and added between
+    the ``read`` and the ``now`` column names, or ``otherwise`` when the names are the same."""
+    read_set, now_set = set(read), set(now)
+    gone, added = [c for c in read if c not in now_set], [c for c in now if c not in read_set]
+    what = f"dropped {gone}, added {added}" if gone or added else otherwise
+    return f"the columns of {table} changed since it was read ({what})"
+
+
 @dataclass(frozen=True)
 class SourceSpec:
     """How one kind of source plugs in.

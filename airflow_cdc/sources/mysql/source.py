@@ -30,7 +30,7 @@ from airflow_cdc.core.snapshot import (
     read_budgeted,
     read_when_visible,
 )
-from airflow_cdc.core.source import Capabilities, ChangeSource
+from airflow_cdc.core.source import Capabilities, ChangeSource, columns_changed
 from airflow_cdc.core.table_sink import SnapshotSinks
 from airflow_cdc.sources.mysql import chunk_keys, client, offsets, parts, snapshot
 from airflow_cdc.sources.mysql.flavour import GtidSet
@@ -426,10 +426,9 @@ class MySqlSource(ChangeSource):
         now = _structure(self._tables[chunk.snapshot.table])
         if read is None or read == now:
             return None
-        gone = [c[0] for c in read if c[0] not in {n[0] for n in now}]
-        added = [c[0] for c in now if c[0] not in {r[0] for r in read}]
-        what = f"dropped {gone}, added {added}" if gone or added else "a column changed its type or place"
-        return f"the columns of {chunk.snapshot.table} changed since it was read ({what})"
+        read_names, now_names = [c[0] for c in read], [c[0] for c in now]
+        retyped = "a column changed its type or place"
+        return columns_changed(chunk.snapshot.table, read_names, now_names, retyped)
 
     def encoded_chunks(self, table: str, chunk_size: int) -> Iterator[pa.Table]:
         """The live table in key order, encoded like captured rows (``verify``); no state is touched."""

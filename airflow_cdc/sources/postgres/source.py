@@ -33,7 +33,7 @@ from airflow_cdc.core.snapshot import (
     read_budgeted,
     read_when_visible,
 )
-from airflow_cdc.core.source import Capabilities, ChangeSource
+from airflow_cdc.core.source import Capabilities, ChangeSource, columns_changed
 from airflow_cdc.core.table_sink import SnapshotSinks
 from airflow_cdc.sources.postgres import client, copyread, replication
 from airflow_cdc.sources.postgres import sql as q
@@ -386,9 +386,7 @@ class PostgresSource(ChangeSource):
         now = self.table_columns(chunk.snapshot.table) or []
         if chunk.columns == now:
             return None
-        gone, added = [c for c in chunk.columns if c not in now], [c for c in now if c not in chunk.columns]
-        what = f"dropped {gone}, added {added}" if gone or added else "reordered"
-        return f"the columns of {chunk.snapshot.table} changed since it was read ({what})"
+        return columns_changed(chunk.snapshot.table, chunk.columns, now, "reordered")
 
     def read_chunks(
         self, pending: list[TableSnapshot], max_rows: int, chunk_size: int | ChunkSizer
@@ -507,15 +505,8 @@ class PostgresSource(ChangeSource):
         return Watermark(data["xmin"], data["xmax"], frozenset(data["xip"]), data["lsn_after"])
 
     def _copy_chunk(
-        self,
-        tid: TableId,
-        cols: list[str],
-        order: list[str],
-        after: list | None,
-        upto: list,
-        condition: Any,
-        limit: int | None,
-        nullable: list[bool],
+        self, tid: TableId, cols: list[str], order: list[str], after: list | None, upto: list,
+        condition: Any, limit: int | None, nullable: list[bool],
     ) -> pa.Table:
         """One chunk's rows as string columns (:func:`copyread.read_table`)."""
         assert self.conn is not None
@@ -623,3 +614,4 @@ def changes_query(check: str, slot: str, publication: str, lsn: str) -> tuple[st
     if check == "slot":
         return q.CHANGES_SLOT, (slot, publication, lsn)
     return q.CHANGES_WAL, (lsn,)
+
