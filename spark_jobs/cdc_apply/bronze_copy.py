@@ -42,7 +42,7 @@ from pyspark.sql import types as T
 
 from .delta_log import filesystem
 from .staged import StagedTable
-from .writes import Commit
+from .writes import Commit, commit_actions
 
 log = logging.getLogger("airflow_cdc.apply")
 
@@ -191,21 +191,7 @@ def _link(source_fs: pafs.FileSystem, source: str, target_fs: pafs.FileSystem, d
 def commit_files(spark: SparkSession, table_path: str, adds: list[dict[str, Any]], commit: Commit) -> bool:
     """One Delta commit of ``adds`` plus the batch's idempotent-transaction mark; False when a
     concurrent run already committed the mark (nothing added)."""
-    jvm = spark._jvm  # type: ignore[attr-defined]
-    delta = jvm.org.apache.spark.sql.delta
-    txn = delta.DeltaLog.forTable(spark._jsparkSession, table_path).startTransaction()
-    if txn.txnVersion(commit.app_id) >= commit.version:
-        return False
-    mark = {
-        "txn": {"appId": commit.app_id, "version": commit.version, "lastUpdated": int(time.time() * 1000)}
-    }
-    actions = jvm.java.util.ArrayList()
-    for action in [*adds, mark]:
-        actions.add(delta.actions.Action.fromJson(json.dumps(action)))
-    operation = getattr(delta, "DeltaOperations$ManualUpdate$").__getattr__("MODULE$")
-    with commit.conf(spark, txn=False):
-        txn.commit(jvm.scala.jdk.javaapi.CollectionConverters.asScala(actions).toSeq(), operation)
-    return True
+    return commit_actions(spark, table_path, adds, [commit], commit)
 
 
 def table_layout(spark: SparkSession, table_path: str) -> tuple[list[str], str, T.StructType] | None:

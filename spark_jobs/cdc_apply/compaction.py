@@ -49,11 +49,9 @@ def batches_since_optimize(table_path: str, limit: int) -> int:
         info = _commit_info(_actions(fs, f"{log_dir}/{version:020d}.json"))
         if info.get("operation") == OPTIMIZE:
             break
-        batch = _batch_id(info)
-        if batch is not None:
-            batches.add(batch)
-            if len(batches) >= limit:
-                break
+        batches.update(_batch_ids(info))
+        if len(batches) >= limit:
+            break
     return len(batches)
 
 
@@ -64,13 +62,15 @@ def _commit_info(actions: list[dict[str, Any]]) -> dict[str, Any]:
     return {}
 
 
-def _batch_id(info: dict[str, Any]) -> str | None:
+def _batch_ids(info: dict[str, Any]) -> list[str]:
+    """The batches an airflow-cdc commit wrote (several for a stretch of a backlog)."""
     try:
         ours = json.loads(info.get("userMetadata") or "{}").get("airflow_cdc") or {}
     except (ValueError, AttributeError):
-        return None
-    batch = ours.get("batch_id")
-    return None if batch is None else str(batch)
+        return []
+    if ours.get("batches"):
+        return [str(b) for b in ours["batches"]]
+    return [] if ours.get("batch_id") is None else [str(ours["batch_id"])]
 
 
 def compact_all(spark: SparkSession, tables: dict[str, str], interval: int, commit: Commit) -> list[str]:

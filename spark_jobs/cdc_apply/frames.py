@@ -92,6 +92,7 @@ def _group_actions(
         F.col("op").alias(OP),
         F.col("ts_ms").alias(TS_MS),
         _source_ts(group).alias(SOURCE_TS),
+        F.lit(group.batch_id).alias(BATCH),
     ]
     unavailable = (
         F.coalesce(F.col("__unavailable"), F.array().cast("array<string>"))

@@ -15,12 +15,12 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from . import bronze, compaction, delta_log, frames, history, rechunk, silver, toast
+from . import backlog, bronze, compaction, delta_log, frames, history, rechunk, silver, toast
 from .crash import crash_point
 from .layout import table_path
 from .session import size_reads
-from .staged import StagedBatch, StagedTable
-from .writes import Commit
+from .staged import StagedBatch, StagedBatchError, StagedTable
+from .writes import Commit, commit_actions
 
 log = logging.getLogger("airflow_cdc.apply")
 
@@ -42,54 +42,117 @@ def apply_batch(
     spark: SparkSession, batch_path: str, target: str, settings: ApplySettings | None = None
 ) -> dict[str, Any]:
     """Apply the batch at ``batch_path`` to the Delta root ``target``; returns a small report."""
+    return apply_batches(spark, [batch_path], target, settings)
+
+
+def apply_batches(
+    spark: SparkSession, batch_paths: list[str], target: str, settings: ApplySettings | None = None
+) -> dict[str, Any]:
+    """Apply consecutive batches of one connector (partition), oldest first, to the Delta root
+    ``target``: each table's stretch of them in one pass (``backlog.py``); returns a small report.
+    The result is the same as applying them one by one, in any order, any number of times.
+
+    :raises StagedBatchError: a batch is damaged, or the batches come from different connectors
+        or partitions.
+    """
+    if not batch_paths:
+        raise ValueError("no batch to apply")
     settings = settings or ApplySettings()
     # tables this job creates (bronze included) widen column types in place on schema changes, and
     # map columns by name so source names with spaces, commas or braces are valid Delta columns
     spark.conf.set("spark.databricks.delta.properties.defaults.enableTypeWidening", "true")
     spark.conf.set("spark.databricks.delta.properties.defaults.columnMapping.mode", "name")
-    staged = StagedBatch(batch_path)
-    staged.verify_parts()
-    commit = Commit(staged.connector, staged.batch_id, staged.commit_metadata(settings.fence))
-    tables = staged.tables()
-    scratch = rechunk.scratch_dir(target, staged)
-    copies = rechunk.copy_oversized(staged, tables, scratch)  # parts staged before the byte limit
+    batches = [StagedBatch(p) for p in batch_paths]
+    sources = {(b.connector, b.manifest.get("partition")) for b in batches}
+    if len(sources) > 1:
+        found = ", ".join(sorted(f"{c} (partition {p})" for c, p in sources))
+        raise StagedBatchError(
+            f"batches of different connectors or partitions cannot be applied together: {found}"
+        )
+    for staged in batches:
+        staged.verify_parts()
+    scratches = []
     try:
-        return _apply_tables(spark, staged, tables, target, commit, settings)
+        tables = []
+        for staged in batches:
+            found = staged.tables()
+            scratch = rechunk.scratch_dir(target, staged)
+            if rechunk.copy_oversized(staged, found, scratch):  # parts staged before the byte limit
+                scratches.append(scratch)
+            tables.append(found)
+        return _apply_backlog(spark, batches, tables, target, settings)
     finally:
-        if copies:
+        for scratch in scratches:
             rechunk.remove(scratch)
 
 
-def _apply_tables(
+def _apply_backlog(
     spark: SparkSession,
-    staged: StagedBatch,
-    tables: list[StagedTable],
+    batches: list[StagedBatch],
+    tables: list[list[StagedTable]],
     target: str,
-    commit: Commit,
     settings: ApplySettings,
 ) -> dict[str, Any]:
     planning = time.monotonic()
+    cuts = backlog.breaks(batches)
     planned = []
-    for table in tables:
-        frame = frames.table_frame(spark, table, frames.truncate_events(spark, table))
-        silver.check_evolution(spark, _path(target, "silver", staged, table), frame)
-        planned.append((table, frame))
-    report: dict[str, Any] = {"batch_id": staged.batch_id, "connector": staged.connector, "tables": {}}
-    started, done_rows, total_rows = time.monotonic(), 0, sum(t.rows for t in tables)
+    for name in sorted({t.name for found in tables for t in found}):
+        entries = [
+            backlog.Entry(i, staged, t)
+            for i, (staged, found) in enumerate(zip(batches, tables, strict=True))
+            for t in found
+            if t.name == name
+        ]
+        silver_path = _path(target, "silver", entries[0].staged, entries[0].table)
+        soft = settings.delete_mode == "soft"
+        combine = len(entries) > 1 and backlog.combinable(
+            entries[0].table, history.matches(settings.history, name), soft
+        )
+        state = delta_log.replay(silver_path) if combine else None
+
+        def applied(staged: StagedBatch, state: delta_log.LogState | None = state) -> bool:
+            return state is not None and state.has_applied(_commit(staged, settings).app_id)
+
+        for stretch in backlog.stretches(entries, cuts, applied, combine):
+            table = backlog.combined_table(stretch)
+            frame = frames.table_frame(spark, table, frames.truncate_events(spark, table))
+            silver.check_evolution(spark, silver_path, frame)
+            planned.append((stretch, table, frame))
+    report: dict[str, Any] = {"connector": batches[0].connector, "tables": {}}
+    if len(batches) == 1:
+        report["batch_id"] = batches[0].batch_id
+    else:
+        report["batches"] = [b.batch_id for b in batches]
+    started, done_rows, total_rows = time.monotonic(), 0, sum(t.rows for _, t, _ in planned)
     report["plan_seconds"] = round(started - planning, 3)
-    for i, (table, frame) in enumerate(planned, 1):
+    for i, (stretch, table, frame) in enumerate(planned, 1):
         begun = time.monotonic()
-        done = _apply_table(spark, staged, table, frame, target, commit, settings)
-        layers = {layer: _path(target, layer, staged, table) for layer in ("silver", "tombstones")}
+        last = stretch[-1].staged
+        if len(stretch) == 1:
+            commit = _commit(last, settings)
+            done = _apply_table(spark, last, table, frame, target, commit, settings)
+        else:
+            commit = _commit(last, settings, [e.staged.batch_id for e in stretch])
+            done = _apply_stretch(spark, stretch, table, frame, target, commit, settings)
+        layers = {layer: _path(target, layer, last, table) for layer in ("silver", "tombstones")}
         compacted = compaction.compact_all(spark, layers, settings.optimize_interval, commit)
         if compacted:
             done["compacted"] = compacted
-        report["tables"][table.name] = done
         done["seconds"] = round(time.monotonic() - begun, 3)
+        if table.name in report["tables"]:  # a table whose batches were applied in several stretches
+            earlier = report["tables"][table.name]
+            report["tables"][table.name] = {"stretches": [*earlier.get("stretches", [earlier]), done]}
+        else:
+            report["tables"][table.name] = done
         done_rows += table.rows
         _progress(i, len(planned), table.name, done_rows, total_rows, started)
     report["seconds"] = round(time.monotonic() - started, 3)
     return report
+
+
+def _commit(staged: StagedBatch, settings: ApplySettings, batches: list[str] | None = None) -> Commit:
+    """The identity of ``staged``'s writes (``batches``: of a stretch's writes, ``staged`` last)."""
+    return Commit(staged.connector, staged.batch_id, staged.commit_metadata(settings.fence, batches))
 
 
 def _path(target: str, layer: str, staged: StagedBatch, table: StagedTable) -> str:
@@ -106,7 +169,53 @@ def _apply_table(
     settings: ApplySettings,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"events": table.rows, "ops": table.ops}
-    bronze_path = _path(target, "bronze", staged, table)
+    silver_log = _prepare(spark, staged, table, target, settings, out)
+    _bronze(spark, staged, table, target, commit, settings, out)
+    if table.key_columns and history.matches(settings.history, table.name):
+        out["history"] = _apply_history(spark, staged, table, frame, target, commit, settings, silver_log)
+    return _apply_silver(spark, staged, table, frame, target, commit, settings, silver_log, out)
+
+
+def _apply_stretch(
+    spark: SparkSession,
+    stretch: list[backlog.Entry],
+    table: StagedTable,
+    frame: frames.TableFrame,
+    target: str,
+    commit: Commit,
+    settings: ApplySettings,
+) -> dict[str, Any]:
+    """A keyed table's stretch of batches (``backlog.py``): bronze batch by batch (each its own
+    files and mark), then the stretch's events in one silver write marked as the last batch;
+    one more commit marks the others.  A crash before that commit leaves them unmarked: a re-run
+    applies them again, which changes nothing (every stored row is at least as new)."""
+    last = stretch[-1].staged
+    out: dict[str, Any] = {"events": table.rows, "ops": table.ops, "batches": len(stretch)}
+    silver_log = _prepare(spark, last, table, target, settings, out)
+    bronze_ways = {}
+    for entry in stretch:
+        done: dict[str, Any] = {}
+        _bronze(spark, entry.staged, entry.table, target, _commit(entry.staged, settings), settings, done)
+        if "bronze" in done:
+            bronze_ways[entry.staged.batch_id] = done["bronze"]
+    if bronze_ways:
+        out["bronze"] = ", ".join(sorted(set(bronze_ways.values())))
+    _apply_silver(spark, last, table, frame, target, commit, settings, silver_log, out)
+    crash_point("apply_before_stretch_marks")
+    earlier = [_commit(e.staged, settings) for e in stretch[:-1]]
+    commit_actions(spark, _path(target, "silver", last, table), [], earlier, commit)
+    return out
+
+
+def _prepare(
+    spark: SparkSession,
+    staged: StagedBatch,
+    table: StagedTable,
+    target: str,
+    settings: ApplySettings,
+    out: dict[str, Any],
+) -> delta_log.LogState:
+    """Fencing checks, the silver log, and Spark's read sizes for the table's widest rows."""
     for layer in ("bronze", "silver"):
         path = _path(target, layer, staged, table)
         delta_log.check_fence(path, settings.fence, staged.manifest.get("partition"))
@@ -116,11 +225,36 @@ def _apply_table(
     out["log_replay_seconds"] = round(time.monotonic() - replaying, 3)
     # reads hold a batch of rows of every column: size it to the widest rows (staged or stored)
     size_reads(spark, max(table.row_bytes, delta_log.row_bytes(silver_path, silver_log)))
+    return silver_log
+
+
+def _bronze(
+    spark: SparkSession,
+    staged: StagedBatch,
+    table: StagedTable,
+    target: str,
+    commit: Commit,
+    settings: ApplySettings,
+    out: dict[str, Any],
+) -> None:
+    bronze_path = _path(target, "bronze", staged, table)
     if settings.bronze and not delta_log.has_applied(bronze_path, commit.app_id):
         out["bronze"] = bronze.append_bronze(spark, bronze_path, table, commit, settings.bronze_copy)
         crash_point("apply_after_bronze")
-    if table.key_columns and history.matches(settings.history, table.name):
-        out["history"] = _apply_history(spark, staged, table, frame, target, commit, settings, silver_log)
+
+
+def _apply_silver(
+    spark: SparkSession,
+    staged: StagedBatch,
+    table: StagedTable,
+    frame: frames.TableFrame,
+    target: str,
+    commit: Commit,
+    settings: ApplySettings,
+    silver_log: delta_log.LogState,
+    out: dict[str, Any],
+) -> dict[str, Any]:
+    silver_path = _path(target, "silver", staged, table)
     if silver_log.has_applied(commit.app_id):
         out["silver"] = "already applied"
         return out

@@ -197,7 +197,7 @@ def merge_silver(
         OP,
         TS_MS,
         UNAVAILABLE,
-        F.lit(commit.batch_id).alias(BATCH),
+        BATCH,
     )
     meta = {POSITION: f"s.{POSITION}", OP: f"s.{OP}", TS_MS: f"s.{TS_MS}", BATCH: f"s.{BATCH}"}
     fresh = {quoted(n): f"CASE WHEN {_unsent(n)} THEN NULL ELSE s.{quoted(n)} END" for n in data}
@@ -354,7 +354,7 @@ def append_keyless(spark: SparkSession, path: str, frame: TableFrame, commit: Co
         POSITION,
         OP,
         TS_MS,
-        F.lit(commit.batch_id).alias(BATCH),
+        BATCH,
         F.lit(None).cast(PENDING_TYPE).alias(PENDING),
     )
     commit.append(rows, path)

@@ -32,6 +32,7 @@ class SchemaGroup:
     schema: pa.Schema
     files: list[str] = field(default_factory=list)
     rows: int = 0
+    batch_id: str = ""  # the batch the parts belong to (each event's ``__batch_id`` in silver)
 
 
 @dataclass
@@ -141,7 +142,7 @@ class StagedBatch:
                 file = f"{self.path}/{part['file']}"
                 if not groups or groups[-1].version != part["schema_version"]:
                     schema = pq.read_schema(f"{self.local}/{part['file']}", filesystem=self.fs)
-                    groups.append(SchemaGroup(part["schema_version"], schema))
+                    groups.append(SchemaGroup(part["schema_version"], schema, batch_id=self.batch_id))
                 groups[-1].files.append(file)
                 groups[-1].rows += part["rows"]
                 counted = counted and "ops" in part
@@ -170,14 +171,17 @@ class StagedBatch:
                         f"{where} (table {name}) has {rows} rows, manifest says {part['rows']}"
                     )
 
-    def commit_metadata(self, fence: int | None = None) -> str:
+    def commit_metadata(self, fence: int | None = None, batches: list[str] | None = None) -> str:
         """What goes into the Delta commit info (``userMetadata``): batch id, end offset and the
-        lease's fencing token (when the submitter held the lease)."""
+        lease's fencing token (when the submitter held the lease); ``batches``: every batch a
+        write of several batches carries (this one last)."""
         doc: dict[str, Any] = {
             "batch_id": self.batch_id,
             "connector": self.connector,
             "to_offset": self.to_offset,
         }
+        if batches:
+            doc["batches"] = batches
         if fence is not None:
             doc["fence"] = fence
         if self.manifest.get("partition") is not None:

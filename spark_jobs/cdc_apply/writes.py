@@ -10,9 +10,12 @@ offset go into every commit's ``userMetadata``.
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -117,3 +120,27 @@ def ensure_columns(spark: SparkSession, path: str, schema: T.StructType) -> dict
                 f"{f.dataType.simpleString()}; Delta cannot change it in place"
             )
     return after
+
+
+def commit_actions(
+    spark: SparkSession, path: str, actions: list[dict[str, Any]], marks: list[Commit], info: Commit
+) -> bool:
+    """One Delta commit of ``actions`` (Delta log JSON) plus the idempotent-transaction marks of
+    ``marks`` the table lacks, with ``info``'s commit metadata; False, committing nothing, when it
+    has every mark already.  A commit of marks alone records batches whose rows an earlier write
+    of several batches brought (``job.apply_batches``)."""
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    delta = jvm.org.apache.spark.sql.delta
+    txn = delta.DeltaLog.forTable(spark._jsparkSession, path).startTransaction()
+    missing = [c for c in marks if txn.txnVersion(c.app_id) < c.version]
+    if not missing:
+        return False
+    now = int(time.time() * 1000)
+    txns = [{"txn": {"appId": c.app_id, "version": c.version, "lastUpdated": now}} for c in missing]
+    batch = jvm.java.util.ArrayList()
+    for action in [*actions, *txns]:
+        batch.add(delta.actions.Action.fromJson(json.dumps(action)))
+    operation = getattr(delta, "DeltaOperations$ManualUpdate$").__getattr__("MODULE$")
+    with info.conf(spark, txn=False):
+        txn.commit(jvm.scala.jdk.javaapi.CollectionConverters.asScala(batch).toSeq(), operation)
+    return True
