@@ -109,6 +109,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
     stray = [b.batch_id for b in given if b.partition not in {c.config.partition for c in captures}]
     if stray:
         raise ConfigError(f"batch(es) {', '.join(stray)} belong to no partition of {config['name']!r} here")
+    if args.batches_per_job < 1:
+        raise ConfigError(f"--batches-per-job must be at least 1, not {args.batches_per_job}")
     applied, skipped = [], []
     for capture in captures:
         mine = [b for b in given if b.partition == capture.config.partition]
@@ -117,20 +119,40 @@ def cmd_apply(args: argparse.Namespace) -> int:
             continue
         conf = _spark_conf(args)
         with capture.leases.hold("apply") as lease:  # one lease over every apply and commit of this call
-            for batch in batches:
-                if batch.manifest.get("messages") or missing_tables(
-                    batch, target, config["delta.bronze.enabled"], options.history_tables()
-                ):
+            todo = [
+                i
+                for i, batch in enumerate(batches)
+                if batch.manifest.get("messages")
+                or missing_tables(batch, target, config["delta.bronze.enabled"], options.history_tables())
+            ]
+            needed = set(todo)
+            # batches up to the last committed one are committed (kept by staging.retention.batches)
+            # or were overtaken by it: committing them again is refused, so only newer ones are
+            stored = capture.store.load(capture.name)
+            last = stored.data.get("last_batch") if stored is not None else None
+            skipped += [b.batch_id for i, b in enumerate(batches) if i not in needed]
+            # one job per run of consecutive batches (a table's stretch of them is applied in one
+            # pass), from the first batch that misses a mark to the last one: the job skips what
+            # is already there, and a stretch never spans a batch it was not given
+            start, end = (todo[0], todo[-1] + 1) if todo else (len(batches), len(batches))
+            runs = [batches[i : i + args.batches_per_job] for i in range(start, end, args.batches_per_job)]
+            for run in [batches[:start], *runs, batches[end:]]:
+                if run and start <= batches.index(run[0]) < end:
                     job = build_apply_job(
-                        batch.path, target, options=options, conf=conf, fence=lease.token, master=args.master
+                        [b.path for b in run],
+                        target,
+                        options=options,
+                        conf=conf,
+                        fence=lease.token,
+                        master=args.master,
                     )
                     run_apply_job(job, master=args.master, lease=lease)
-                else:  # empty, or every table already carries its mark: no Spark start for nothing
-                    skipped.append(batch.batch_id)
-                if args.commit:
-                    ensure_applied(batch, config, target)
-                    capture.commit(batch)
-                applied.append(batch.batch_id)
+                for batch in run:
+                    if args.commit and (last is None or batch.batch_id > last):
+                        ensure_applied(batch, config, target)
+                        capture.commit(batch)
+                        last = batch.batch_id
+                    applied.append(batch.batch_id)
     _print({"applied": applied, "without_spark": skipped, "target": target, "committed": args.commit})
     return 0
 
@@ -201,6 +223,13 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("--target", help="Delta root (default: delta.root)")
     a.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     a.add_argument("--commit", action="store_true", help="commit each batch after it is applied")
+    a.add_argument(
+        "--batches-per-job",
+        type=int,
+        default=20,
+        help="apply up to this many consecutive batches in one Spark job, each table's stretch of "
+        "them in one pass (default 20; 1: a job per batch)",
+    )
     a.add_argument("--partition", help=_PARTITION_HELP)
     a.add_argument("--conf", action="append", default=[], help="Spark conf KEY=VALUE over the defaults")
     a.set_defaults(func=cmd_apply)

@@ -1,17 +1,20 @@
-"""Apply one staged airflow-cdc batch to Delta Lake (bronze change log + silver mirror).
+"""Apply staged airflow-cdc batches to Delta Lake (bronze change log + silver mirror).
 
 Run with plain ``spark-submit`` (this is what ``SparkSubmitOperator`` and ``airflow-cdc apply``
 do; ``airflow_cdc.apply.submit.build_apply_job`` builds the call)::
 
     spark-submit --packages io.delta:delta-spark_4.2_2.13:4.4.0 \\
-        --py-files cdc_apply.zip spark_jobs/apply_changes.py --batch DIR --target DELTA_ROOT
+        --py-files cdc_apply.zip spark_jobs/apply_changes.py --batch DIR [--batch DIR ...] \\
+        --target DELTA_ROOT
 
-Re-running it for a batch that is already (fully or partly) applied is safe and changes nothing
-that is already there.  Exit code 0 on success (the last stdout line is a JSON report); 3: a staged
-file is missing or unreadable; 4: a column type change Delta cannot take; 5: a newer run of the
-connector (higher ``--fence`` token) already wrote a table; 6: the driver ran out of memory (the
-batch is fine: give it more ``spark.driver.memory``); 1: anything else.  The last stderr line
-then says ``airflow-cdc apply: <what>: <message>``.
+Several ``--batch``: consecutive batches of one connector (partition), oldest first; each table's
+stretch of them is applied in one pass (``cdc_apply/backlog.py``), with the result of applying
+them one by one.  Re-running it for a batch that is already (fully or partly) applied is safe and
+changes nothing that is already there.  Exit code 0 on success (the last stdout line is a JSON
+report); 3: a staged file is missing or unreadable; 4: a column type change Delta cannot take;
+5: a newer run of the connector (higher ``--fence`` token) already wrote a table; 6: the driver
+ran out of memory (the batch is fine: give it more ``spark.driver.memory``); 1: anything else.
+The last stderr line then says ``airflow-cdc apply: <what>: <message>``.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from cdc_apply.delta_log import StaleFence  # noqa: E402
 from cdc_apply.frames import SchemaChangeError  # noqa: E402
-from cdc_apply.job import ApplySettings, apply_batch  # noqa: E402
+from cdc_apply.job import ApplySettings, apply_batches  # noqa: E402
 from cdc_apply.layout import EXIT_DAMAGED, EXIT_FENCED, EXIT_MEMORY, EXIT_SCHEMA  # noqa: E402
 from cdc_apply.session import tune  # noqa: E402
 from cdc_apply.staged import StagedBatchError  # noqa: E402
@@ -45,7 +48,12 @@ _EXITS = (
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--batch", required=True, help="published batch directory (has manifest.json)")
+    p.add_argument(
+        "--batch",
+        action="append",
+        required=True,
+        help="published batch directory (has manifest.json); repeat for consecutive batches, oldest first",
+    )
     p.add_argument("--target", required=True, help="Delta root: <target>/<layer>/<connector>/<table>")
     p.add_argument("--delete-mode", choices=["delete", "soft"], default="delete")
     p.add_argument("--no-bronze", action="store_true", help="skip the bronze change log")
@@ -79,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     session_start = time.time()
-    spark = SparkSession.builder.appName(f"airflow-cdc-apply {os.path.basename(args.batch)}").getOrCreate()
+    more = f" and {len(args.batch) - 1} more" if len(args.batch) > 1 else ""
+    name = f"airflow-cdc-apply {os.path.basename(args.batch[0].rstrip('/'))}{more}"
+    spark = SparkSession.builder.appName(name).getOrCreate()
     tune(spark)
     session_seconds = time.time() - session_start
     settings = ApplySettings(
@@ -94,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         args.deletion_vectors,
     )
     try:
-        report = apply_batch(spark, args.batch, args.target, settings)
+        report = apply_batches(spark, args.batch, args.target, settings)
     except Exception as e:
         for kind, code, what in _EXITS:
             if isinstance(e, kind):

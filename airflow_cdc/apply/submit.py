@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -141,7 +141,8 @@ class ApplyOptions:
 
 @dataclass(frozen=True)
 class SparkApplyJob:
-    """Everything ``spark-submit`` needs to apply one batch (maps 1:1 onto SparkSubmitOperator)."""
+    """Everything ``spark-submit`` needs to apply a batch, or consecutive batches (maps 1:1 onto
+    SparkSubmitOperator)."""
 
     application: str
     application_args: list[str]
@@ -151,6 +152,12 @@ class SparkApplyJob:
     jars: str | None = None
     py_files: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+
+    def batches(self) -> str:
+        """The batch ids the job applies, for messages: ``<id>``, or ``<first> .. <last> (N)``."""
+        args = self.application_args
+        ids = [Path(args[i + 1]).name for i, a in enumerate(args[:-1]) if a == "--batch"]
+        return ids[0] if len(ids) == 1 else f"{ids[0]} .. {ids[-1]} ({len(ids)} batches)"
 
     def command(self, master: str = "local[2]", spark_submit: str | None = None) -> list[str]:
         """The full ``spark-submit`` command line."""
@@ -222,7 +229,7 @@ def job_library_zip(cache: Path | None = None) -> str:
 
 
 def build_apply_job(
-    batch: str | os.PathLike[str],
+    batch: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     target: str,
     *,
     options: ApplyOptions | None = None,
@@ -235,7 +242,9 @@ def build_apply_job(
 
     Nothing runs here.  Re-running the described job on an already applied batch changes nothing.
 
-    :param batch: a published batch directory (``<staging>/<connector>/batches/<id>``).
+    :param batch: a published batch directory (``<staging>/<connector>/batches/<id>``), or
+        consecutive batches of one connector (partition), oldest first: the job applies each
+        table's stretch of them in one pass (``spark_jobs/cdc_apply/backlog.py``).
     :param target: the Delta root; tables land under ``<target>/<layer>/<connector>/<table>``.
     :param conf: extra Spark conf; it overrides the defaults (:func:`launch_defaults`; the job
         sizes its runtime settings to its cores and heap unless given here).
@@ -244,23 +253,25 @@ def build_apply_job(
     :param master: the Spark master the job will run on, if known (local masters get a driver
         heap sized to this machine).
     """
-    path = Path(batch)
-    if not (path / "manifest.json").exists():
-        raise BatchError(f"{path} is not a published batch (no manifest.json)")
+    paths = [Path(batch)] if isinstance(batch, (str, os.PathLike)) else [Path(b) for b in batch]
+    if not paths:
+        raise BatchError("no batch to apply")
+    for path in paths:
+        if not (path / "manifest.json").exists():
+            raise BatchError(f"{path} is not a published batch (no manifest.json)")
     packages, jars = delta_jars()
     merged = {**launch_defaults(master), **(conf or {})}
     return SparkApplyJob(
         application=str(spark_jobs_dir() / "apply_changes.py"),
         application_args=[
-            "--batch",
-            str(path),
+            *(arg for path in paths for arg in ("--batch", str(path))),
             "--target",
             target,
             *(options or ApplyOptions()).args(),
             *(["--fence", str(fence)] if fence is not None else []),
         ],
         conf=merged,
-        name=name or f"airflow-cdc-apply-{path.name}",
+        name=name or f"airflow-cdc-apply-{paths[0].name}" + (f"-{len(paths)}" if len(paths) > 1 else ""),
         packages=packages,
         jars=jars,
         py_files=job_library_zip(),
@@ -306,7 +317,7 @@ def run_apply_job(
     :raises ApplyFailed, BatchError, SchemaError, LeaseLost: see :func:`apply_exit_error`.
     """
     cmd = job.command(master)
-    batch = Path(job.application_args[1]).name
+    batch = job.batches()
     log.info("spark-submit %s (batch %s)", job.application, batch)
     proc = subprocess.Popen(cmd, env={**os.environ, **job.env})
     deadline = None if timeout is None else time.monotonic() + timeout

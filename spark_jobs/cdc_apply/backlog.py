@@ -48,8 +48,8 @@ def breaks(batches: list[StagedBatch]) -> set[int]:
     """Indexes of the batches that do not continue the previous one's window (see the module doc)."""
     out = set()
     for i in range(1, len(batches)):
-        before, after = batches[i - 1].manifest, batches[i].manifest
-        if "to_offset" in before and "from_offset" in after and before["to_offset"] != after["from_offset"]:
+        end, start = batches[i - 1].manifest.get("to_offset"), batches[i].manifest.get("from_offset")
+        if end and start and end != start:  # not recorded (or empty): consecutive as given
             out.add(i)
     return out
 

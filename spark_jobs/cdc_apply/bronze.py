@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from . import bronze_copy
 from .crash import crash_point
 from .staged import StagedTable
-from .writes import Commit, create_table
+from .writes import Commit, commit_actions, create_table
 
 PARTITION = "__date"
 
@@ -54,3 +54,29 @@ def append_bronze(
             return "copied"
     commit.append(frame, path, partition_by=layout[0] if layout is not None else [PARTITION])
     return "appended"
+
+
+def append_bronze_stretch(
+    spark: SparkSession, path: str, batches: list[tuple[StagedTable, Commit]], copy: bool = True
+) -> str:
+    """Append several batches' events of a table (each ``(table, commit)`` not yet in bronze):
+    their staged files and marks in one Delta commit when every batch can be added as files,
+    else batch by batch (:func:`append_bronze`); returns how (``copied`` or ``appended``)."""
+    layout = bronze_copy.table_layout(spark, path) if copy else None
+    if copy and layout is None:
+        first, commit = batches[0]
+        frame = events(spark, first, commit.batch_id)
+        names_ok = bronze_copy.valid_without_mapping(frame.schema)
+        properties = {"delta.columnMapping.mode": "none"} if names_ok else {}
+        create_table(spark, path, frame.schema, properties, partition_by=bronze_copy.PARTITIONS)
+        layout = bronze_copy.table_layout(spark, path)
+    if copy and layout is not None and layout[0] == bronze_copy.PARTITIONS and layout[1] == "none":
+        planned = [bronze_copy.plan(spark, table, commit.batch_id, layout[2]) for table, commit in batches]
+        if all(parts is not None for parts in planned):
+            adds = [add for parts in planned for add in bronze_copy.copy_parts(parts or [], path)]
+            crash_point("apply_bronze_files_placed")
+            commits = [commit for _, commit in batches]
+            commit_actions(spark, path, adds, commits, commits[-1])
+            return "copied"
+    ways = {append_bronze(spark, path, table, commit, copy) for table, commit in batches}
+    return ", ".join(sorted(ways))

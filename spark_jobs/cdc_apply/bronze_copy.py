@@ -41,6 +41,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from .delta_log import filesystem
+from .frames import read_group
 from .staged import StagedTable
 from .writes import Commit, commit_actions
 
@@ -101,7 +102,7 @@ def plan(
     zone = ZoneInfo(spark.conf.get("spark.sql.session.timeZone") or "UTC")
     parts: list[Part] = []
     for group in table.groups:
-        file_schema = spark.read.parquet(*group.files).schema
+        file_schema = read_group(spark, group).schema
         if not fits(file_schema, table_schema):
             log.info("bronze of %s: the batch brings new or changed columns; re-encoding it", table.name)
             return None

@@ -80,19 +80,26 @@ def _image(group: dict[str, Natural], columns: dict[str, T.DataType], side: str)
 
 def _group_actions(
     spark: SparkSession,
-    group: SchemaGroup,
+    groups: list[SchemaGroup],
     conv: dict[str, Natural],
     columns: dict[str, T.DataType],
     keys: list[str],
     removes: bool,
 ) -> DataFrame:
-    events = spark.read.parquet(*group.files).where(F.col("op").isin("c", "u", "r", "d"))
+    """The actions of schema groups with one staged schema (of one batch, or of consecutive
+    batches of a backlog: read as one, each part's rows tagged with its batch)."""
+    group = groups[0]
+    parts = [read_group(spark, g).select("*", F.lit(g.batch_id).alias(_PART_BATCH)) for g in groups]
+    events = parts[0]
+    for part in parts[1:]:
+        events = events.union(part)
+    events = events.where(F.col("op").isin("c", "u", "r", "d"))
     meta = [
         F.col("__position").alias(POSITION),
         F.col("op").alias(OP),
         F.col("ts_ms").alias(TS_MS),
         _source_ts(group).alias(SOURCE_TS),
-        F.lit(group.batch_id).alias(BATCH),
+        F.col(_PART_BATCH).alias(BATCH),
     ]
     unavailable = (
         F.coalesce(F.col("__unavailable"), F.array().cast("array<string>"))
@@ -118,6 +125,31 @@ def _group_actions(
         F.lit(None).cast(_old_key_type(columns, keys)).alias(OLD_KEY),
     )
     return after.unionByName(removed.select(*after.columns))
+
+
+_PART_BATCH = "__airflow_cdc_part_batch"
+
+
+def _schema_key(group: SchemaGroup) -> bytes:
+    return bytes(group.schema.serialize().to_pybytes())
+
+
+def read_group(spark: SparkSession, group: SchemaGroup) -> DataFrame:
+    """A schema group's parts.  Spark infers a schema from the Parquet footers on every read
+    (a job each); groups of the same staged schema (consecutive batches of a backlog) reuse the
+    first inference."""
+    key = _schema_key(group)
+    known = _SCHEMAS.get(key)
+    if known is not None:
+        return spark.read.schema(known).parquet(*group.files)
+    frame = spark.read.parquet(*group.files)
+    if len(_SCHEMAS) > 256:
+        _SCHEMAS.clear()
+    _SCHEMAS[key] = frame.schema
+    return frame
+
+
+_SCHEMAS: dict[bytes, T.StructType] = {}
 
 
 def _source_ts(group: SchemaGroup) -> Column:
@@ -166,9 +198,15 @@ def table_frame(
     """All key actions of ``table`` in this batch, unified to one schema, later than any truncate
     (``truncates``: :func:`truncate_events`)."""
     columns, per_group = silver_columns(table)
+    runs: list[tuple[int, list[SchemaGroup]]] = []  # consecutive groups of one staged schema
+    for i, group in enumerate(table.groups):
+        if runs and _schema_key(table.groups[runs[-1][0]]) == _schema_key(group):
+            runs[-1][1].append(group)
+        else:
+            runs.append((i, [group]))
     frames = [
-        _group_actions(spark, group, per_group.get(i, {}), columns, table.key_columns, table.may_remove)
-        for i, group in enumerate(table.groups)
+        _group_actions(spark, groups, per_group.get(i, {}), columns, table.key_columns, table.may_remove)
+        for i, groups in runs
     ]
     every = frames[0]
     for frame in frames[1:]:
@@ -187,7 +225,7 @@ def truncate_events(spark: SparkSession, table: StagedTable) -> list[tuple[bytes
         return []
     out: list[tuple[bytes, int | None]] = []
     for group in table.groups:
-        truncates = spark.read.parquet(*group.files).where(F.col("op") == "t")
+        truncates = read_group(spark, group).where(F.col("op") == "t")
         found = truncates.select("__position", _source_ts(group).alias("ts")).collect()
         out += [(bytes(r[0]), r[1]) for r in found]
     return out

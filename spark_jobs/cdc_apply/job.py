@@ -115,7 +115,8 @@ def _apply_backlog(
 
         for stretch in backlog.stretches(entries, cuts, applied, combine):
             table = backlog.combined_table(stretch)
-            frame = frames.table_frame(spark, table, frames.truncate_events(spark, table))
+            truncates = [t for e in stretch for t in frames.truncate_events(spark, e.table)]
+            frame = frames.table_frame(spark, table, truncates)
             silver.check_evolution(spark, silver_path, frame)
             planned.append((stretch, table, frame))
     report: dict[str, Any] = {"connector": batches[0].connector, "tables": {}}
@@ -192,14 +193,14 @@ def _apply_stretch(
     last = stretch[-1].staged
     out: dict[str, Any] = {"events": table.rows, "ops": table.ops, "batches": len(stretch)}
     silver_log = _prepare(spark, last, table, target, settings, out)
-    bronze_ways = {}
-    for entry in stretch:
-        done: dict[str, Any] = {}
-        _bronze(spark, entry.staged, entry.table, target, _commit(entry.staged, settings), settings, done)
-        if "bronze" in done:
-            bronze_ways[entry.staged.batch_id] = done["bronze"]
-    if bronze_ways:
-        out["bronze"] = ", ".join(sorted(set(bronze_ways.values())))
+    if settings.bronze:
+        bronze_path = _path(target, "bronze", last, table)
+        marks = delta_log.replay(bronze_path)
+        missing = [(e.table, _commit(e.staged, settings)) for e in stretch]
+        missing = [(t, c) for t, c in missing if not marks.has_applied(c.app_id)]
+        if missing:
+            out["bronze"] = bronze.append_bronze_stretch(spark, bronze_path, missing, settings.bronze_copy)
+            crash_point("apply_after_bronze")
     _apply_silver(spark, last, table, frame, target, commit, settings, silver_log, out)
     crash_point("apply_before_stretch_marks")
     earlier = [_commit(e.staged, settings) for e in stretch[:-1]]

@@ -61,6 +61,7 @@ def fill_unavailable(frame: TableFrame, stored: DataFrame | None = None) -> Data
     # the last round's moved rows pass their values on to later actions of their new keys
     out = _fill_in_key(actions, frame, data, states=False).where(F.col(ACTION) != STORED)
     if rounds:
+        log.info("unchanged-TOAST fill: %d round(s) along chains of key changes", rounds)
         # materialised, with its lineage cut: the job writes the tombstones and silver tables this
         # was read from before it is used, and Spark recomputes cached plans over a written path
         # -- dropping this batch's own deleted keys' history from the fill

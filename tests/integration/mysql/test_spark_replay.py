@@ -18,12 +18,11 @@ import pytest
 from airflow_cdc.apply.verify import verify
 from airflow_cdc.core.batch import list_batches
 from airflow_cdc.core.pipeline import build_config
-from spark_jobs.cdc_apply.job import apply_batch
 from spark_jobs.cdc_apply.layout import table_path
 from tests.integration.mysql.support import execute, pipeline, replay, run_capture, source_rows
 from tests.integration.mysql.test_convergence import ALTERS, ODD_NAME, Writers, schema
 from tests.integration.mysql.test_event_shape import TYPES_DDL, TYPES_INSERT
-from tests.integration.spark.support import diff, normalised_rows, semantic_names, silver_rows
+from tests.integration.spark.support import apply_backlog, diff, normalised_rows, semantic_names, silver_rows
 from tests.support.pipeline import snapshot_pending
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -123,8 +122,7 @@ def test_mariadb_capture_replayed_through_spark(spark, mariadb_db, tmp_path):
     config, tables = _capture_scenario(mariadb_db, tmp_path)
     batches = list_batches(config["staging.path"], config["name"])
     target = str(tmp_path / "delta")
-    for batch in batches:
-        apply_batch(spark, str(batch.path), target)
+    apply_backlog(spark, batches, target)
     for table, keys in tables.items():
         _assert_silver_equals_source(spark, config, target, table, keys)
     typed = spark.read.format("delta").load(

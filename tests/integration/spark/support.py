@@ -163,3 +163,18 @@ def diff(expected: dict[tuple, dict[str, Any]], got: dict[tuple, dict[str, Any]]
         f"{len(missing)} missing, {len(extra)} extra, {len(wrong)} different of {len(expected)}; "
         f"missing {sorted(missing)[:3]}, extra {sorted(extra)[:3]}, different {sample}"
     )
+
+
+def apply_backlog(spark: Any, batches: list[Any], target: str, settings: Any = None) -> dict[str, Any]:
+    """Apply staged batches as the CLI does, in one ``apply_batches`` pass, and check that some
+    table's stretch did span several batches (capture manifests chain their offsets)."""
+    from spark_jobs.cdc_apply.job import apply_batches
+
+    report = apply_batches(spark, [str(b.path) for b in batches], target, settings)
+    spans = [
+        stretch.get("batches", 1)
+        for done in report["tables"].values()
+        for stretch in done.get("stretches", [done])
+    ]
+    assert len(batches) < 2 or max(spans, default=1) > 1, f"no stretch spans two batches: {report}"
+    return report

@@ -124,7 +124,8 @@ def _version(spark, path):
 
 def test_cli_apply_commit_and_verify_with_message_key_columns(pg_db, tmp_path):
     """`airflow-cdc apply --commit` (spark-submit) then `airflow-cdc verify`, on a table keyed by
-    ``message.key.columns`` (no primary key)."""
+    ``message.key.columns`` (no primary key).  Three batches wait (two committed by their capture,
+    one not): one job applies them, each table's stretch in one pass, and commits the third."""
     import json
     import os
     import subprocess
@@ -143,6 +144,15 @@ def test_cli_apply_commit_and_verify_with_message_key_columns(pg_db, tmp_path):
         tmp_path / "staging",
         **{"message.key.columns": "public.nk:code", "delta.root": str(tmp_path / "lake")},
     )
+    run_capture(config)
+    _exec(
+        pg_db,
+        "UPDATE nk SET v = v + 100 WHERE code IN ('c1', 'c2')",
+        "DELETE FROM nk WHERE code = 'c5'",
+        "INSERT INTO nk VALUES ('c99', 99)",
+    )
+    run_capture(config)
+    _exec(pg_db, "UPDATE nk SET v = 7 WHERE code = 'c2'", "DELETE FROM nk WHERE code = 'c99'")
     run_capture(config, commit=False)
     path = tmp_path / "pipeline.json"
     path.write_text(json.dumps(config))
@@ -154,8 +164,13 @@ def test_cli_apply_commit_and_verify_with_message_key_columns(pg_db, tmp_path):
         env=dict(os.environ),
     )
     assert done.returncode == 0, done.stderr.decode()[-3000:]
+    text = done.stdout.decode()  # the job's own report line, then the command's JSON
+    out = json.loads(text[text.rfind("\n{\n") + 1 :])
+    assert len(out["applied"]) == 3 and not out["without_spark"], out
+    assert "(3 batches)" in done.stderr.decode(), "one job for the three batches"
     assert build_store(build_config(config)).load(config["name"]) is not None, "apply --commit must commit"
     _exec(pg_db, "UPDATE nk SET v = -1 WHERE code = 'c3'")
     check = subprocess.run([*cli, "verify", "--config", str(path)], capture_output=True, timeout=900)
     report = json.loads(check.stdout)
-    assert check.returncode == 1 and report["tables"]["public.nk"]["different"] == 1, report
+    nk = report["tables"]["public.nk"]
+    assert check.returncode == 1 and (nk["different"], nk["missing"], nk["extra"]) == (1, 0, 0), report

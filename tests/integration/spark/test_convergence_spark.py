@@ -22,6 +22,7 @@ from tests.integration.postgres.test_convergence import (
     config_of,
     toast_scenario_run,
 )
+from tests.integration.spark.support import apply_backlog
 from tests.integration.spark.test_apply_basic import assert_silver_matches
 from tests.support.pipeline import snapshot_pending
 
@@ -43,8 +44,7 @@ def test_concurrent_capture_replayed_through_spark(spark, pg_db, tmp_path):
     batches = list_batches(config["staging.path"], config["name"])
     assert len(batches) >= 5
     target = str(tmp_path / "delta")
-    for batch in batches:
-        apply_batch(spark, str(batch.path), target)
+    apply_backlog(spark, batches, target)
     assert_silver_matches(spark, config, target, TABLES[0], ["id"])
     assert_silver_matches(spark, config, target, TABLES[1], ["k1", "k 2"])
     report = verify(build_config(config), target, spark=spark, chunk=40_000)

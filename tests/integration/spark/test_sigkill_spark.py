@@ -19,11 +19,10 @@ import pytest
 from airflow_cdc.apply.verify import verify
 from airflow_cdc.core.batch import list_batches
 from airflow_cdc.core.pipeline import build_config
-from spark_jobs.cdc_apply.job import apply_batch
 from tests.contract.harness import DB_FIXTURES, HARNESSES
 from tests.contract.harness_sqlserver import contract_sqlserver_emulator, mssql_contract_db  # noqa: F401
 from tests.integration.postgres.support import run_capture
-from tests.integration.spark.support import diff, normalised_rows, semantic_names, silver_rows
+from tests.integration.spark.support import apply_backlog, diff, normalised_rows, semantic_names, silver_rows
 from tests.support.pipeline import CrashRuns, replay, snapshot_pending
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -124,8 +123,7 @@ def test_sigkilled_captures_with_writers_replayed_through_spark(kind, request, s
     batches = list_batches(config["staging.path"], config["name"])
     assert len(batches) >= 8
     target = str(tmp_path / "delta")
-    for batch in batches:
-        apply_batch(spark, str(batch.path), target)
+    apply_backlog(spark, batches, target)  # as `airflow-cdc apply` does: stretches in one pass
     table = h.staged(h.table("typed"))
     names = semantic_names(config, table)
     got = silver_rows(spark, target, config, table, ["id"])

@@ -8,8 +8,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_cdc.core.batch import list_batches
-from spark_jobs.cdc_apply.job import apply_batch
-from tests.integration.spark.support import diff, normalised_rows, semantic_names, silver_rows
+from tests.integration.spark.support import apply_backlog, diff, normalised_rows, semantic_names, silver_rows
 from tests.integration.vitess.capture_support import shard_rows
 from tests.integration.vitess.test_source_convergence import sigkill_scenario
 from tests.support.pipeline import replay
@@ -21,8 +20,7 @@ def test_sigkill_scenario_through_spark(spark, vtgate, shard_servers, keyspace, 
     props = sigkill_scenario(vtgate, shard_servers, keyspace, tmp_path, reshard_at=3)
     target = str(tmp_path / "delta")
     batches = list_batches(props["staging.path"], props["name"])
-    for batch in batches:
-        apply_batch(spark, str(batch.path), target)
+    apply_backlog(spark, batches, target)
     table = f"{keyspace}.orders"
     names = semantic_names(props, table)
     got = silver_rows(spark, target, props, table, ["id"])

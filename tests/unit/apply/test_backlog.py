@@ -64,6 +64,7 @@ def test_a_key_change_splits_the_stretch():
         ({"to_offset": {"lsn": 5}}, {"from_offset": {"lsn": 4}}, True),
         ({"to_offset": {"lsn": 5}}, {}, False),  # offsets not recorded: consecutive as given
         ({}, {"from_offset": {"lsn": 4}}, False),
+        ({"to_offset": {"lsn": 5}}, {"from_offset": {}}, False),
     ],
 )
 def test_breaks_compare_end_and_start_offsets(before, after, cut):
