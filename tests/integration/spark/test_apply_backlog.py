@@ -143,8 +143,8 @@ def test_backlog_applies_as_batch_by_batch(spark, tmp_path, monkeypatch, seed, s
 
 def test_history_tables_in_a_backlog_match_the_model(spark, tmp_path):
     """History tables are applied batch by batch inside the backlog: still the model's history."""
-    events = random_events(5)
-    staged = write_batches(tmp_path / "staging", events, 4, random.Random(5))
+    events = random_events(5, n=160)
+    staged = write_batches(tmp_path / "staging", events, 3, random.Random(5))
     target = str(tmp_path / "lake")
     report = apply_batches(spark, [str(p) for p in staged], target, SETTINGS)
     assert len(report["tables"][TABLE]["stretches"]) == len(staged)
