@@ -186,9 +186,9 @@ def _apply_stretch(
     commit: Commit,
     settings: ApplySettings,
 ) -> dict[str, Any]:
-    """A keyed table's stretch of batches (``backlog.py``): bronze batch by batch (each its own
-    files and mark), then the stretch's events in one silver write marked as the last batch;
-    one more commit marks the others.  A crash before that commit leaves them unmarked: a re-run
+    """A keyed table's stretch of batches (``backlog.py``): bronze in one commit of every
+    batch's files and marks, then the stretch's events in one silver write marked as the last
+    batch; one more commit marks the others.  A crash before that commit leaves them unmarked: a re-run
     applies them again, which changes nothing (every stored row is at least as new)."""
     last = stretch[-1].staged
     out: dict[str, Any] = {"events": table.rows, "ops": table.ops, "batches": len(stretch)}
