@@ -135,9 +135,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
             # pass), from the first batch that misses a mark to the last one: the job skips what
             # is already there, and a stretch never spans a batch it was not given
             start, end = (todo[0], todo[-1] + 1) if todo else (len(batches), len(batches))
-            runs = [batches[i : i + args.batches_per_job] for i in range(start, end, args.batches_per_job)]
-            for run in [batches[:start], *runs, batches[end:]]:
-                if run and start <= batches.index(run[0]) < end:
+            runs = [
+                (batches[i : i + args.batches_per_job], True) for i in range(start, end, args.batches_per_job)
+            ]
+            for run, spark_job in [(batches[:start], False), *runs, (batches[end:], False)]:
+                if spark_job:
                     job = build_apply_job(
                         [b.path for b in run],
                         target,

@@ -12,8 +12,11 @@ by earlier versions (partitioned by ``__date`` only) keep their layout and are r
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from . import bronze_copy
 from .crash import crash_point
@@ -39,14 +42,10 @@ def append_bronze(
     """Append every event of ``table`` in this batch (marked write; a re-run is a no-op);
     returns ``copied`` (the staged files were added as they are) or ``appended``."""
     frame = events(spark, table, commit.batch_id)
-    layout = bronze_copy.table_layout(spark, path)
-    if layout is None and copy:
-        names_ok = bronze_copy.valid_without_mapping(frame.schema)
-        properties = {"delta.columnMapping.mode": "none"} if names_ok else {}
-        create_table(spark, path, frame.schema, properties, partition_by=bronze_copy.PARTITIONS)
-        layout = bronze_copy.table_layout(spark, path)
-    if copy and layout is not None and layout[0] == bronze_copy.PARTITIONS and layout[1] == "none":
-        parts = bronze_copy.plan(spark, table, commit.batch_id, layout[2])
+    layout = _layout(spark, path, lambda: frame.schema) if copy else bronze_copy.table_layout(spark, path)
+    schema = _copy_schema(layout) if copy else None
+    if schema is not None:
+        parts = bronze_copy.plan(spark, table, commit.batch_id, schema)
         if parts is not None:
             adds = bronze_copy.copy_parts(parts, path)
             crash_point("apply_bronze_files_placed")
@@ -62,21 +61,39 @@ def append_bronze_stretch(
     """Append several batches' events of a table (each ``(table, commit)`` not yet in bronze):
     their staged files and marks in one Delta commit when every batch can be added as files,
     else batch by batch (:func:`append_bronze`); returns how (``copied`` or ``appended``)."""
-    layout = bronze_copy.table_layout(spark, path) if copy else None
-    if copy and layout is None:
-        first, commit = batches[0]
-        frame = events(spark, first, commit.batch_id)
-        names_ok = bronze_copy.valid_without_mapping(frame.schema)
-        properties = {"delta.columnMapping.mode": "none"} if names_ok else {}
-        create_table(spark, path, frame.schema, properties, partition_by=bronze_copy.PARTITIONS)
-        layout = bronze_copy.table_layout(spark, path)
-    if copy and layout is not None and layout[0] == bronze_copy.PARTITIONS and layout[1] == "none":
-        planned = [bronze_copy.plan(spark, table, commit.batch_id, layout[2]) for table, commit in batches]
+    first, commit = batches[0]
+    layout = _layout(spark, path, lambda: events(spark, first, commit.batch_id).schema) if copy else None
+    schema = _copy_schema(layout)
+    if schema is not None:
+        planned = [bronze_copy.plan(spark, table, c.batch_id, schema) for table, c in batches]
         if all(parts is not None for parts in planned):
             adds = [add for parts in planned for add in bronze_copy.copy_parts(parts or [], path)]
             crash_point("apply_bronze_files_placed")
-            commits = [commit for _, commit in batches]
+            commits = [c for _, c in batches]
             commit_actions(spark, path, adds, commits, commits[-1])
             return "copied"
-    ways = {append_bronze(spark, path, table, commit, copy) for table, commit in batches}
+    ways = {append_bronze(spark, path, table, c, copy) for table, c in batches}
     return ", ".join(sorted(ways))
+
+
+Layout = tuple[list[str], str, T.StructType]
+
+
+def _layout(spark: SparkSession, path: str, schema: Callable[[], T.StructType]) -> Layout | None:
+    """The bronze table's layout, creating the table first when there is none: partitioned by
+    date and batch, without column mapping where the names allow it, so files can be added."""
+    layout = bronze_copy.table_layout(spark, path)
+    if layout is None:
+        columns = schema()
+        names_ok = bronze_copy.valid_without_mapping(columns)
+        properties = {"delta.columnMapping.mode": "none"} if names_ok else {}
+        create_table(spark, path, columns, properties, partition_by=bronze_copy.PARTITIONS)
+        layout = bronze_copy.table_layout(spark, path)
+    return layout
+
+
+def _copy_schema(layout: Layout | None) -> T.StructType | None:
+    """The table's schema when staged files can be added to it as they are (``bronze_copy``)."""
+    if layout is not None and layout[0] == bronze_copy.PARTITIONS and layout[1] == "none":
+        return layout[2]
+    return None

@@ -96,6 +96,7 @@ def _apply_backlog(
     planning = time.monotonic()
     cuts = backlog.breaks(batches)
     planned = []
+    soft = settings.delete_mode == "soft"
     for name in sorted({t.name for found in tables for t in found}):
         entries = [
             backlog.Entry(i, staged, t)
@@ -104,7 +105,6 @@ def _apply_backlog(
             if t.name == name
         ]
         silver_path = _path(target, "silver", entries[0].staged, entries[0].table)
-        soft = settings.delete_mode == "soft"
         combine = len(entries) > 1 and backlog.combinable(
             entries[0].table, history.matches(settings.history, name), soft
         )

@@ -58,15 +58,18 @@ def _marks_missing(target: str, staged: list[Path], settings: ApplySettings) -> 
     return missing
 
 
-def _crash_before_marks(monkeypatch) -> None:
-    original = job.crash_point
+def _crash_before_marks(spark, monkeypatch, staged: list[Path], target: str, settings) -> None:
+    """Apply the backlog up to its first stretch's silver write and stop there (as a SIGKILL
+    would): the other batches of that stretch are left unmarked."""
 
     def crash(name: str) -> None:
         if name == "apply_before_stretch_marks":
-            monkeypatch.setattr(job, "crash_point", original)
             raise Crashed(name)
 
-    monkeypatch.setattr(job, "crash_point", crash)
+    with monkeypatch.context() as patch:
+        patch.setattr(job, "crash_point", crash)
+        with pytest.raises(Crashed):
+            apply_batches(spark, [str(p) for p in staged], target, settings)
 
 
 def assert_same_effect(spark, got_target: str, want: dict[str, list[tuple]]) -> None:
@@ -129,9 +132,7 @@ def test_backlog_applies_as_batch_by_batch(spark, tmp_path, monkeypatch, seed, s
     # (the batches it wrote stay unmarked), then the backlog again
     mixed = str(tmp_path / "mixed")
     apply_batch(spark, str(staged[2]), mixed, settings)
-    _crash_before_marks(monkeypatch)
-    with pytest.raises(Crashed):
-        apply_batches(spark, [str(p) for p in staged], mixed, settings)
+    _crash_before_marks(spark, monkeypatch, staged, mixed, settings)
     assert _marks_missing(mixed, staged[:1], settings) and not _marks_missing(mixed, staged[1:3], settings)
     report = apply_batches(spark, [str(p) for p in staged], mixed, settings)
     ways = [t.get("batches", 1) for t in report["tables"][TABLE]["stretches"]]
