@@ -74,7 +74,7 @@ def log_schema(frame: TableFrame) -> T.StructType:
 
 
 def history_schema(columns: dict[str, T.DataType], keys: list[str]) -> T.StructType:
-    data = [T.StructField(n, t, n not in keys) for n, t in columns.items()]
+    data = [T.StructField(n, t, True) for n, t in columns.items()]  # keys too: see silver.target_schema
     return T.StructType([*data, *HISTORY_FIELDS])
 
 

@@ -20,6 +20,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from . import vectors
 from .delta_log import CHANGE_FEED, LogState
 from .frames import (
     ACTION,
@@ -68,7 +69,9 @@ def _meta_fields(soft: bool) -> list[T.StructField]:
 
 
 def target_schema(frame: TableFrame, soft: bool) -> T.StructType:
-    data = [T.StructField(n, t, n not in frame.keys) for n, t in frame.columns.items()]
+    """Silver's columns.  Key columns are nullable too: ``message.key.columns`` may name columns
+    of a unique constraint that allows NULL (``NULLS NOT DISTINCT``; MySQL unique keys)."""
+    data = [T.StructField(n, t, True) for n, t in frame.columns.items()]
     return T.StructType([*data, *_meta_fields(soft)])
 
 
@@ -236,6 +239,9 @@ def merge_silver(
             quoted(n): f"CASE WHEN {_unsent(n)} THEN t.{quoted(n)} ELSE s.{quoted(n)} END" for n in data
         }
         values[PENDING] = values_pending()
+    if lean and not soft and vectors.applies(stored_log, list(current), [*data, *meta, PENDING]):
+        outcome = vectors.merge(spark, path, source, frame.keys, _vector_row(current), commit, frame.events)
+        return "merged" if outcome is None else "merged (deletion vectors)"
     inserts = fresh | meta | {PENDING: new_pending}
     builder = table.alias("t").merge(source.alias("s"), _key_match(frame.keys, "t", "s"))
     if not lean:
@@ -257,6 +263,15 @@ def merge_silver(
     with commit.conf(spark, txn=True):
         builder.execute()
     return "merged"
+
+
+def _vector_row(current: dict[str, T.DataType]) -> list[Column]:
+    """A row the one-scan MERGE writes, in table order: every value from the batch (``s``)."""
+    out = []
+    for name, data_type in current.items():
+        value = F.lit(None) if name == PENDING else F.col(f"s.{quoted(name)}")
+        out.append(value.cast(data_type).alias(name))
+    return out
 
 
 def has_pending(spark: SparkSession, path: str) -> bool:

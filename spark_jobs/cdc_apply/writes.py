@@ -96,13 +96,17 @@ def create_table(
 
 
 def ensure_columns(spark: SparkSession, path: str, schema: T.StructType) -> dict[str, T.DataType]:
-    """Add missing columns and widen narrower ones so ``schema`` fits the table (idempotent);
-    returns the table's column types afterwards.
+    """Add missing columns, widen narrower ones and drop NOT NULL where ``schema`` allows NULL, so
+    ``schema`` fits the table (idempotent); returns the table's column types afterwards.
 
     :raises SchemaChangeError: a type change Delta cannot widen.
     """
-    current = {f.name: f.dataType for f in spark.read.format("delta").load(path).schema.fields}
+    fields = spark.read.format("delta").load(path).schema.fields
+    current = {f.name: f.dataType for f in fields}
     target = f"delta.`{path.replace('`', '``')}`"
+    for name in [f.name for f in fields if not f.nullable]:
+        if any(f.name == name and f.nullable for f in schema.fields):  # a key of an older table
+            spark.sql(f"ALTER TABLE {target} ALTER COLUMN {quoted(name)} DROP NOT NULL")
     missing = [f for f in schema.fields if f.name not in current]
     if missing:
         cols = ", ".join(f"{quoted(f.name)} {f.dataType.simpleString()}" for f in missing)
