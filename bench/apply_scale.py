@@ -4,7 +4,9 @@ session (local[2]); per size the median of ``--repeats`` batches, the files the 
 the unchanged rows it copied and the deletion vectors it wrote.  The silver tables are built with
 a plain Delta write (the layout an initial snapshot apply gives them), not through apply, with the
 job's default table properties (``--deletion-vectors``: as ``delta.deletion.vectors.enabled``
-creates them, for a before/after under the same load).
+creates them, for a before/after under the same load).  On tables with deletion vectors the job
+MERGEs this batch in one scan of the stored keys (``spark_jobs/cdc_apply/vectors.py``);
+``--delta-merge`` runs Delta's own MERGE instead, for the before/after.
 
 Headline (last line): ``apply_scale: <median s> s per batch into 10M rows; ratio <x> vs 0.2M rows``
 (ratio = median at the largest size / median at the smallest; the target is <= 1.2).
@@ -145,12 +147,22 @@ def main() -> None:
         help="the MERGE that reads stored values (as when rows wait for unchanged-TOAST values), "
         "instead of the lean one this batch qualifies for",
     )
+    p.add_argument(
+        "--delta-merge",
+        action="store_true",
+        help="Delta's own MERGE for the lean batch too (the one-scan vector MERGE is what the job "
+        "uses on tables with deletion vectors): the before of a before/after",
+    )
     args = p.parse_args()
     from spark_jobs.cdc_apply import session, silver
     from spark_jobs.cdc_apply.job import ApplySettings
 
     if args.full_merge:
         silver.has_pending = lambda spark, path: True
+    if args.delta_merge:
+        from spark_jobs.cdc_apply import vectors
+
+        vectors.applies = lambda state, table_columns, carried: False
 
     sizes = [int(s) for s in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="bench-apply-scale-"))

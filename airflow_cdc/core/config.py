@@ -493,10 +493,10 @@ COMMON_PROPERTIES: tuple[Property, ...] = (
         "bool",
         False,
         "Create silver and tombstone tables with Delta deletion vectors: a MERGE then writes the changed "
-        "rows and a vector per touched file instead of copying whole files (measured: half the time of a "
-        "small batch into 10M rows, 13 % more at 0.2M). Readers need deletion-vector support (Delta reader "
-        "version 3). "
-        "Existing tables keep their protocol.",
+        "rows and a vector per touched file instead of copying whole files, in one scan of the stored "
+        "keys when every written value comes from the batch (measured: a 5,000-update batch into 10M "
+        "rows takes what it takes into 0.2M; copying files, 5x). Readers need deletion-vector support "
+        "(Delta reader version 3). Existing tables keep their protocol.",
     ),
     Property(
         "delta.history.enabled",
