@@ -19,8 +19,8 @@ and positions, so this does it in one pass:
 4. one commit of the vectors' remove/add pairs, the new files and the batch's idempotent mark,
    recorded as a MERGE.
 
-The rows are exactly those of the MERGE (``tests/integration/spark/test_vector_merge.py`` checks
-it against Delta's MERGE on every column across the change-stream generator's batches).
+The rows are exactly those of the MERGE: ``tests/integration/spark/test_vector_merge.py`` checks
+every column against Delta's MERGE for PostgreSQL captures of composite keys of many types.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ VECTORS = "delta.enableDeletionVectors"
 #: batches of at most this many events send their keys to every task (a broadcast join); larger
 #: ones join by shuffle, which is slower but needs no driver memory for the keys
 BROADCAST_EVENTS = 1_000_000
+#: the rows a batch writes go to one new file per this many events at most
 ROWS_PER_FILE = 250_000
 _FILE, _ROW, _STORED = "__vm_file", "__vm_row", "__vm_stored"
 
