@@ -54,6 +54,14 @@ class TableFrame:
     truncates: tuple[tuple[bytes, int | None], ...] = ()  # every truncate: position, source.ts_ms
 
 
+def all_of(conds: list[Column]) -> Column:
+    """The conjunction of ``conds`` (at least one)."""
+    out = conds[0]
+    for c in conds[1:]:
+        out = out & c
+    return out
+
+
 def silver_columns(table: StagedTable) -> tuple[dict[str, T.DataType], dict[int, dict[str, Natural]]]:
     """Column -> widest natural type over the batch's schema versions, plus per-group conversions."""
     columns: dict[str, T.DataType] = {}

@@ -32,6 +32,7 @@ from .frames import (
     UNAVAILABLE,
     SchemaChangeError,
     TableFrame,
+    all_of,
     quoted,
 )
 from .types import refused
@@ -109,14 +110,7 @@ def drop_superseded(spark: SparkSession, actions: DataFrame, tombstones: str, ke
     )
     cond = [actions[quoted(k)].eqNullSafe(keyed[f"__stone_key{i}"]) for i, k in enumerate(keys)]
     cond.append(keyed["__stone"] > actions[POSITION])
-    return actions.join(keyed, on=_and(cond), how="left_anti")
-
-
-def _and(conds: list[Column]) -> Column:
-    out = conds[0]
-    for c in conds[1:]:
-        out = out & c
-    return out
+    return actions.join(keyed, on=all_of(cond), how="left_anti")
 
 
 def record_tombstones(
@@ -229,6 +223,9 @@ def merge_silver(
     # one, so no clause reads a stored value; the MERGE then reads the stored rows' keys and
     # positions only (with deletion vectors it never reads the other columns of the touched files).
     lean = not frame.toast and not has_pending(spark, path)
+    if lean and not soft and vectors.applies(stored_log, list(current), [*data, *meta, PENDING]):
+        outcome = vectors.merge(spark, path, source, frame.keys, _vector_row(current), commit, frame.events)
+        return "merged" if outcome is None else "merged (deletion vectors)"
     if lean:
         values = {quoted(n): f"s.{quoted(n)}" for n in data}
         values[PENDING] = f"CAST(NULL AS {PENDING_TYPE.simpleString()})"
@@ -239,9 +236,6 @@ def merge_silver(
             quoted(n): f"CASE WHEN {_unsent(n)} THEN t.{quoted(n)} ELSE s.{quoted(n)} END" for n in data
         }
         values[PENDING] = values_pending()
-    if lean and not soft and vectors.applies(stored_log, list(current), [*data, *meta, PENDING]):
-        outcome = vectors.merge(spark, path, source, frame.keys, _vector_row(current), commit, frame.events)
-        return "merged" if outcome is None else "merged (deletion vectors)"
     inserts = fresh | meta | {PENDING: new_pending}
     builder = table.alias("t").merge(source.alias("s"), _key_match(frame.keys, "t", "s"))
     if not lean:

@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
-from .frames import ACTION, OLD_KEY, POSITION, UNAVAILABLE, TableFrame, quoted
+from .frames import ACTION, OLD_KEY, POSITION, UNAVAILABLE, TableFrame, all_of, quoted
 
 log = logging.getLogger("airflow_cdc.apply")
 STORED = "stored"  # pseudo action: a silver row of an old key, at its stored position
@@ -73,7 +73,7 @@ def _stored_rows(frame: TableFrame, stored: DataFrame, moves: DataFrame, columns
     """Silver rows of the keys rows moved away from, as ``stored`` pseudo actions."""
     old = moves.select(*(F.col(OLD_KEY).getField(k).alias(f"__ok{i}") for i, k in enumerate(frame.keys)))
     match = [stored[quoted(k)].eqNullSafe(old[f"__ok{i}"]) for i, k in enumerate(frame.keys)]
-    rows = stored.join(old.distinct(), on=_all(match), how="left_semi")
+    rows = stored.join(old.distinct(), on=all_of(match), how="left_semi")
     if "__deleted" in stored.columns:  # soft-deleted rows are not live values
         rows = rows.where(~F.coalesce(F.col("__deleted"), F.lit(False)))
     have = set(stored.columns)
@@ -151,7 +151,8 @@ def _fill_moves(actions: DataFrame, frame: TableFrame, data: list[str]) -> DataF
     )
     cond = [states[f"__sk{i}"].eqNullSafe(moves[f"__mk{i}"]) for i in range(len(keys))]
     cond.append(states["__sp"] < moves["__mp"])
-    found = moves.join(states, on=_all(cond)).groupBy("__mp").agg(F.max_by("__state", "__sp").alias("__from"))
+    found = moves.join(states, on=all_of(cond))
+    found = found.groupBy("__mp").agg(F.max_by("__state", "__sp").alias("__from"))
     joined = actions.join(found, actions[POSITION] == found["__mp"], "left")
     is_move = F.col(OLD_KEY).isNotNull() & F.col("__from").isNotNull()
     still: list[Column] = []
@@ -163,10 +164,3 @@ def _fill_moves(actions: DataFrame, frame: TableFrame, data: list[str]) -> DataF
         still.append(F.when(missing & ~hit, F.lit(name)))
     joined = joined.withColumn(UNAVAILABLE, F.filter(F.array(*still), lambda x: x.isNotNull()))
     return joined.drop("__mp", "__from", *[f"__st{i}" for i in range(len(data))])
-
-
-def _all(conds: list[Column]) -> Column:
-    out = conds[0]
-    for c in conds[1:]:
-        out = out & c
-    return out

@@ -25,7 +25,6 @@ every column against Delta's MERGE for PostgreSQL captures of composite keys of 
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -37,8 +36,8 @@ from pyspark.sql import functions as F
 
 from .crash import crash_point
 from .delta_log import CHANGE_FEED, LogState
-from .frames import ACTION, POSITION, quoted
-from .writes import Commit
+from .frames import ACTION, POSITION, all_of, quoted
+from .writes import Commit, mark_action, scala_object
 
 log = logging.getLogger("airflow_cdc.apply")
 
@@ -119,13 +118,13 @@ def merge(
             F.col("_metadata.row_index").alias(_ROW),
         )
         on = [scan[f"__vm_t{i}"].eqNullSafe(probe[f"__vm_s{i}"]) for i in range(len(keys))]
-        hits = scan.join(probe, _all(on), "inner").persist(StorageLevel.MEMORY_AND_DISK)
+        hits = scan.join(probe, all_of(on), "inner").persist(StorageLevel.MEMORY_AND_DISK)
 
         superseded = hits.where(F.col("__vm_s_pos") > F.col("__vm_t_pos")).select(_FILE, _ROW)
         snapshot = txn.snapshot()
         candidates = scala.asScala(snapshot.allFiles().collectAsList()).toSeq()
-        generator = _module(jvm, "org.apache.spark.sql.delta.commands.DeletionVectorBitmapGenerator")
-        helper = _module(jvm, "org.apache.spark.sql.delta.commands.DMLWithDeletionVectorsHelper")
+        generator = scala_object(jvm, "org.apache.spark.sql.delta.commands.DeletionVectorBitmapGenerator")
+        helper = scala_object(jvm, "org.apache.spark.sql.delta.commands.DMLWithDeletionVectorsHelper")
         results = generator.buildRowIndexSetsForFilesMatchingCondition(
             jspark,
             txn,
@@ -148,7 +147,7 @@ def merge(
         )
         joined = source.alias("s").join(
             matched,
-            _all([F.col(f"s.{quoted(k)}").eqNullSafe(matched[f"__vm_m{i}"]) for i, k in enumerate(keys)]),
+            all_of([F.col(f"s.{quoted(k)}").eqNullSafe(matched[f"__vm_m{i}"]) for i, k in enumerate(keys)]),
             "left",
         )
         wins = (F.col(f"s.{ACTION}") == "upsert") & (
@@ -161,21 +160,21 @@ def merge(
         actions = jvm.java.util.ArrayList()
         actions.addAll(scala.asJava(vector_actions))
         actions.addAll(scala.asJava(new_files))
-        mark = {"txn": {"appId": commit.app_id, "version": commit.version, "lastUpdated": _now()}}
-        actions.add(delta.actions.Action.fromJson(json.dumps(mark)))
+        actions.add(mark_action(jvm, commit))
         superseding = F.col(_STORED).isNotNull() & (F.col(f"s.{POSITION}") > F.col(_STORED))
         counts = joined.agg(
             F.count(F.lit(1)).alias("source"),
+            F.count_if(wins).alias("written"),
             F.count_if(superseding & (F.col(f"s.{ACTION}") == "upsert")).alias("updated"),
             F.count_if(superseding & (F.col(f"s.{ACTION}") == "delete")).alias("deleted"),
         ).collect()[0]
+        updated = int(counts["updated"])
         outcome = Outcome(
-            superseded=sum(int(r.matchedRowCount()) for r in scala.asJava(results)),
-            written=_records(new_files, scala),
+            superseded=updated + int(counts["deleted"]),
+            written=int(counts["written"]),
             vectors=int(touched.size()),
             files=int(new_files.size()),
         )
-        updated = int(counts["updated"])
         metrics = {
             "operationNumSourceRows": int(counts["source"]),
             "numTargetRowsInserted": outcome.written - updated,
@@ -203,22 +202,6 @@ def merge(
         source.unpersist()
     log.info("silver %s: %s in %.1fs", path, outcome, time.monotonic() - started)
     return outcome
-
-
-def _all(conds: list[Any]) -> Any:
-    out = conds[0]
-    for c in conds[1:]:
-        out = out & c
-    return out
-
-
-def _module(jvm: Any, name: str) -> Any:
-    """A Scala object (its ``MODULE$`` instance) by class name."""
-    package, _, cls = name.rpartition(".")
-    node = jvm
-    for part in package.split("."):
-        node = getattr(node, part)
-    return getattr(node, cls + "$").__getattr__("MODULE$")
 
 
 def _merge_operation(jvm: Any, scala: Any) -> Any:
@@ -258,18 +241,5 @@ def _register_metrics(spark: SparkSession, txn: Any, values: dict[str, int]) -> 
         metric.set(int(value))
         metrics.put(name, metric)
     entries = jvm.scala.jdk.javaapi.CollectionConverters.asScala(metrics)
-    immutable = getattr(_module(jvm, "scala.collection.immutable.Map"), "from")(entries)
+    immutable = getattr(scala_object(jvm, "scala.collection.immutable.Map"), "from")(entries)
     txn.registerSQLMetrics(spark._jsparkSession, immutable)  # type: ignore[attr-defined]
-
-
-def _records(files: Any, scala: Any) -> int:
-    total = 0
-    for action in scala.asJava(files):
-        stats = action.stats()
-        if stats:
-            total += int(json.loads(stats).get("numRecords", 0))
-    return total
-
-
-def _now() -> int:
-    return int(time.time() * 1000)

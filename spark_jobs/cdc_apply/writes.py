@@ -104,9 +104,10 @@ def ensure_columns(spark: SparkSession, path: str, schema: T.StructType) -> dict
     fields = spark.read.format("delta").load(path).schema.fields
     current = {f.name: f.dataType for f in fields}
     target = f"delta.`{path.replace('`', '``')}`"
-    for name in [f.name for f in fields if not f.nullable]:
-        if any(f.name == name and f.nullable for f in schema.fields):  # a key of an older table
-            spark.sql(f"ALTER TABLE {target} ALTER COLUMN {quoted(name)} DROP NOT NULL")
+    nullable = {f.name for f in schema.fields if f.nullable}
+    for f in fields:
+        if not f.nullable and f.name in nullable:  # a key of a table created by an earlier version
+            spark.sql(f"ALTER TABLE {target} ALTER COLUMN {quoted(f.name)} DROP NOT NULL")
     missing = [f for f in schema.fields if f.name not in current]
     if missing:
         cols = ", ".join(f"{quoted(f.name)} {f.dataType.simpleString()}" for f in missing)
@@ -139,12 +140,29 @@ def commit_actions(
     missing = [c for c in marks if txn.txnVersion(c.app_id) < c.version]
     if not missing:
         return False
-    now = int(time.time() * 1000)
-    txns = [{"txn": {"appId": c.app_id, "version": c.version, "lastUpdated": now}} for c in missing]
     batch = jvm.java.util.ArrayList()
-    for action in [*actions, *txns]:
+    for action in actions:
         batch.add(delta.actions.Action.fromJson(json.dumps(action)))
-    operation = getattr(delta, "DeltaOperations$ManualUpdate$").__getattr__("MODULE$")
+    for c in missing:
+        batch.add(mark_action(jvm, c))
+    operation = scala_object(jvm, "org.apache.spark.sql.delta.DeltaOperations$ManualUpdate")
     with info.conf(spark, txn=False):
         txn.commit(jvm.scala.jdk.javaapi.CollectionConverters.asScala(batch).toSeq(), operation)
     return True
+
+
+def mark_action(jvm: Any, commit: Commit) -> Any:
+    """The Delta ``txn`` action of ``commit``'s idempotent-write mark (for a commit made through
+    the transaction API, which the writer's ``txnAppId`` options do not reach)."""
+    mark = {"appId": commit.app_id, "version": commit.version, "lastUpdated": int(time.time() * 1000)}
+    return jvm.org.apache.spark.sql.delta.actions.Action.fromJson(json.dumps({"txn": mark}))
+
+
+def scala_object(jvm: Any, name: str) -> Any:
+    """A Scala ``object`` (its ``MODULE$``) by class name; through the JVM view, which sees the
+    classes ``spark.jars`` loaded (``Class.forName`` does not)."""
+    package, _, cls = name.rpartition(".")
+    node = jvm
+    for part in package.split("."):
+        node = getattr(node, part)
+    return getattr(node, cls + "$").__getattr__("MODULE$")

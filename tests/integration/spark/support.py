@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from airflow_cdc.core.batch import list_batches
 from spark_jobs.cdc_apply.layout import table_path
@@ -178,3 +181,38 @@ def apply_backlog(spark: Any, batches: list[Any], target: str, settings: Any = N
     ]
     assert len(batches) < 2 or max(spans, default=1) > 1, f"no stretch spans two batches: {report}"
     return report
+
+
+class Crashed(Exception):
+    """A fail point reached in-process (where a SIGKILL would stop the apply job)."""
+
+
+@contextmanager
+def crash_at(monkeypatch: Any, module: Any, name: str) -> Iterator[None]:
+    """Run the block with ``module.crash_point`` raising :class:`Crashed` at the fail point
+    ``name``; the block must reach it."""
+
+    def crash(point: str) -> None:
+        if point == name:
+            raise Crashed(point)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(module, "crash_point", crash)
+        with pytest.raises(Crashed):
+            yield
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(sorted((k, None if x is None else bytes(x)) for k, x in value.items()))
+    if isinstance(value, bytearray):
+        return bytes(value)
+    return value
+
+
+def every_row(spark: Any, path: str) -> list[tuple]:
+    """Every row of the Delta table at ``path``, every column in name order (sorted; a duplicate
+    row counts)."""
+    frame = spark.read.format("delta").load(path)
+    names = sorted(frame.columns)
+    return sorted((tuple(_plain(r[n]) for n in names) for r in frame.toLocalIterator()), key=repr)

@@ -17,6 +17,7 @@ from airflow_cdc.core.batch import Batch
 from spark_jobs.cdc_apply import job
 from spark_jobs.cdc_apply.job import ApplySettings, apply_batch, apply_batches
 from spark_jobs.cdc_apply.layout import table_path
+from tests.integration.spark import support
 from tests.integration.spark.history_model import Model, random_events
 from tests.integration.spark.test_history import (
     CONNECTOR,
@@ -31,24 +32,9 @@ from tests.integration.spark.test_history import silver_rows as model_view
 pytestmark = pytest.mark.spark
 
 
-class Crashed(Exception):
-    pass
-
-
-def _value(v):
-    if isinstance(v, dict):
-        return tuple(sorted((k, None if x is None else bytes(x)) for k, x in v.items()))
-    if isinstance(v, bytearray):
-        return bytes(v)
-    return v
-
-
 def every_row(spark, target: str, layer: str) -> list[tuple]:
     """Every row of a layer's table, every column (sorted; a duplicate row counts)."""
-    path = table_path(target, layer, CONNECTOR, TABLE)
-    frame = spark.read.format("delta").load(path)
-    names = sorted(frame.columns)
-    return sorted((tuple(_value(r[n]) for n in names) for r in frame.toLocalIterator()), key=repr)
+    return support.every_row(spark, table_path(target, layer, CONNECTOR, TABLE))
 
 
 def _marks_missing(target: str, staged: list[Path], settings: ApplySettings) -> list[str]:
@@ -61,15 +47,8 @@ def _marks_missing(target: str, staged: list[Path], settings: ApplySettings) -> 
 def _crash_before_marks(spark, monkeypatch, staged: list[Path], target: str, settings) -> None:
     """Apply the backlog up to its first stretch's silver write and stop there (as a SIGKILL
     would): the other batches of that stretch are left unmarked."""
-
-    def crash(name: str) -> None:
-        if name == "apply_before_stretch_marks":
-            raise Crashed(name)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(job, "crash_point", crash)
-        with pytest.raises(Crashed):
-            apply_batches(spark, [str(p) for p in staged], target, settings)
+    with support.crash_at(monkeypatch, job, "apply_before_stretch_marks"):
+        apply_batches(spark, [str(p) for p in staged], target, settings)
 
 
 def assert_same_effect(spark, got_target: str, want: dict[str, list[tuple]]) -> None:

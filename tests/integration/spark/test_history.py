@@ -22,6 +22,7 @@ from spark_jobs.cdc_apply.job import ApplySettings, apply_batch
 from spark_jobs.cdc_apply.layout import app_id, table_path
 from tests.integration.postgres.support import pipeline, run_capture
 from tests.integration.spark.history_model import UNSENT, Event, Model, random_events
+from tests.integration.spark.support import crash_at
 from tests.unit.core.test_batch import IntCodec, TextCodec
 
 pytestmark = pytest.mark.spark
@@ -191,23 +192,13 @@ def _versions(spark, target: str, config: dict) -> dict[int, list[tuple]]:
     return {k: [v[:4] for v in vs] for k, vs in out.items()}
 
 
-class Killed(Exception):
-    pass
-
-
 def _crash_after_history_log(spark, monkeypatch, batch: Path, target: str) -> None:
     """Apply ``batch`` up to its history log write and stop there (as a SIGKILL would): its
     history rebuild and silver are left for the next run of the batch."""
     from spark_jobs.cdc_apply import delta_log, job
 
-    def crash(name: str) -> None:
-        if name == "apply_after_history_log":
-            raise Killed(name)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(job, "crash_point", crash)
-        with pytest.raises(Killed):
-            apply_batch(spark, str(batch), target, SETTINGS)
+    with crash_at(monkeypatch, job, "apply_after_history_log"):
+        apply_batch(spark, str(batch), target, SETTINGS)
     mark = app_id(CONNECTOR, batch.name)
     assert delta_log.has_applied(table_path(target, "history_log", CONNECTOR, TABLE), mark)
     assert not delta_log.has_applied(table_path(target, "history", CONNECTOR, TABLE), mark)

@@ -19,6 +19,7 @@ from spark_jobs.cdc_apply import vectors
 from spark_jobs.cdc_apply.job import ApplySettings, apply_batch
 from spark_jobs.cdc_apply.layout import table_path
 from tests.integration.postgres.support import pipeline, run_capture
+from tests.integration.spark.support import crash_at, every_row
 from tests.integration.spark.test_apply_basic import assert_silver_matches
 
 pytestmark = pytest.mark.spark
@@ -35,10 +36,6 @@ DDL = [
     "ALTER TABLE k_text REPLICA IDENTITY FULL",
 ]
 TEXTS = ["a", "A", "ä", "a ", "", "😀", "Ω-x", "z'q", 'q"z', "\\n"]
-
-
-class Crashed(Exception):
-    pass
 
 
 def _key(rng: random.Random, table: str) -> tuple:
@@ -97,17 +94,7 @@ def _round(conn, rng: random.Random, live: dict[str, set], gone: dict[str, set],
 
 
 def _rows(spark, target: str, config: dict, table: str) -> list[tuple]:
-    frame = spark.read.format("delta").load(table_path(target, "silver", config["name"], table))
-    names = sorted(frame.columns)
-    out = []
-    for r in frame.toLocalIterator():
-        out.append(
-            tuple(
-                bytes(v) if isinstance(v, bytearray) else repr(v) if isinstance(v, dict) else v
-                for v in (r[n] for n in names)
-            )
-        )
-    return sorted(out, key=repr)
+    return every_row(spark, table_path(target, "silver", config["name"], table))
 
 
 def _apply(spark, batch, target: str) -> dict[str, str]:
@@ -146,14 +133,8 @@ def test_vector_merge_writes_what_delta_merge_writes(spark, pg_db, tmp_path, mon
         delta_ways = [_apply(spark, b, ref) for b in batches]
 
     # the last batch: killed between writing its files and vectors and committing, then re-run
-    def crash(name: str) -> None:
-        if name == "apply_before_vector_commit":
-            raise Crashed(name)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(vectors, "crash_point", crash)
-        with pytest.raises(Crashed):
-            _apply(spark, batches[-1], vec)
+    with crash_at(monkeypatch, vectors, "apply_before_vector_commit"):
+        _apply(spark, batches[-1], vec)
     ways.append(_apply(spark, batches[-1], vec))
     for table in TABLES:
         assert [w[table] for w in ways[1:]] == ["merged (deletion vectors)"] * 3, ways
