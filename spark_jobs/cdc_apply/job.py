@@ -188,8 +188,10 @@ def _apply_stretch(
 ) -> dict[str, Any]:
     """A keyed table's stretch of batches (``backlog.py``): bronze in one commit of every
     batch's files and marks, then the stretch's events in one silver write marked as the last
-    batch; one more commit marks the others.  A crash before that commit leaves them unmarked: a re-run
-    applies them again, which changes nothing (every stored row is at least as new)."""
+    batch; the others' marks go into that write's commit where it is made through a transaction
+    (an append, the one-scan MERGE), else into one more commit.  A crash before that commit leaves
+    them unmarked: a re-run applies them again, which changes nothing (every stored row is at
+    least as new)."""
     last = stretch[-1].staged
     out: dict[str, Any] = {"events": table.rows, "ops": table.ops, "batches": len(stretch)}
     silver_log = _prepare(spark, last, table, target, settings, out)
@@ -201,9 +203,9 @@ def _apply_stretch(
         if missing:
             out["bronze"] = bronze.append_bronze_stretch(spark, bronze_path, missing, settings.bronze_copy)
             crash_point("apply_after_bronze")
-    _apply_silver(spark, last, table, frame, target, commit, settings, silver_log, out)
-    crash_point("apply_before_stretch_marks")
     earlier = [_commit(e.staged, settings) for e in stretch[:-1]]
+    _apply_silver(spark, last, table, frame, target, commit, settings, silver_log, out, tuple(earlier))
+    crash_point("apply_before_stretch_marks")
     commit_actions(spark, _path(target, "silver", last, table), [], earlier, commit)
     return out
 
@@ -254,6 +256,7 @@ def _apply_silver(
     settings: ApplySettings,
     silver_log: delta_log.LogState,
     out: dict[str, Any],
+    earlier: tuple[Commit, ...] = (),
 ) -> dict[str, Any]:
     silver_path = _path(target, "silver", staged, table)
     if silver_log.has_applied(commit.app_id):
@@ -296,6 +299,7 @@ def _apply_silver(
             silver_log,
             settings.rewrite_ratio,
             settings.deletion_vectors,
+            earlier,
         )
     finally:
         actions.unpersist()  # kept by the TOAST fill when key changes needed it

@@ -36,7 +36,7 @@ from .frames import (
     quoted,
 )
 from .types import refused
-from .writes import Commit, create_table, ensure_columns
+from .writes import Commit, create_table, ensure_columns, write_marked
 
 TRUNCATE = "__truncate"
 PENDING = "__pending"
@@ -174,18 +174,26 @@ def merge_silver(
     stored_log: LogState,
     rewrite_ratio: float = 0.0,
     deletion_vectors: bool = False,
+    earlier: tuple[Commit, ...] = (),
 ) -> str:
     """The ordered MERGE: newer deletes remove (or flag), newer upserts replace, new keys insert.
 
     ``stored_log`` is the table's log before this batch (``delta_log.replay``; creating the table
     and adding or widening columns here adds no data files, so its files and row counts still hold).
+    ``earlier`` are the marks of a stretch's other batches (``job._apply_stretch``): the writes
+    that commit through a transaction (an append; the one-scan MERGE) record them in their commit.
     Returns how it was written: ``appended`` (the table had no rows), ``rewritten`` (the batch's
     events are at least ``rewrite_ratio`` times the stored rows: one join and a rewrite of the
     whole table beat MERGE's two passes over it) or ``merged``.
     """
     schema = target_schema(frame, soft)
-    create_table(spark, path, schema, table_properties(deletion_vectors))
-    current = ensure_columns(spark, path, schema)
+    properties = table_properties(deletion_vectors)
+    appending = not soft and not stored_log.files
+    if appending and not DeltaTable.isDeltaTable(spark, path):
+        current = {f.name: f.dataType for f in schema.fields}  # created by the append's commit
+    else:
+        create_table(spark, path, schema, properties)
+        current = ensure_columns(spark, path, schema)
     data = [n for n in frame.columns]
     source = latest.select(
         *(F.col(quoted(n)).cast(current[n]).alias(n) for n in data),
@@ -199,14 +207,11 @@ def merge_silver(
     meta = {POSITION: f"s.{POSITION}", OP: f"s.{OP}", TS_MS: f"s.{TS_MS}", BATCH: f"s.{BATCH}"}
     fresh = {quoted(n): f"CASE WHEN {_unsent(n)} THEN NULL ELSE s.{quoted(n)} END" for n in data}
     new_pending = fresh_pending()
-    if not soft and not stored_log.files:
+    if appending:  # nothing to match: a MERGE would only re-read an empty table
+        values = {**dict(zip(data, fresh.values(), strict=True)), **meta, PENDING: new_pending}
         rows = source.alias("s").where(f"{ACTION} = 'upsert'")
-        rows = rows.select(
-            *(F.expr(e).alias(n) for n, e in zip(data, fresh.values(), strict=True)),
-            *meta,
-            F.expr(new_pending).alias(PENDING),
-        )
-        commit.append(rows, path)  # nothing to match: a MERGE would only re-read an empty table
+        rows = rows.select(*(F.expr(values.get(n, "NULL")).cast(t).alias(n) for n, t in current.items()))
+        write_marked(spark, path, rows, [commit, *earlier], commit, schema, properties)
         return "appended"
     if _dense(stored_log, frame.events, rewrite_ratio):
         stored = spark.read.format("delta").load(path)
@@ -224,7 +229,8 @@ def merge_silver(
     # positions only (with deletion vectors it never reads the other columns of the touched files).
     lean = not frame.toast and not has_pending(spark, path)
     if lean and not soft and vectors.applies(stored_log, list(current), [*data, *meta, PENDING]):
-        outcome = vectors.merge(spark, path, source, frame.keys, _vector_row(current), commit, frame.events)
+        row = _vector_row(current)
+        outcome = vectors.merge(spark, path, source, frame.keys, row, [commit, *earlier], frame.events)
         return "merged" if outcome is None else "merged (deletion vectors)"
     if lean:
         values = {quoted(n): f"s.{quoted(n)}" for n in data}

@@ -84,13 +84,15 @@ def merge(
     source: DataFrame,
     keys: list[str],
     rows: list[Any],
-    commit: Commit,
+    marks: list[Commit],
     events: int,
 ) -> Outcome | None:
     """Apply ``source`` (one action per key: ``ACTION``, ``POSITION`` and the table's columns) to
     the silver table at ``path``.  ``rows`` are the columns of a written row in table order (as
-    Column expressions over the source aliased ``s``).  None when the table already has the
-    batch's mark (nothing written)."""
+    Column expressions over the source aliased ``s``).  ``marks`` are the batch's (first) and
+    those of a stretch's earlier batches: the commit records those the table lacks.  None when the
+    table already has the batch's mark (nothing written)."""
+    commit = marks[0]
     jvm = spark._jvm  # type: ignore[attr-defined]
     delta = jvm.org.apache.spark.sql.delta
     jspark = spark._jsparkSession  # type: ignore[attr-defined]
@@ -160,7 +162,9 @@ def merge(
         actions = jvm.java.util.ArrayList()
         actions.addAll(scala.asJava(vector_actions))
         actions.addAll(scala.asJava(new_files))
-        actions.add(mark_action(jvm, commit))
+        for mark in marks:
+            if txn.txnVersion(mark.app_id) < mark.version:
+                actions.add(mark_action(jvm, mark))
         superseding = F.col(_STORED).isNotNull() & (F.col(f"s.{POSITION}") > F.col(_STORED))
         counts = joined.agg(
             F.count(F.lit(1)).alias("source"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -148,6 +149,51 @@ def commit_actions(
     operation = scala_object(jvm, "org.apache.spark.sql.delta.DeltaOperations$ManualUpdate")
     with info.conf(spark, txn=False):
         txn.commit(jvm.scala.jdk.javaapi.CollectionConverters.asScala(batch).toSeq(), operation)
+    return True
+
+
+def write_marked(
+    spark: SparkSession,
+    path: str,
+    rows: DataFrame,
+    marks: list[Commit],
+    info: Commit,
+    schema: T.StructType,
+    properties: dict[str, str],
+) -> bool:
+    """Append ``rows`` (the table's columns, in its order) to the table at ``path`` in one commit
+    that also records every mark of ``marks`` the table lacks, creating the table (``schema``,
+    ``properties`` and the session's Delta defaults) when there is none: one commit where
+    :func:`create_table`, :meth:`Commit.append` and :func:`commit_actions` make three.  False,
+    writing nothing, when the table has every mark already."""
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    delta = jvm.org.apache.spark.sql.delta
+    scala = jvm.scala.jdk.javaapi.CollectionConverters
+    txn = delta.DeltaLog.forTable(spark._jsparkSession, path).startTransaction()  # type: ignore[attr-defined]
+    missing = [c for c in marks if txn.txnVersion(c.app_id) < c.version]
+    if not missing:
+        return False
+    if txn.readVersion() < 0:
+        metadata = {
+            "id": str(uuid.uuid4()),
+            "format": {"provider": "parquet", "options": {}},
+            "schemaString": schema.json(),
+            "partitionColumns": [],
+            "configuration": properties,
+            "createdTime": int(time.time() * 1000),
+        }
+        txn.updateMetadataForNewTable(delta.actions.Action.fromJson(json.dumps({"metaData": metadata})))
+    actions = jvm.java.util.ArrayList()
+    actions.addAll(scala.asJava(txn.writeFiles(rows._jdf)))
+    for c in missing:
+        actions.add(mark_action(jvm, c))
+    none = jvm.scala.Option.empty()
+    append = jvm.org.apache.spark.sql.SaveMode.Append
+    operation = getattr(delta, "DeltaOperations$Write")(
+        append, none, none, none, none, none, none, none, none
+    )
+    with info.conf(spark, txn=False):
+        txn.commit(scala.asScala(actions).toSeq(), operation)
     return True
 
 
