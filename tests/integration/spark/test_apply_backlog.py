@@ -65,6 +65,22 @@ def assert_same_effect(spark, got_target: str, want: dict[str, list[tuple]]) -> 
         assert not truncate and key in newest and newest[key] > position, (key, position)
 
 
+def _assert_created_by_one_commit(target: str, report: dict, settings: ApplySettings) -> None:
+    """The first stretch into the new silver table is one commit: the table's metadata (with the
+    job's properties), its rows and the marks of every batch of the stretch."""
+    stretches = report["tables"][TABLE].get("stretches", [report["tables"][TABLE]])
+    log = Path(table_path(target, "silver", CONNECTOR, TABLE)) / "_delta_log"
+    actions = [json.loads(line) for line in (log / f"{0:020d}.json").read_text().splitlines()]
+    kinds = {next(iter(a)) for a in actions}
+    assert {"metaData", "protocol", "add", "txn", "commitInfo"} <= kinds, kinds
+    configuration = next(a["metaData"]["configuration"] for a in actions if "metaData" in a)
+    assert configuration["delta.columnMapping.mode"] == "name"
+    assert configuration["delta.enableTypeWidening"] == "true"
+    assert configuration.get("delta.enableDeletionVectors", "false") == str(settings.deletion_vectors).lower()
+    assert sum("txn" in a for a in actions) == stretches[0].get("batches", 1), actions
+    assert next(a["commitInfo"] for a in actions if "commitInfo" in a)["operation"] == "WRITE"
+
+
 def _silver_positions(spark, target: str) -> list[tuple]:
     frame = spark.read.format("delta").load(table_path(target, "silver", CONNECTOR, TABLE))
     return [(r["id"], bytes(r["__position"])) for r in frame.select("id", "__position").collect()]
@@ -98,6 +114,7 @@ def test_backlog_applies_as_batch_by_batch(spark, tmp_path, monkeypatch, seed, s
     assert report["tables"][TABLE]["batches"] == len(staged), report
     assert_same_effect(spark, at_once, want)
     assert not _marks_missing(at_once, staged, settings)
+    _assert_created_by_one_commit(at_once, report, settings)
     again = apply_batches(spark, [str(p) for p in staged], at_once, settings)
     assert {t.get("silver") for t in again["tables"][TABLE]["stretches"]} == {"already applied"}, again
     if settings.rewrite_ratio == 0:
