@@ -46,7 +46,8 @@ def fill_unavailable(frame: TableFrame, stored: DataFrame | None = None) -> Data
     left = None
     rounds = 0
     for _ in range(MAX_ROUNDS if has_moves else 0):
-        actions = _fill_in_key(actions, frame, data, states=True)
+        # materialised once: the move fill reads it three times (moves, states, every action)
+        actions = _fill_in_key(actions, frame, data, states=True).localCheckpoint(eager=True)
         # materialised row by row (a local checkpoint spills to disk; a DataFrame cache would
         # build columnar batches of 10,000 rows -- of blobs -- in the heap), lineage cut
         actions = _fill_moves(actions, frame, data).localCheckpoint(eager=True)
@@ -113,28 +114,37 @@ def _mark(name: str, kind: T.DataType) -> Column:
 
 def _fill_in_key(actions: DataFrame, frame: TableFrame, data: list[str], states: bool) -> DataFrame:
     """Fill from the key's own earlier actions; each row also gets its ``__st_*`` states (the
-    values it leaves behind; for a delete, those just before it), used by :func:`_fill_moves`."""
+    values it leaves behind; for a delete, those just before it), used by :func:`_fill_moves`.
+
+    Every window is computed in one select, so Spark evaluates them in one Window operator over
+    one sort (a select per column stacked an operator per window: 20 passes over the batch's
+    rows for 10 columns, each pass buffering every row of the key)."""
     order = Window.partitionBy(*(F.col(quoted(k)) for k in frame.keys)).orderBy(POSITION)
     upto = order.rowsBetween(Window.unboundedPreceding, 0)
     before = order.rowsBetween(Window.unboundedPreceding, -1)
-    still: list[Column] = []
+    windows: list[Column] = []
     for i, name in enumerate(data):
         mark = _mark(name, frame.columns[name])
-        known = F.last(mark, ignorenulls=True).over(upto)
-        actions = actions.withColumn(f"__kn{i}", known)
+        windows.append(F.last(mark, ignorenulls=True).over(upto).alias(f"__kn{i}"))
         if states:
-            left = F.last(mark, ignorenulls=True).over(before)
-            state = F.when(F.col(ACTION) == "delete", left).otherwise(F.col(f"__kn{i}"))
-            actions = actions.withColumn(f"__st{i}", state)
+            windows.append(F.last(mark, ignorenulls=True).over(before).alias(f"__left{i}"))
+    columns = actions.columns
+    actions = actions.select("*", *windows)
+    filled: dict[str, Column] = {}
+    still: list[Column] = []
+    states_of: list[Column] = []
     for i, name in enumerate(data):
         missing = F.array_contains(UNAVAILABLE, name)
         found = missing & F.coalesce(F.col(f"__kn{i}").getField("ok"), F.lit(False))
-        actions = actions.withColumn(
-            name, F.when(found, F.col(f"__kn{i}").getField("v")).otherwise(F.col(quoted(name)))
-        )
+        filled[name] = F.when(found, F.col(f"__kn{i}").getField("v")).otherwise(F.col(quoted(name)))
         still.append(F.when(missing & ~found, F.lit(name)))
-    actions = actions.withColumn(UNAVAILABLE, F.filter(F.array(*still), lambda x: x.isNotNull()))
-    return actions.drop(*[f"__kn{i}" for i in range(len(data))])
+        if states:
+            deleted = F.col(ACTION) == "delete"
+            state = F.when(deleted, F.col(f"__left{i}")).otherwise(F.col(f"__kn{i}"))
+            states_of.append(state.alias(f"__st{i}"))
+    filled[UNAVAILABLE] = F.filter(F.array(*still), lambda x: x.isNotNull())
+    out = [filled.get(c, F.col(quoted(c))).alias(c) for c in columns]
+    return actions.select(*out, *states_of)
 
 
 def _fill_moves(actions: DataFrame, frame: TableFrame, data: list[str]) -> DataFrame:
