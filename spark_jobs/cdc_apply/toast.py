@@ -133,13 +133,13 @@ def _fill_in_key(actions: DataFrame, frame: TableFrame, data: list[str], states:
     filled: dict[str, Column] = {}
     still: list[Column] = []
     states_of: list[Column] = []
+    deleted = F.col(ACTION) == "delete"
     for i, name in enumerate(data):
         missing = F.array_contains(UNAVAILABLE, name)
         found = missing & F.coalesce(F.col(f"__kn{i}").getField("ok"), F.lit(False))
         filled[name] = F.when(found, F.col(f"__kn{i}").getField("v")).otherwise(F.col(quoted(name)))
         still.append(F.when(missing & ~found, F.lit(name)))
         if states:
-            deleted = F.col(ACTION) == "delete"
             state = F.when(deleted, F.col(f"__left{i}")).otherwise(F.col(f"__kn{i}"))
             states_of.append(state.alias(f"__st{i}"))
     filled[UNAVAILABLE] = F.filter(F.array(*still), lambda x: x.isNotNull())

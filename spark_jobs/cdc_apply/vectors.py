@@ -37,7 +37,7 @@ from pyspark.sql import functions as F
 from .crash import crash_point
 from .delta_log import CHANGE_FEED, LogState
 from .frames import ACTION, POSITION, all_of, quoted
-from .writes import Commit, mark_action, scala_object
+from .writes import Commit, lacking, mark_action, scala_object
 
 log = logging.getLogger("airflow_cdc.apply")
 
@@ -162,9 +162,8 @@ def merge(
         actions = jvm.java.util.ArrayList()
         actions.addAll(scala.asJava(vector_actions))
         actions.addAll(scala.asJava(new_files))
-        for mark in marks:
-            if txn.txnVersion(mark.app_id) < mark.version:
-                actions.add(mark_action(jvm, mark))
+        for mark in lacking(txn, marks):
+            actions.add(mark_action(jvm, mark))
         superseding = F.col(_STORED).isNotNull() & (F.col(f"s.{POSITION}") > F.col(_STORED))
         counts = joined.agg(
             F.count(F.lit(1)).alias("source"),

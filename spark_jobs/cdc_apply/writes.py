@@ -138,7 +138,7 @@ def commit_actions(
     jvm = spark._jvm  # type: ignore[attr-defined]
     delta = jvm.org.apache.spark.sql.delta
     txn = delta.DeltaLog.forTable(spark._jsparkSession, path).startTransaction()
-    missing = [c for c in marks if txn.txnVersion(c.app_id) < c.version]
+    missing = lacking(txn, marks)
     if not missing:
         return False
     batch = jvm.java.util.ArrayList()
@@ -170,7 +170,7 @@ def write_marked(
     delta = jvm.org.apache.spark.sql.delta
     scala = jvm.scala.jdk.javaapi.CollectionConverters
     txn = delta.DeltaLog.forTable(spark._jsparkSession, path).startTransaction()  # type: ignore[attr-defined]
-    missing = [c for c in marks if txn.txnVersion(c.app_id) < c.version]
+    missing = lacking(txn, marks)
     if not missing:
         return False
     if txn.readVersion() < 0:
@@ -195,6 +195,11 @@ def write_marked(
     with info.conf(spark, txn=False):
         txn.commit(scala.asScala(actions).toSeq(), operation)
     return True
+
+
+def lacking(txn: Any, marks: list[Commit]) -> list[Commit]:
+    """The marks of ``marks`` the table a Delta transaction ``txn`` read does not have yet."""
+    return [c for c in marks if txn.txnVersion(c.app_id) < c.version]
 
 
 def mark_action(jvm: Any, commit: Commit) -> Any:
