@@ -43,7 +43,7 @@ JARS_POM    := scripts/delta-jars/pom.xml
 # Spark finds the Delta jars here (spark_jobs.cdc_apply.layout.JARS_ENV).
 export AIRFLOW_CDC_DELTA_JARS := $(CURDIR)/$(JARS)
 
-.PHONY: test setup system-packages venv jars lint clean demo
+.PHONY: test setup system-packages venv jars tds-check lint clean demo
 
 test: setup
 	@# Test workers run captures, Spark drivers and browsers in-process and start subprocesses
@@ -56,7 +56,7 @@ test: setup
 	@echo ">>> running pytest $(PYTEST_ARGS)"
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-setup: system-packages venv jars
+setup: system-packages venv jars tds-check
 
 # Delta Lake jars for the pinned pyspark, fetched once with Maven into .jars/ (Ivy's
 # spark.jars.packages is the alternative where it can reach Maven Central).
@@ -73,6 +73,22 @@ jars:
 	    -DincludeScope=runtime -DincludeGroupIds=io.delta,io.unitycatalog
 	ls $(JARS)/delta-spark_*.jar
 	touch "$$stamp"
+
+# tedious, the Node.js TDS client, pinned, for tests/unit/testing/test_tds_independent.py: its parser
+# and encoders are the independent witness of the SQL Server emulator's bytes (~10 s, 76 MB in
+# $(TDS_CHECK)/, git-ignored).  Without node/npm or the registry those tests skip; setup goes on.
+TEDIOUS_VERSION := 18.6.2
+TDS_CHECK       := .local/tds-check
+tds-check:
+	@stamp=$(TDS_CHECK)/.installed-tedious-$(TEDIOUS_VERSION)
+	if [ -f "$$stamp" ]; then echo ">>> tedious $(TEDIOUS_VERSION) present"; exit 0; fi
+	if ! command -v npm >/dev/null; then echo ">>> npm missing: the tedious cross-checks will skip"; exit 0; fi
+	mkdir -p $(TDS_CHECK)
+	[ -f $(TDS_CHECK)/package.json ] || echo '{"name": "tds-check", "private": true}' > $(TDS_CHECK)/package.json
+	echo ">>> npm install tedious@$(TEDIOUS_VERSION) into $(TDS_CHECK)/"
+	if npm install --prefix $(TDS_CHECK) --no-audit --no-fund --ignore-scripts --save-exact \
+	    tedious@$(TEDIOUS_VERSION); then touch "$$stamp"
+	else echo ">>> npm install tedious failed: the tedious cross-checks will skip" >&2; fi
 
 # Install PostgreSQL 15, MariaDB and the FreeTDS ODBC driver from Debian only when missing.  Services are
 # never started by the packages (policy-rc.d): the tests start throwaway servers of their own.

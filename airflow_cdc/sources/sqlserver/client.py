@@ -4,6 +4,14 @@ The driver is FreeTDS (Debian's ``tdsodbc``) by default or Microsoft's ODBC driv
 connection-string keywords differ for TLS, so the string is built per driver.  Time values are
 read through output converters so ``datetime2(7)``/``time(7)`` keep their 100 ns digits and
 ``datetimeoffset`` (which pyodbc does not know) its offset.
+
+CLR values (``hierarchyid``, ``geometry``, ``geography``) are read as their serialisation: FreeTDS
+reports them as ``SQL_LONGVARBINARY``, msodbcsql as ``SQL_SS_UDT`` (-151), which pyodbc does not
+know (it fails the fetch), hence a converter.  ``sql_variant`` (``SQL_SS_VARIANT``, -150) gets none
+on purpose: pyodbc reads it typed through ``SQL_CA_SS_VARIANT_TYPE`` where the driver has it
+(msodbcsql); FreeTDS 1.3 has not (``SQLColAttribute`` fails the fetch), and its ``SQL_C_BINARY``
+form is no substitute (no base type; a decimal fails with 07006), so the source never selects a
+sql_variant column (:mod:`.types`).
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from airflow_cdc.core.config import ConnectorConfig
 from airflow_cdc.core.errors import AuthenticationFailed, CdcError, ConfigError, ConnectionFailed
 
 SQL_TYPE_TIMESTAMP, SQL_SS_TIME2, SQL_SS_TIMESTAMPOFFSET = 93, -154, -155
+SQL_SS_UDT = -151
 _EPOCH = dt.datetime(1970, 1, 1)
 _DT_EPOCH = dt.datetime(1900, 1, 1)
 
@@ -80,6 +89,7 @@ def connect(config: ConnectorConfig, database: str | None = None) -> Any:
     conn.add_output_converter(SQL_SS_TIMESTAMPOFFSET, _datetimeoffset)
     conn.add_output_converter(SQL_SS_TIME2, _time2)
     conn.add_output_converter(SQL_TYPE_TIMESTAMP, _timestamp)
+    conn.add_output_converter(SQL_SS_UDT, _raw)
     return conn
 
 
@@ -117,6 +127,11 @@ def _timestamp(raw: bytes | None) -> int | None:
         raise ValueError(f"unexpected SQL_TYPE_TIMESTAMP value of {len(raw)} bytes")
     delta = base - _EPOCH
     return (delta.days * 86400 + delta.seconds) * 10**9 + ns
+
+
+def _raw(raw: bytes | None) -> bytes | None:
+    """The value as the driver's ``SQL_C_BINARY`` bytes (a CLR value's serialisation)."""
+    return None if raw is None else bytes(raw)
 
 
 def _time2(raw: bytes | None) -> Any:

@@ -56,9 +56,21 @@ SQLSERVER_PROPERTIES: tuple[Property, ...] = tuple(
     Property(
         "snapshot.isolation.mode",
         "enum",
-        "repeatable_read",
-        "Isolation of snapshot chunk reads: `snapshot` needs ALLOW_SNAPSHOT_ISOLATION on the database.",
+        "read_committed",
+        "Isolation of each snapshot chunk's transaction (committed right after its SELECT): "
+        "`read_committed` locks a row only while reading it; `repeatable_read` holds shared locks "
+        "on the chunk's rows and `exclusive` also an exclusive table lock until the chunk's commit "
+        "(writers wait up to one chunk read); `snapshot` (needs ALLOW_SNAPSHOT_ISOLATION) and "
+        "`read_uncommitted` (dirty reads) take none. Debezium's default is `repeatable_read`.",
         choices=("snapshot", "read_committed", "repeatable_read", "read_uncommitted", "exclusive"),
+    ),
+    Property(
+        "snapshot.lock.timeout.ms",
+        "int",
+        10_000,
+        "How long a `repeatable_read`/`exclusive` chunk read waits for a lock held by the application "
+        "(`SET LOCK_TIMEOUT`) before failing the run with SQL Server error 1222 (nothing staged).",
+        minimum=0,
     ),
     Property("time.precision.mode", "enum", "adaptive", choices=("adaptive", "connect")),
     Property("heartbeat.action.query", "str", None, "SQL run at the start of each capture run."),

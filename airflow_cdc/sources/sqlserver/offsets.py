@@ -4,7 +4,8 @@ An LSN is 10 bytes: VLF sequence number (4), log block offset (4), slot (2), com
 big-endian.  Debezium prints it as ``0000002a:00000758:0003``.  A change row carries its
 transaction's commit LSN (``__$start_lsn``) and its own LSN (``__$seqval``); Debezium orders by
 (commit LSN, change LSN, operation) and numbers the events of one change LSN (``event_serial_no``:
-1 for an insert or delete, 2 for the after-image of an update).
+1 for an insert or delete, 2 for the after-image of an update, counting on when a change position
+repeats: a deferred update's delete and insert share one, and are 1 and 2).
 
 LSNs are per database, so with several ``database.names`` each database has its own offset.
 """

@@ -25,6 +25,7 @@ class Column:
     precision: int
     scale: int
     nullable: bool
+    computed: bool = False  # a computed column: NULL in every change-table row (Microsoft docs)
 
 
 @dataclass
@@ -38,6 +39,9 @@ class CaptureInstance:
     create_date: dt.datetime
     columns: list[Column] = field(default_factory=list)
     key: list[str] = field(default_factory=list)
+    #: ``cdc.change_tables.start_lsn`` is NULL: enabled, but the capture job has not scanned the
+    #: log since (Microsoft: "the low endpoint ... has not been established"); nothing to read yet
+    pending: bool = False
 
     @property
     def table_id(self) -> str:
@@ -50,13 +54,17 @@ def load_capture_instances(conn: Any, database: str) -> list[CaptureInstance]:
     cur = conn.cursor()
     rows = cur.execute(sql.capture_instances(database)).fetchall()
     instances = {
-        r[3]: CaptureInstance(database, r[0], r[1], r[2], r[3], SqlServerLsn.of(r[4]), r[5]) for r in rows
+        r[3]: CaptureInstance(
+            database, r[0], r[1], r[2], r[3], SqlServerLsn.of(r[4]), r[5], pending=r[4] is None
+        )
+        for r in rows
     }
-    for oid, name, ordinal, tname, max_len, prec, scale, nullable in cur.execute(
+    for oid, name, ordinal, tname, max_len, prec, scale, nullable, computed in cur.execute(
         sql.captured_columns(database)
     ).fetchall():
         if oid in instances:
-            instances[oid].columns.append(Column(name, ordinal, tname, max_len, prec, scale, bool(nullable)))
+            column = Column(name, ordinal, tname, max_len, prec, scale, bool(nullable), bool(computed))
+            instances[oid].columns.append(column)
     for oid, name, _ in cur.execute(sql.index_columns(database)).fetchall():
         if oid in instances:
             instances[oid].key.append(name)
@@ -77,11 +85,14 @@ def window_segments(instances: list[CaptureInstance], low: SqlServerLsn, high: S
     """Which capture instance covers which part of ``[low, high]``, per source table.
 
     Instances are ordered by start LSN per table; each covers from its own start (or ``low``) up to
-    just before the next one's start.  Empty ranges are dropped.
+    just before the next one's start.  Empty ranges are dropped.  A pending instance (no start LSN
+    yet) covers nothing: until the capture job establishes its start the older instance, which
+    still captures every change, covers the whole range.
     """
     by_table: dict[tuple[str, str], list[CaptureInstance]] = {}
     for ci in instances:
-        by_table.setdefault((ci.schema, ci.table), []).append(ci)
+        if not ci.pending:
+            by_table.setdefault((ci.schema, ci.table), []).append(ci)
     segments = []
     for group in by_table.values():
         group.sort(key=lambda c: (c.start_lsn, c.create_date))

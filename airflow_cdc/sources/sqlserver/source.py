@@ -122,7 +122,17 @@ class SqlServerSource(ChangeSource):
         checks.check_database(self.conn, self.database)
         checks.check_agent(self.conn)
         found = load_capture_instances(self.conn, self.database)
-        self.instances = [ci for ci in found if self.filters.includes_table(TableId(ci.schema, ci.table))]
+        found = [ci for ci in found if self.filters.includes_table(TableId(ci.schema, ci.table))]
+        for ci in found:
+            if ci.pending:
+                log.warning(
+                    "capture instance %s.%s of table %s has no start LSN yet (cdc.change_tables.start_lsn "
+                    "is NULL until the capture job scans the log after sys.sp_cdc_enable_table): not read "
+                    "until then%s", self.database, ci.name, ci.table_id,
+                    "" if any(o.table_id == ci.table_id and not o.pending for o in found)
+                    else "; the table is captured (and snapshotted) from the run that sees its start",
+                )  # fmt: skip
+        self.instances = [ci for ci in found if not ci.pending]
         checks.check_permissions(self.conn, self.database, self.instances)
         self._states = {
             ci.name: TableState.build(
@@ -216,14 +226,14 @@ class SqlServerSource(ChangeSource):
         """Nothing to release: the change tables keep rows until the cleanup job's retention."""
 
     def changes_after(self, offset: dict[str, Any] | None, check: str | None = None) -> bool:
-        """Whether ``fn_cdc_get_max_lsn()`` is past the offset -- one cheap query."""
+        """Whether a transaction committed after the offset -- one cheap query.  The capture job's
+        filler rows move ``fn_cdc_get_max_lsn()`` without a change, so they do not count."""
         if offset is None:
             return True
         conn = self.conn or client.connect(self.config, self.database)
         try:
-            return SqlServerLsn.of(client.scalar(conn, sql.MAX_LSN)) > SqlServerLsn.parse(
-                offset["commit_lsn"]
-            )
+            latest = client.scalar(conn, sql.max_transaction_lsn(self.database))
+            return SqlServerLsn.of(latest) > SqlServerLsn.parse(offset["commit_lsn"])
         finally:
             if conn is not self.conn:
                 conn.close()
@@ -261,7 +271,12 @@ class SqlServerSource(ChangeSource):
                 snap.table, snap.condition, [c.name for c in ci.columns], self.config[RAW_SQL_PROPERTY]
             ),
             unique=not snap.surrogate_key,
+            lock_timeout_ms=self.config["snapshot.lock.timeout.ms"],
         )
+        computed = [n for n, c in enumerate(ci.columns) if c.computed]
+        if computed:  # NULL as in every change-table row, or silver would flip with each change
+            for n, row in enumerate(chunk.rows):
+                chunk.rows[n] = tuple(None if i in computed else v for i, v in enumerate(row))
         keys = list(ci.key)
         texts = [state.key_text(r) for r in chunk.rows]
         data = {k: pa.array([t[n] for t in texts], pa.string()) for n, k in enumerate(keys)}
@@ -389,13 +404,22 @@ class SqlServerSource(ChangeSource):
         counts[ev.op] = counts.get(ev.op, 0) + 1
 
     def _commit_times(self, low: SqlServerLsn, high: SqlServerLsn) -> dict[SqlServerLsn, int]:
-        """``source.ts_ms`` per commit LSN from ``cdc.lsn_time_mapping`` (server time taken as UTC)."""
+        """``source.ts_ms`` per commit LSN from ``cdc.lsn_time_mapping``.
+
+        ``tran_end_time`` is the server's local wall-clock time: it is shifted by the server's
+        UTC offset now (``SYSDATETIME()`` - ``SYSUTCDATETIME()``), as Debezium shifts it by
+        ``DATEPART(TZOFFSET, SYSDATETIMEOFFSET())``; around a daylight-saving change commits of the
+        other side of it are an hour off, as in Debezium.  Filler rows (``tran_id = 0x00``) are
+        not transactions and are not read.
+        """
         cur = self.conn.cursor()
         try:
+            local, utc = cur.execute(sql.SERVER_CLOCKS).fetchone()
             rows = cur.execute(sql.lsn_times(self.database), low.raw, high.raw).fetchall()
         finally:
             cur.close()
-        return {SqlServerLsn.of(r[0]): _epoch_ms(r[1]) for r in rows}
+        offset_ms = round((local - utc) / 6e10) * 60_000  # whole minutes: the calls are µs apart
+        return {SqlServerLsn.of(r[0]): _epoch_ms(r[1]) - offset_ms for r in rows}
 
 
 def _surrogate(snap: TableSnapshot, state: TableState) -> list[str]:

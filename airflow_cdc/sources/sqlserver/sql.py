@@ -26,6 +26,8 @@ AGENT_RUNNING = (
     "SELECT CASE WHEN dss.[status] = 4 THEN 1 ELSE 0 END FROM sys.dm_server_services dss"
     " WHERE dss.[servicename] LIKE N'SQL Server Agent (%'"
 )
+#: ``snapshot.isolation.mode`` -> the level of a chunk's transaction; ``exclusive`` is Debezium's
+#: REPEATABLE READ plus an exclusive table lock (:func:`table_lock`).
 ISOLATION = {
     "snapshot": "SET TRANSACTION ISOLATION LEVEL SNAPSHOT",
     "read_committed": "SET TRANSACTION ISOLATION LEVEL READ COMMITTED",
@@ -33,6 +35,11 @@ ISOLATION = {
     "read_uncommitted": "SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED",
     "exclusive": "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
 }
+#: The connection's level outside chunk reads (SQL Server's default; Debezium restores it too).
+SESSION_ISOLATION = ISOLATION["read_committed"]
+#: Modes whose chunk reads wait for locks while holding some: they get a lock timeout (Debezium
+#: sets ``SET LOCK_TIMEOUT`` for exactly these).
+LOCK_HOLDING = ("repeatable_read", "exclusive")
 
 
 def use(db: str) -> str:
@@ -58,14 +65,22 @@ def capture_instances(db: str) -> str:
 
 
 def captured_columns(db: str) -> str:
-    """Captured columns of every capture instance with their SQL Server types, in ordinal order."""
+    """Captured columns of every capture instance with their SQL Server types, in ordinal order.
+
+    An alias type (``CREATE TYPE dbo.Phone FROM nvarchar(20)``: ``sys.types.is_user_defined = 1``,
+    not an assembly type) is reported as its base system type, the type its values have; the
+    column's own ``max_length``/``precision``/``scale`` are the base type's.  CLR types
+    (``is_assembly_type = 1``, all sharing ``system_type_id`` 240) keep their own name.
+    """
     q = quote(db)
     return (
-        "SELECT ct.object_id, cc.column_name, cc.column_ordinal, ty.name, c.max_length, c.precision,"  # noqa: S608
-        " c.scale, c.is_nullable"
+        "SELECT ct.object_id, cc.column_name, cc.column_ordinal, COALESCE(bt.name, ty.name), c.max_length,"  # noqa: S608
+        " c.precision, c.scale, c.is_nullable, cc.is_computed"
         f" FROM {q}.cdc.change_tables ct JOIN {q}.cdc.captured_columns cc ON cc.object_id = ct.object_id"
         f" JOIN {q}.sys.columns c ON c.object_id = ct.source_object_id AND c.name = cc.column_name"
         f" JOIN {q}.sys.types ty ON ty.user_type_id = c.user_type_id"
+        f" LEFT JOIN {q}.sys.types bt ON ty.is_user_defined = 1 AND ty.is_assembly_type = 0"
+        " AND bt.user_type_id = c.system_type_id"
         " ORDER BY ct.object_id, cc.column_ordinal"
     )
 
@@ -92,6 +107,17 @@ def all_changes(db: str, capture_instance: str, columns: Sequence[str]) -> str:
 HAS_SELECT = "SELECT HAS_PERMS_BY_NAME(?, N'OBJECT', N'SELECT')"
 BEGIN = "BEGIN TRANSACTION"
 COMMIT = "COMMIT TRANSACTION"
+
+
+def lock_timeout(ms: int) -> str:
+    """``SET LOCK_TIMEOUT``: how long a statement waits for a lock (-1: forever, 0: not at all)."""
+    return f"SET LOCK_TIMEOUT {int(ms)}"
+
+
+def table_lock(db: str, schema: str, table: str) -> str:
+    """Debezium's exclusive table lock (``exclusive`` mode), held to the end of the transaction."""
+    target = ".".join(quote(p) for p in (db, schema, table))
+    return f"SELECT TOP (0) * FROM {target} WITH (TABLOCKX)"  # noqa: S608
 
 
 def chunk_select(
@@ -161,8 +187,18 @@ def chunk_params(last_key: Sequence[object]) -> list[object]:
 
 
 def lsn_times(db: str) -> str:
-    """Commit time of every transaction with a commit LSN in a bound range."""
+    """Commit time (server-local) of every transaction with a commit LSN in a bound range; the
+    capture job's filler rows (``tran_id = 0x00``) are no transactions."""
     return (
         "SELECT m.start_lsn, m.tran_end_time"  # noqa: S608
-        f" FROM {quote(db)}.cdc.lsn_time_mapping m WHERE m.start_lsn BETWEEN ? AND ?"
+        f" FROM {quote(db)}.cdc.lsn_time_mapping m WHERE m.start_lsn BETWEEN ? AND ? AND m.tran_id <> 0x00"
     )
+
+
+def max_transaction_lsn(db: str) -> str:
+    """The newest commit LSN of a captured transaction (Debezium's ``getMaxTransactionLsn``)."""
+    return f"SELECT MAX(m.start_lsn) FROM {quote(db)}.cdc.lsn_time_mapping m WHERE m.tran_id <> 0x00"  # noqa: S608
+
+
+#: The server's local and UTC clocks now: their difference is its UTC offset.
+SERVER_CLOCKS = "SELECT SYSDATETIME(), SYSUTCDATETIME()"

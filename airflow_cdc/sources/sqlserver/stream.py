@@ -65,9 +65,18 @@ def _keyed(
 def events(rows: Iterable[tuple[CaptureInstance, tuple]]) -> Iterator[ChangeEvent]:
     """Pair update images and number events like Debezium.
 
+    ``event_serial_no`` follows Debezium's ``SqlServerOffsetContext.setChangePosition``: an event
+    counts 1 (insert, delete) or 2 (update), and an event at the same (commit LSN, change LSN) as
+    the one before continues the count instead of restarting it.  SQL Server logs a *deferred
+    update* (of key or unique-index columns, MERGE, some plans) as a delete (1) and an insert (2)
+    that share one ``__$start_lsn`` and one ``__$seqval``; read in ``__$operation`` order the
+    delete is serial 1 and the insert serial 2, so their positions differ and the insert wins.
+
     :raises ProtocolError: an update's before image (3) without its after image (4).
     """
     pending: tuple[CaptureInstance, tuple] | None = None
+    last: tuple[bytes, bytes] | None = None
+    serial = 0
     for ci, row in rows:
         start, seqval, op, mask, values = row[0], row[1], row[2], row[3], tuple(row[4:])
         if pending is not None:
@@ -78,15 +87,21 @@ def events(rows: Iterable[tuple[CaptureInstance, tuple]]) -> Iterator[ChangeEven
                     f"capture instance {pci.name}: update before-image at change LSN "
                     f"{SqlServerLsn(prow[1])} has no after-image"
                 )
+            serial = serial + 2 if last == (start, seqval) else 2
+            last = (start, seqval)
             yield ChangeEvent(
-                SqlServerLsn(start), SqlServerLsn(seqval), 2, "u", ci, tuple(prow[4:]), values, mask
+                SqlServerLsn(start), SqlServerLsn(seqval), serial, "u", ci, tuple(prow[4:]), values, mask
             )
             continue
         if op == 3:
             pending = (ci, row)
         elif op in _OPS:
+            serial = serial + 1 if last == (start, seqval) else 1
+            last = (start, seqval)
             before, after = (values, None) if op == 1 else (None, values)
-            yield ChangeEvent(SqlServerLsn(start), SqlServerLsn(seqval), 1, _OPS[op], ci, before, after, mask)
+            yield ChangeEvent(
+                SqlServerLsn(start), SqlServerLsn(seqval), serial, _OPS[op], ci, before, after, mask
+            )
         else:
             raise ProtocolError(f"capture instance {ci.name}: unexpected __$operation {op}")
     if pending is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -20,11 +20,11 @@ from airflow_cdc import __version__
 from airflow_cdc.core.batch import BatchWriter
 from airflow_cdc.core.column_mappers import Mapper
 from airflow_cdc.core.column_mapping import ColumnInfo, map_codecs
-from airflow_cdc.core.errors import SchemaError
+from airflow_cdc.core.errors import SchemaError, UnsupportedType
 from airflow_cdc.core.table_sink import SourceLayout, TableSink
 from airflow_cdc.sources.sqlserver.schema import CaptureInstance, Column
 from airflow_cdc.sources.sqlserver.snapshot import key_param
-from airflow_cdc.sources.sqlserver.types import Modes, SqlServerCodec, column_codec
+from airflow_cdc.sources.sqlserver.types import Modes, SqlServerCodec, column_codec, unsupported
 
 SOURCE_TYPE = pa.struct(
     [
@@ -48,6 +48,9 @@ SOURCE_TYPE = pa.struct(
 VARYING = ("ts_ms", "change_lsn", "commit_lsn", "event_serial_no")
 _INTS = frozenset({"tinyint", "smallint", "int", "bigint"})
 _DECIMALS = frozenset({"decimal", "numeric", "money", "smallmoney"})
+#: Keys read back as bytes (CLR types' serialisations order like their values: hierarchyid is byte-ordered)
+_BYTES_KEYS = frozenset({"binary", "varbinary", "image", "timestamp", "rowversion", "hierarchyid", "geometry",
+                         "geography"})  # fmt: skip
 
 
 @dataclass
@@ -78,7 +81,9 @@ class TableState:
         :param keep_column: whether a non-key column is staged (the column filters); None: all.
         :raises SchemaError: the capture instance has no key columns (no primary key or
         ``@index_name``), so rows cannot be identified.
-        :raises ConfigError: a truncation or mask maps a key column."""
+        :raises ConfigError: a truncation or mask maps a key column.
+        :raises UnsupportedType: a staged column of a type Debezium does not map (a column the
+            filters leave out is read but never staged, so its type does not matter)."""
         names = [c.name for c in ci.columns]
         missing = [k for k in ci.key if k not in names]
         if not ci.key or missing:
@@ -97,11 +102,11 @@ class TableState:
             "name": connector_name,
             "sequence": None,
         }
-        codecs = [column_codec(c, modes) for c in ci.columns]
-        infos = [_column_info(c) for c in ci.columns]
-        codecs = map_codecs(codecs, f"{ci.schema}.{ci.table}", infos, mappers, ci.key)
         keep = keep_column or (lambda name: True)
         select = [i for i, c in enumerate(ci.columns) if c.name in ci.key or keep(c.name)]
+        codecs = [_codec(c, modes, ci, i in select) for i, c in enumerate(ci.columns)]
+        infos = [_column_info(c) for c in ci.columns]
+        codecs = map_codecs(codecs, f"{ci.schema}.{ci.table}", infos, mappers, ci.key)
         return cls(ci, codecs, [names.index(k) for k in ci.key], signature, constants, select=select)
 
     @property
@@ -158,6 +163,19 @@ class TableState:
         return tuple(key_text(cols[i], row[i]) for i in self.key_index)
 
 
+def _codec(col: Column, modes: Modes, ci: CaptureInstance, staged: bool) -> SqlServerCodec:
+    """The column's codec; a column that is not staged gets the opaque one rather than an error
+    (it is still read, so a type that cannot be read at all -- sql_variant -- is refused anyway)."""
+    try:
+        return column_codec(col, modes, ci.table_id)
+    except UnsupportedType:
+        if col.name in ci.key:
+            raise unsupported(col, ci.table_id, key=True) from None
+        if staged:
+            raise
+    return column_codec(col, replace(modes, include_unknown=True), ci.table_id)
+
+
 def key_text(col: Column, value: Any) -> str | None:
     """The text of a key value, identical for change rows and snapshot rows (tracker keys, cursors)."""
     if value is None:
@@ -187,7 +205,7 @@ def key_value(col: Column, text: str | None) -> Any:
         return float(text)
     if t == "bit":
         return text == "1"
-    if t in ("binary", "varbinary", "image", "timestamp", "rowversion"):
+    if t in _BYTES_KEYS:
         return bytes.fromhex(text)
     return text
 

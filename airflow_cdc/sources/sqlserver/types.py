@@ -6,6 +6,20 @@ nanoseconds since midnight, ``datetimeoffset`` as ``(aware datetime, extra nanos
 other types as pyodbc returns them.  Handling modes: ``decimal.handling.mode``,
 ``time.precision.mode`` (``adaptive``: precision decides ms / µs / ns; ``connect``: Kafka Connect
 millisecond types), ``binary.handling.mode``.
+
+Types Debezium's SQL Server connector has no mapping for -- ``sql_variant`` and the CLR types
+``hierarchyid``, ``geometry``, ``geography`` (debezium/debezium ``SqlServerValueConverters`` leaves
+them to ``JdbcValueConverters``, which has no schema for their JDBC types, so Debezium drops the
+field with a warning; its converter still says "TODO Geometry and geography supported since 6.5.0")
+-- are refused with :class:`UnsupportedType` when the source opens, before anything is read.  With
+``include.unknown.datatypes`` the CLR types are staged as Debezium's "opaque binary representation"
+(their CLR serialisation) under ``binary.handling.mode``.  A captured ``sql_variant`` column is
+refused even then, and even when ``column.exclude.list`` drops it (the change and chunk queries read
+every captured column): through FreeTDS a sql_variant comes back without its base type, text in
+its server encoding, dates repeated, and a ``decimal``/``numeric`` value fails the fetch (ODBC
+07006: FreeTDS 1.3 ``SQLGetData`` never finishes a variant's ``SQL_NUMERIC_STRUCT``), so only a
+capture instance without the column can be read.  ``timestamp``/``rowversion`` is ``binary(8)``
+(JDBC ``BINARY``): bytes.  Alias types arrive as their base type (:func:`.sql.captured_columns`).
 """
 
 from __future__ import annotations
@@ -36,6 +50,12 @@ _INTEGER = {
 _STRINGS = frozenset({"char", "varchar", "text", "nchar", "nvarchar", "ntext", "sysname", "uniqueidentifier"})
 _BINARIES = frozenset({"binary", "varbinary", "image", "timestamp", "rowversion"})
 _MONEY = {"money": (19, 4), "smallmoney": (10, 4)}
+#: Types without a Debezium mapping, and what ``include.unknown.datatypes`` stages for them.
+UNMAPPED = {
+    "hierarchyid": "its CLR serialisation",
+    "geometry": "its CLR serialisation (not WKB)",
+    "geography": "its CLR serialisation (not WKB)",
+}
 _BINARY_ENCODERS: dict[str, Callable[[bytes], str]] = {
     "base64": lambda b: base64.b64encode(b).decode(),
     "hex": lambda b: b.hex(),
@@ -72,10 +92,12 @@ def _each(arrow: pa.DataType, fn: Callable[[Any], Any] | None = None) -> Callabl
     return lambda values: pa.array([None if v is None else fn(v) for v in values], type=arrow)
 
 
-def encoding(col: Column, modes: Modes) -> Encoding:
+def encoding(col: Column, modes: Modes, where: str = "") -> Encoding:
     """(Arrow type, Connect type, semantic name, parameters, converter) of one column.
 
-    :raises UnsupportedType: naming the column and type when Debezium has no mapping for it.
+    :param where: ``database.schema.table`` of the column, for the error.
+    :raises UnsupportedType: naming the column and type when Debezium has no mapping for it and
+        ``include.unknown.datatypes`` is off.
     """
     t = col.type_name.lower()
     if t in _INTEGER:
@@ -93,9 +115,45 @@ def encoding(col: Column, modes: Modes) -> Encoding:
         return pa.string(), "string", DATA + "Xml", None, _each(pa.string())
     if t in _STRINGS:
         return pa.string(), "string", None, None, _each(pa.string(), str)
-    if t in _BINARIES or modes.include_unknown:
+    if t in _BINARIES:
         return _binary(modes.binary)
-    raise UnsupportedType(f"column {col.name!r} has unsupported SQL Server type {col.type_name!r}")
+    if modes.include_unknown and t != "sql_variant":  # Debezium: "an opaque binary representation"
+        return _binary(modes.binary, opaque=True)
+    raise unsupported(col, where)
+
+
+def unsupported(col: Column, where: str, key: bool = False) -> UnsupportedType:
+    """The error for a column whose type has no Debezium mapping, with the one next step."""
+    name = f"{where}.{col.name}" if where else col.name
+    if col.type_name.lower() == "sql_variant":
+        return _variant_refused(col, name, key)
+    form = UNMAPPED.get(col.type_name.lower(), "its value")
+    unknown = f"include.unknown.datatypes=true stages {form} as bytes"
+    if key:
+        step = "set include.unknown.datatypes=true (a key column cannot be excluded)"
+    else:
+        step = f"add {name.split('.', 1)[-1]} to column.exclude.list"
+    return UnsupportedType(
+        f"column {name} has SQL Server type {col.type_name!r}, which Debezium's SQL Server connector"
+        f" does not map ({unknown})",
+        hint=step,
+    )
+
+
+def _variant_refused(col: Column, name: str, key: bool) -> UnsupportedType:
+    if key:
+        step = "enable CDC on the table with @index_name naming a unique index without sql_variant columns"
+    else:
+        step = (
+            f"enable CDC on the table again with @captured_column_list leaving out {col.name}"
+            " (column.exclude.list still reads it)"
+        )
+    return UnsupportedType(
+        f"column {name} has SQL Server type 'sql_variant', which Debezium's SQL Server connector does"
+        " not map and which cannot be read through FreeTDS (no base type; decimal values fail the"
+        " fetch), so it is refused even with include.unknown.datatypes",
+        hint=step,
+    )
 
 
 def _decimal(precision: int, scale: int, mode: str) -> Encoding:
@@ -108,11 +166,19 @@ def _decimal(precision: int, scale: int, mode: str) -> Encoding:
     return arrow, "bytes", KAFKA + "Decimal", params, _each(arrow, Decimal)
 
 
-def _binary(mode: str) -> Encoding:
+def _binary(mode: str, opaque: bool = False) -> Encoding:
+    raw = _opaque if opaque else bytes
     if mode == "bytes":
-        return pa.binary(), "bytes", None, None, _each(pa.binary(), bytes)
+        return pa.binary(), "bytes", None, None, _each(pa.binary(), raw)
     enc = _BINARY_ENCODERS[mode]
-    return pa.string(), "string", None, None, _each(pa.string(), lambda v: enc(bytes(v)))
+    return pa.string(), "string", None, None, _each(pa.string(), lambda v: enc(raw(v)))
+
+
+def _opaque(value: Any) -> bytes:
+    """An unmapped type's value as bytes: driver bytes as they are, anything else as its text."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    return str(value).encode()
 
 
 def _temporal(t: str, scale: int, mode: str) -> Encoding:
@@ -169,9 +235,12 @@ def zoned_text(value: tuple[dt.datetime, int]) -> str:
     return f"{text}{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
 
 
-def column_codec(col: Column, modes: Modes) -> SqlServerCodec:
-    """The codec of one captured column."""
-    arrow, ctype, name, params, conv = encoding(col, modes)
+def column_codec(col: Column, modes: Modes, where: str = "") -> SqlServerCodec:
+    """The codec of one captured column.
+
+    :raises UnsupportedType: see :func:`encoding`.
+    """
+    arrow, ctype, name, params, conv = encoding(col, modes, where)
     meta = connect_metadata(ctype, name, params)
     meta[META_SQLSERVER_TYPE] = col.type_name.encode()
     return SqlServerCodec(pa.field(col.name, arrow, nullable=True, metadata=meta), conv)

@@ -69,15 +69,25 @@ def enable_table(
                 )
             )
         lsn = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
+        # start_lsn stays NULL until the capture job's next scan establishes it (Microsoft:
+        # "NULL = the low endpoint for this capture instance has not been established")
         conn.execute(
             "INSERT INTO cdc.change_tables (object_id, source_object_id, capture_instance, start_lsn,"
-            " role_name, index_name, create_date) VALUES (%s, %s, %s, %s, %s, %s, now())",
-            (ct_oid, oid, ci, lsn_bytes(int(lsn[0]) if lsn else 0), role_name, f"PK_{name}"),
+            " role_name, index_name, create_date) VALUES (%s, %s, %s, NULL, %s, %s, now())",
+            (ct_oid, oid, ci, role_name, f"PK_{name}"),
         )
+        enable_lsn = lsn_bytes(int(lsn[0]) if lsn else 0)
+        conn.execute("INSERT INTO cdc.emulator_pending_starts VALUES (%s, %s)", (ci, enable_lsn))
+        computed = {
+            r[0]
+            for r in conn.execute(
+                "SELECT attname FROM pg_attribute WHERE attrelid = %s::oid AND attgenerated <> ''", (oid,)
+            ).fetchall()
+        }
         for ordinal, (c, col_id) in enumerate(chosen, start=1):
             conn.execute(
-                "INSERT INTO cdc.captured_columns VALUES (%s, %s, %s, %s, %s, 0)",
-                (ct_oid, c, col_id, _type_name(types[c]), ordinal),
+                "INSERT INTO cdc.captured_columns VALUES (%s, %s, %s, %s, %s, %s)",
+                (ct_oid, c, col_id, _type_name(types[c]), ordinal, 1 if c in computed else 0),
             )
         pk = conn.execute(
             "SELECT a.attname, k.ord, a.attnum FROM pg_index i,"
@@ -116,6 +126,7 @@ def disable_table(emu: SqlServerCdcEmulator, database: str, table: str, capture_
             )
         for ct_oid, ci, _ in rows:
             conn.execute(sql.SQL("DROP TABLE cdc.{}").format(sql.Identifier(ci + "_CT")))
+            conn.execute("DELETE FROM cdc.emulator_pending_starts WHERE capture_instance = %s", (ci,))
             for tbl in ("change_tables", "captured_columns", "index_columns"):
                 conn.execute(
                     sql.SQL("DELETE FROM cdc.{} WHERE object_id = %s").format(sql.Identifier(tbl)), (ct_oid,)

@@ -10,7 +10,11 @@ of these tables as SQL Server reports them are in :data:`CATALOG_TYPES`.
 
 from __future__ import annotations
 
-from airflow_cdc.testing.sqlserver_emulator.types import SqlType
+import psycopg
+from psycopg import sql
+
+from airflow_cdc.testing.sqlserver_emulator.special_types import register_alias
+from airflow_cdc.testing.sqlserver_emulator.types import SqlType, TypeSpecError
 
 ZERO_LSN = b"\x00" * 10
 PUBLICATION = "sqlserver_emulator_cdc"
@@ -44,7 +48,63 @@ CREATE TABLE sys.columns (
     object_id int NOT NULL, name text NOT NULL, column_id int NOT NULL, system_type_id smallint,
     user_type_id int, max_length smallint, precision smallint, scale smallint,
     is_nullable smallint NOT NULL, PRIMARY KEY (object_id, column_id));
-CREATE TABLE sys.types (name text NOT NULL, system_type_id smallint, user_type_id int PRIMARY KEY);
+CREATE TABLE sys.types (
+    name text NOT NULL, system_type_id smallint, user_type_id int PRIMARY KEY, schema_id int,
+    max_length smallint, precision smallint NOT NULL DEFAULT 0, scale smallint NOT NULL DEFAULT 0,
+    is_nullable smallint NOT NULL DEFAULT 1, is_user_defined smallint NOT NULL DEFAULT 0,
+    is_assembly_type smallint NOT NULL DEFAULT 0, is_table_type smallint NOT NULL DEFAULT 0);
+-- Built-in types arrive as (name, id, id) rows (TYPE_IDS): complete them as SQL Server lists them.
+-- The CLR types share system_type_id 240 under their own user_type_id; built-ins live in sys.
+CREATE FUNCTION sys.types_complete() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.is_user_defined = 0 THEN
+    NEW.schema_id := COALESCE(NEW.schema_id, 'sys'::regnamespace::oid::int);
+    IF NEW.name IN ('hierarchyid', 'geometry', 'geography') THEN
+      NEW.system_type_id := 240;
+      NEW.is_assembly_type := 1;
+      NEW.max_length := CASE NEW.name WHEN 'hierarchyid' THEN 892 ELSE -1 END;
+    END IF;
+  END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER types_complete BEFORE INSERT ON sys.types FOR EACH ROW EXECUTE FUNCTION sys.types_complete();
+-- A column's user_type_id names its alias type (the column's storage is the alias's domain,
+-- catalog.create_alias_type) and its system_type_id is its type's system type.
+CREATE FUNCTION sys.columns_type_ids() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE alias_id int;
+BEGIN
+  SELECT t.user_type_id INTO alias_id FROM pg_attribute a JOIN pg_type pt ON pt.oid = a.atttypid
+    JOIN sys.types t ON t.is_user_defined = 1 AND pt.typname = 'alias:' || t.name
+     AND pt.typnamespace::int = t.schema_id
+   WHERE a.attrelid = NEW.object_id::oid AND a.attname = NEW.name;
+  NEW.user_type_id := COALESCE(alias_id, NEW.user_type_id);
+  NEW.system_type_id := COALESCE(
+    (SELECT t.system_type_id FROM sys.types t WHERE t.user_type_id = NEW.user_type_id), NEW.system_type_id);
+  RETURN NEW;
+END $$;
+CREATE TRIGGER columns_type_ids BEFORE INSERT ON sys.columns FOR EACH ROW
+  EXECUTE FUNCTION sys.columns_type_ids();
+-- timestamp (rowversion): every insert and update stamps the row with the next database
+-- rowversion (@@DBTS), eight bytes big-endian; a value written explicitly is overwritten.  (Rows
+-- already there when a timestamp column is added keep NULL; SQL Server stamps them.)
+CREATE SEQUENCE sys.dbts START 2001;
+CREATE FUNCTION sys.stamp_rowversion() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  NEW := jsonb_populate_record(NEW, jsonb_build_object(
+    TG_ARGV[0], '\x' || lpad(to_hex(nextval('sys.dbts')), 16, '0')));
+  RETURN NEW;
+END $$;
+CREATE FUNCTION sys.columns_rowversion() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.system_type_id = 189 THEN
+    EXECUTE format('CREATE TRIGGER %I BEFORE INSERT OR UPDATE ON %s FOR EACH ROW'
+                   ' EXECUTE FUNCTION sys.stamp_rowversion(%L)',
+                   'rowversion_' || NEW.name, NEW.object_id::oid::regclass, NEW.name);
+  END IF;
+  RETURN NULL;
+END $$;
+CREATE TRIGGER columns_rowversion AFTER INSERT ON sys.columns FOR EACH ROW
+  EXECUTE FUNCTION sys.columns_rowversion();
 CREATE TABLE sys.dm_server_services (servicename text, status int, status_desc text);
 CREATE TABLE sys.database_permissions (object_name text PRIMARY KEY, denied smallint NOT NULL);
 -- T-SQL's MAX/MIN work on binary; PostgreSQL needs aggregates for bytea.
@@ -174,7 +234,19 @@ CATALOG_TYPES: dict[tuple[str, str], dict[str, SqlType]] = {
         "scale": SqlType("tinyint"),
         "is_nullable": BIT,
     },
-    ("sys", "types"): {"name": SYSNAME, "system_type_id": SqlType("tinyint"), "user_type_id": INT},
+    ("sys", "types"): {
+        "name": SYSNAME,
+        "system_type_id": SqlType("tinyint"),
+        "user_type_id": INT,
+        "schema_id": INT,
+        "max_length": SqlType("smallint"),
+        "precision": SqlType("tinyint"),
+        "scale": SqlType("tinyint"),
+        "is_nullable": BIT,
+        "is_user_defined": BIT,
+        "is_assembly_type": BIT,
+        "is_table_type": BIT,
+    },
     ("sys", "dm_server_services"): {
         "servicename": SqlType("nvarchar", 256),
         "status": INT,
@@ -182,7 +254,8 @@ CATALOG_TYPES: dict[tuple[str, str], dict[str, SqlType]] = {
     },
 }
 
-#: SQL Server's system type ids (sys.types.system_type_id == user_type_id for built-in types).
+#: SQL Server's built-in types by ``sys.types.user_type_id`` (equal to ``system_type_id`` except for
+#: the CLR types hierarchyid/geography/geometry, whose system_type_id is 240: ``types_complete``).
 TYPE_IDS = {
     "image": 34,
     "text": 35,
@@ -199,18 +272,24 @@ TYPE_IDS = {
     "money": 60,
     "datetime": 61,
     "float": 62,
+    "sql_variant": 98,
     "ntext": 99,
     "bit": 104,
     "decimal": 106,
     "numeric": 108,
     "smallmoney": 122,
     "bigint": 127,
+    "hierarchyid": 128,
+    "geography": 129,
+    "geometry": 130,
     "varbinary": 165,
     "varchar": 167,
     "binary": 173,
     "char": 175,
+    "timestamp": 189,
     "nvarchar": 231,
     "nchar": 239,
+    "xml": 241,
 }
 
 #: Result columns computed by a function (no table origin) whose SQL Server type we know by name.
@@ -229,7 +308,12 @@ FUNCTION_TYPES: dict[str, SqlType] = {
 
 
 def ct_columns(captured: list[tuple[str, SqlType]]) -> list[tuple[str, SqlType]]:
-    """A change table's columns in SQL Server's order: the five ``__$`` columns, captured, command id."""
+    """A change table's columns in SQL Server's order: the five ``__$`` columns, captured, command id.
+
+    A captured timestamp (rowversion) column is ``binary(8)`` there (Microsoft: "Timestamp columns are
+    defined as binary(8)" in ``cdc.<capture_instance>_CT``): it holds the captured stamps, it does
+    not stamp rows itself.
+    """
     head = [
         ("__$start_lsn", LSN),
         ("__$end_lsn", LSN),
@@ -237,4 +321,37 @@ def ct_columns(captured: list[tuple[str, SqlType]]) -> list[tuple[str, SqlType]]
         ("__$operation", INT),
         ("__$update_mask", SqlType("varbinary", 128)),
     ]
-    return head + list(captured) + [("__$command_id", INT)]
+    kept = [(c, SqlType("binary", 8) if t.name == "timestamp" else t) for c, t in captured]
+    return head + kept + [("__$command_id", INT)]
+
+
+def create_alias_type(conn: psycopg.Connection, name: str, base_spec: str, nullable: bool = True) -> int:
+    """``CREATE TYPE schema.name FROM base_spec`` in the database of ``conn``; return its user_type_id.
+
+    The alias is a PostgreSQL domain (``schema."alias:name"``) over the base type's storage, listed
+    in ``sys.types`` with ``is_user_defined = 1`` and a user_type_id from 257 up; columns of it get
+    that user_type_id and the base's system_type_id in ``sys.columns``, as on SQL Server.  Afterwards
+    :meth:`SqlType.parse` reads ``name`` (also unqualified) as the alias.
+
+    :raises TypeSpecError: the base is not a system type.
+    :raises psycopg.errors.DuplicateObject: the type exists in this database (SQL Server: error 219).
+    """
+    base = SqlType.parse(base_spec)
+    if base.alias or base.name in ("timestamp", "xml", "sql_variant", "hierarchyid", "geometry", "geography"):
+        raise TypeSpecError(f"an alias type cannot be based on {base_spec!r}")
+    schema, _, short = name.replace("[", "").replace("]", "").rpartition(".")
+    schema = schema or "dbo"
+    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+    conn.execute(
+        sql.SQL("CREATE DOMAIN {}.{} AS {}").format(
+            sql.Identifier(schema), sql.Identifier("alias:" + short), sql.SQL(base.pg_storage)
+        )
+    )
+    row = conn.execute(
+        "INSERT INTO sys.types (name, system_type_id, user_type_id, schema_id, max_length, precision, scale,"
+        " is_nullable, is_user_defined) SELECT %s, %s, GREATEST(256, max(user_type_id)) + 1,"
+        " %s::regnamespace::oid::int, %s, %s, %s, %s, 1 FROM sys.types RETURNING user_type_id",
+        (short, TYPE_IDS[base.name], schema, base.max_length, base.precision, base.scale, int(nullable)),
+    ).fetchone()
+    register_alias(f"{schema}.{short}", base)
+    return int(row[0]) if row else 0

@@ -21,13 +21,16 @@ import psycopg
 from psycopg import sql
 
 from airflow_cdc.testing.sqlserver_emulator import catalog as C
-from airflow_cdc.testing.sqlserver_emulator.capture import CaptureJob, lsn_bytes
+from airflow_cdc.testing.sqlserver_emulator.capture import PENDING_DDL, CaptureJob, lsn_bytes
 from airflow_cdc.testing.sqlserver_emulator.server import SqlError, TdsServer
-from airflow_cdc.testing.sqlserver_emulator.session import EmulatorSession, TypeRegistry
+from airflow_cdc.testing.sqlserver_emulator.session import EmulatedLogin, EmulatorSession, TypeRegistry
 from airflow_cdc.testing.sqlserver_emulator.types import SqlType
 from airflow_cdc.testing.sqlserver_emulator.wire import Login
 
 DEFAULT_PASSWORD = "Emulator-Passw0rd!"
+#: The emulated server's time zone: a real server's clock (and ``cdc.lsn_time_mapping``) is local
+#: time, rarely UTC; a half-hour offset without daylight saving keeps every test honest about it.
+DEFAULT_TIMEZONE = "Asia/Kolkata"
 
 
 @dataclass
@@ -43,11 +46,18 @@ class SqlServerCdcEmulator:
     """Emulated SQL Server with CDC; every database lives on ``pg_server`` (a PostgresServer)."""
 
     def __init__(
-        self, pg_server: Any, *, user: str = "sa", password: str = DEFAULT_PASSWORD, trace: bool = False
+        self,
+        pg_server: Any,
+        *,
+        user: str = "sa",
+        password: str = DEFAULT_PASSWORD,
+        trace: bool = False,
+        timezone: str = DEFAULT_TIMEZONE,
     ) -> None:
-        self.pg, self.user, self.password = pg_server, user, password
+        self.pg, self.user, self.password, self.timezone = pg_server, user, password, timezone
         self.types = TypeRegistry()
         self.databases: dict[str, EmulatedDatabase] = {}
+        self.logins: dict[str, EmulatedLogin] = {}  # besides ``user`` (sysadmin): add_login
         self.agent_running = True
         self._tds = TdsServer(self, trace=trace)
         self._poller: threading.Thread | None = None
@@ -87,8 +97,17 @@ class SqlServerCdcEmulator:
                 except Exception:  # a dropped database mid-run; the next tick carries on
                     pass
 
+    def add_login(self, name: str, password: str, *, view_server_state: bool = False) -> EmulatedLogin:
+        """``CREATE LOGIN`` + a user in every database: by default a least-privilege login, which
+        reads what the sysadmin reads except server state (``sys.dm_server_services``: error 300)."""
+        self.logins[name] = EmulatedLogin(name, password, view_server_state)
+        return self.logins[name]
+
     def login(self, login: Login) -> EmulatorSession:
-        if login.user != self.user or login.password != self.password:
+        known = self.logins.get(login.user)
+        if login.user == self.user:
+            known = EmulatedLogin(self.user, self.password)
+        if known is None or login.password != known.password:
             raise SqlError(18456, f"Login failed for user '{login.user}'.", severity=14, state=1)
         database = login.database or "master"
         if database != "master" and database.lower() not in self.databases:
@@ -98,7 +117,7 @@ class SqlServerCdcEmulator:
                 severity=11,
                 state=1,
             )
-        return EmulatorSession(self, database if database == "master" else self.db(database).name)
+        return EmulatorSession(self, database if database == "master" else self.db(database).name, known)
 
     def db(self, name: str) -> EmulatedDatabase:
         try:
@@ -129,15 +148,31 @@ class SqlServerCdcEmulator:
         return ";".join(parts)
 
     # -- databases and tables -------------------------------------------------------------
-    def create_database(self, name: str, *, allow_snapshot_isolation: bool = False) -> EmulatedDatabase:
-        """Create a PostgreSQL database for ``name`` with CDC enabled (``sys.sp_cdc_enable_db``)."""
+    def create_database(
+        self, name: str, *, allow_snapshot_isolation: bool = False, deferred_updates: str = "key"
+    ) -> EmulatedDatabase:
+        """Create a PostgreSQL database for ``name`` with CDC enabled (``sys.sp_cdc_enable_db``).
+
+        :param deferred_updates: ``"key"``: updates of primary-key or unique-index columns are
+            logged as delete + insert under one seqval, as SQL Server does; ``"all"``: every update
+            is (MERGE and some plans); ``"mixed"``: every other transaction's updates are.
+        """
         dsn = self.pg.create_database(name)
         with self._lock:
-            db = EmulatedDatabase(
-                name, dsn, 5 + len(self.databases), CaptureJob(dsn, name), allow_snapshot_isolation
-            )
+            job = CaptureJob(dsn, name, self.timezone, deferred_updates)
+            db = EmulatedDatabase(name, dsn, 5 + len(self.databases), job, allow_snapshot_isolation)
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(C.SETUP_DDL)
+            conn.execute(PENDING_DDL)
+            # SYSDATETIME() is the server's local clock, SYSUTCDATETIME() UTC (datetime2(7) on SQL
+            # Server; PostgreSQL keeps microseconds)
+            zone = self.timezone.replace("'", "''")
+            conn.execute(
+                "CREATE FUNCTION public.sysdatetime() RETURNS timestamp LANGUAGE sql STABLE AS"
+                f" $$ SELECT (clock_timestamp() AT TIME ZONE '{zone}')::timestamp $$;"
+                " CREATE FUNCTION public.sysutcdatetime() RETURNS timestamp LANGUAGE sql STABLE AS"
+                " $$ SELECT (clock_timestamp() AT TIME ZONE 'UTC')::timestamp $$"
+            )
             conn.execute(
                 "INSERT INTO sys.databases VALUES (%s, %s, 1, %s, 0)",
                 (name, db.database_id, 1 if allow_snapshot_isolation else 0),
@@ -173,18 +208,28 @@ class SqlServerCdcEmulator:
         columns: Sequence[tuple[str, str]],
         primary_key: Sequence[str] = (),
         not_null: Sequence[str] = (),
+        computed: dict[str, str] | None = None,
+        unique: Sequence[Sequence[str]] = (),
     ) -> int:
-        """Create ``schema.table`` with SQL Server column types; return its object_id."""
+        """Create ``schema.table`` with SQL Server column types; return its object_id.
+
+        :param computed: computed columns: name -> a PostgreSQL expression over the other columns
+            (a stored generated column, which PostgreSQL's log does not carry either).
+        :param unique: column lists of unique indexes (an update of one is a deferred update).
+        """
         schema, name = _split(table)
         types = [(c, SqlType.parse(t)) for c, t in columns]
+        computed = computed or {}
         defs = [
-            sql.SQL("{} {}{}").format(
+            sql.SQL("{} {}{}{}").format(
                 sql.Identifier(c),
                 sql.SQL(t.pg_storage),
+                sql.SQL(f" GENERATED ALWAYS AS ({computed[c]}) STORED" if c in computed else ""),
                 sql.SQL(" NOT NULL" if c in not_null or c in primary_key else ""),
             )
             for c, t in types
         ]
+        defs += [sql.SQL("UNIQUE ({})").format(sql.SQL(", ").join(map(sql.Identifier, u))) for u in unique]
         if primary_key:
             defs.append(
                 sql.SQL("PRIMARY KEY ({})").format(sql.SQL(", ").join(map(sql.Identifier, primary_key)))

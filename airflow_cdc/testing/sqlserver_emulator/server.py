@@ -26,11 +26,21 @@ log = logging.getLogger(__name__)
 
 
 class SqlError(Exception):
-    """A SQL Server error to send to the client (number, severity and state as SQL Server uses)."""
+    """A SQL Server error to send to the client (number, severity and state as SQL Server uses);
+    ``more``: the further messages SQL Server sends with it (e.g. 297 after 300)."""
 
-    def __init__(self, number: int, text: str, severity: int = 16, state: int = 1) -> None:
+    def __init__(
+        self, number: int, text: str, severity: int = 16, state: int = 1, more: Sequence[SqlError] = ()
+    ) -> None:
         super().__init__(f"Msg {number}: {text}")
         self.number, self.text, self.severity, self.state = number, text, severity, state
+        self.more = tuple(more)
+
+    def messages(self) -> bytes:
+        """The ERROR tokens of this error and the ones sent with it."""
+        return b"".join(
+            K.message(e.number, e.text, severity=e.severity, state=e.state) for e in (self, *self.more)
+        )
 
 
 @dataclass
@@ -174,10 +184,7 @@ class _Connection:
         return True
 
     def _error(self, exc: SqlError) -> None:
-        self.send(
-            K.message(exc.number, exc.text, severity=exc.severity, state=exc.state)
-            + K.done(W.DONE_ERROR | self._xact_flag())
-        )
+        self.send(exc.messages() + K.done(W.DONE_ERROR | self._xact_flag()))
 
     def _login(self, data: bytes) -> bool:
         login = W.parse_login7(data)

@@ -3,14 +3,17 @@
 Statements are routed, not interpreted: ``USE``, ``SET``, transaction statements and the ODBC
 driver's ``sp_datatype_info_100`` are handled here; ``SELECT`` statements are translated from the
 T-SQL the SQL Server source sends into PostgreSQL (:mod:`.translate`) and run on the backing
-database inside the session's PostgreSQL transaction, so isolation levels are real (``SNAPSHOT`` and
-``REPEATABLE READ`` run as PostgreSQL REPEATABLE READ, ``READ COMMITTED`` as itself).
+database inside the session's PostgreSQL transaction, so isolation levels are real: ``SNAPSHOT``
+runs as PostgreSQL REPEATABLE READ, the others as READ COMMITTED with SQL Server's read locks on user
+tables (:mod:`.locks`).  A login without VIEW SERVER STATE (:class:`EmulatedLogin`) is refused
+``sys.dm_server_services`` as SQL Server refuses it.
 """
 
 from __future__ import annotations
 
 import re
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -18,6 +21,7 @@ from psycopg import errors as pgerr
 from psycopg import sql
 
 from airflow_cdc.testing.sqlserver_emulator import catalog as C
+from airflow_cdc.testing.sqlserver_emulator import locks
 from airflow_cdc.testing.sqlserver_emulator.server import Result, SqlError
 from airflow_cdc.testing.sqlserver_emulator.translate import split_statements, translate_select
 from airflow_cdc.testing.sqlserver_emulator.types import SqlType
@@ -33,13 +37,17 @@ _ISOLATION = re.compile(
 )
 _BEGIN = re.compile(r"^BEGIN\s+TRAN(SACTION)?$", re.IGNORECASE)
 _END = re.compile(r"^(?:IF\s+@@TRANCOUNT\s*>\s*0\s+)?(COMMIT|ROLLBACK)(\s+TRAN(SACTION)?)?$", re.IGNORECASE)
+# SQL Server's locking levels read the latest committed rows at each statement (PostgreSQL READ
+# COMMITTED) and keep them stable with locks (.locks); SNAPSHOT reads one snapshot per transaction.
 _PG_ISOLATION = {
     "READ UNCOMMITTED": psycopg.IsolationLevel.READ_COMMITTED,  # PostgreSQL has no dirty reads
     "READ COMMITTED": psycopg.IsolationLevel.READ_COMMITTED,
-    "REPEATABLE READ": psycopg.IsolationLevel.REPEATABLE_READ,
+    "REPEATABLE READ": psycopg.IsolationLevel.READ_COMMITTED,
     "SNAPSHOT": psycopg.IsolationLevel.REPEATABLE_READ,
-    "SERIALIZABLE": psycopg.IsolationLevel.SERIALIZABLE,
+    "SERIALIZABLE": psycopg.IsolationLevel.READ_COMMITTED,
 }
+_SERVER_STATE = re.compile(r"\bdm_server_services\b", re.IGNORECASE)
+_SAVEPOINT = "__emulator_statement"
 _OID_TYPES = {
     16: SqlType("bit"),
     20: SqlType("bigint"),
@@ -59,6 +67,16 @@ _OID_TYPES = {
     26: SqlType("int"),
     705: SqlType("nvarchar", 4000),
 }
+
+
+@dataclass(frozen=True)
+class EmulatedLogin:
+    """A SQL Server login: ``view_server_state`` false is a least-privilege login (a database user
+    with SELECT on the captured tables and the ``cdc`` schema, no server-level permission)."""
+
+    name: str
+    password: str
+    view_server_state: bool = True
 
 
 class TypeRegistry:
@@ -100,11 +118,17 @@ class TypeRegistry:
 class EmulatorSession:
     """State of one TDS connection; every method may raise :class:`SqlError`."""
 
-    def __init__(self, emulator: SqlServerCdcEmulator, database: str) -> None:
+    def __init__(
+        self, emulator: SqlServerCdcEmulator, database: str, login: EmulatedLogin | None = None
+    ) -> None:
         self.emu, self.database = emulator, database
+        self.login = login or EmulatedLogin(emulator.user, emulator.password)
         self.in_transaction = False
         self.isolation = "READ COMMITTED"
+        self.lock_timeout_ms = -1  # SET LOCK_TIMEOUT: wait forever, SQL Server's default
         self._conns: dict[str, psycopg.Connection] = {}
+        self._timeouts: dict[str, int] = {}  # lock timeout applied to each backing connection
+        self._savepoint = False  # a statement's savepoint is open (see _read)
 
     # -- transactions -------------------------------------------------------------------
     def begin(self) -> None:
@@ -119,6 +143,7 @@ class EmulatorSession:
         for conn in self._conns.values():
             conn.rollback()
         self.in_transaction = False
+        self._timeouts.clear()  # a setting made in the transaction is undone with it
 
     def close(self) -> None:
         for conn in self._conns.values():
@@ -140,6 +165,9 @@ class EmulatorSession:
         if m := _ISOLATION.match(stmt):
             self.isolation = " ".join(m.group(1).upper().split())
             return Result()
+        if (timeout := locks.lock_timeout(stmt)) is not None:
+            self.lock_timeout_ms = timeout
+            return Result()
         if _BEGIN.match(stmt):
             self.in_transaction = True
             return Result()
@@ -147,7 +175,7 @@ class EmulatorSession:
             (self.commit if m.group(1).upper() == "COMMIT" else self.rollback)()
             return Result()
         if re.match(r"^SET\s+\w+", stmt, re.IGNORECASE):
-            return Result()  # NOCOUNT, TEXTSIZE, LOCK_TIMEOUT ...: no effect on the emulation
+            return Result()  # NOCOUNT, TEXTSIZE ...: no effect on the emulation
         if m := re.match(r"^(?:EXEC(?:UTE)?\s+)?sp_datatype_info(?:_100)?\s+(-?\d+)", stmt, re.IGNORECASE):
             return _type_info(int(m.group(1)))
         if re.match(r"^(SELECT|WITH)\b", stmt, re.IGNORECASE):
@@ -180,10 +208,14 @@ class EmulatorSession:
     def _select(self, stmt: str, params: dict[str, Any]) -> Result:
         if self.database == "master":
             raise SqlError(208, "Invalid object name (the emulator's master database has no objects).")
+        if not self.login.view_server_state and _SERVER_STATE.search(stmt):
+            raise _server_state_denied()
+        stmt, tablockx = locks.strip_tablockx(stmt)
         query = translate_select(stmt, params, self.emu.databases, self.database)
         database = query.database or self.database
         conn = self._conn(database)
         try:
+            self._apply_lock_timeout(conn, database)
             if query.capture_instance is not None:
                 captured = _captured(conn, query.capture_instance)
                 lo, hi, _ = query.change_args
@@ -192,17 +224,74 @@ class EmulatorSession:
                     {**query.params, "__ci": query.capture_instance},
                 )
                 query = query.with_change_function(captured)
-            cur = conn.execute(sql.SQL(query.sql), query.params)  # type: ignore[arg-type]
+            cur = self._read(conn, query.sql, query.params, tablockx)
             rows = cur.fetchall() if cur.description else []
             columns = self._columns(database, cur) if cur.description else None
             count = cur.rowcount
         except psycopg.Error as exc:
-            conn.rollback()
-            self.in_transaction = False
-            raise _sql_error(exc, stmt) from exc
+            raise self._failed(conn, exc, stmt) from exc
+        except SqlError:
+            self._timeouts.pop(database.lower(), None)
+            raise
         if not self.in_transaction:
             conn.commit()
         return Result(columns, rows, count)
+
+    def _read(self, conn: psycopg.Connection, text: str, params: dict[str, Any], tablockx: bool) -> Any:
+        """Run a translated SELECT with the read locks of the session's isolation level (:mod:`.locks`).
+
+        Inside a transaction the locking steps run under a savepoint: rolling back to it ends a
+        lock wait that timed out without ending the transaction, and releases the row locks of a
+        READ COMMITTED statement once it has read its rows.
+        """
+        relations = locks.user_relations(text)
+        hold = locks.HOLD_TO_COMMIT.get(self.isolation)
+        if relations is None or (hold is None and not tablockx):
+            return conn.execute(sql.SQL(text), params)  # type: ignore[arg-type]
+        if self.in_transaction:
+            conn.execute(f"SAVEPOINT {_SAVEPOINT}")
+            self._savepoint = True
+        if tablockx:  # an X table lock lasts to the end of the transaction in every level
+            for relation in relations:
+                conn.execute(sql.SQL("LOCK TABLE {} IN EXCLUSIVE MODE").format(sql.SQL(relation)))
+        else:
+            try:
+                conn.execute(sql.SQL(text + " FOR SHARE"), params)  # type: ignore[arg-type]
+            except pgerr.FeatureNotSupported:  # e.g. an outer join: read it without locks
+                self._undo_statement(conn)
+        cur = conn.execute(sql.SQL(text), params)  # type: ignore[arg-type]
+        if self.in_transaction:
+            if hold is False and not tablockx:  # READ COMMITTED: the locks end with the statement
+                conn.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+            conn.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
+            self._savepoint = False
+        return cur
+
+    def _undo_statement(self, conn: psycopg.Connection) -> None:
+        if self.in_transaction:
+            conn.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+        else:
+            conn.rollback()
+            self._timeouts.clear()
+
+    def _failed(self, conn: psycopg.Connection, exc: psycopg.Error, stmt: str) -> SqlError:
+        """Undo a failed statement as SQL Server does: a lock timeout (1222) inside a transaction
+        cancels the statement only; any other error ends the transaction."""
+        error = locks.lock_error(exc, conn.info.backend_pid) or _sql_error(exc, stmt)
+        savepoint, self._savepoint = self._savepoint, False
+        if error.number == 1222 and self.in_transaction and savepoint:
+            conn.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+            conn.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
+            return error
+        self.rollback()
+        return error
+
+    def _apply_lock_timeout(self, conn: psycopg.Connection, database: str) -> None:
+        key = database.lower()
+        if self._timeouts.get(key, -1) != self.lock_timeout_ms:
+            value = locks.pg_lock_timeout(self.lock_timeout_ms)
+            conn.execute("SELECT set_config('lock_timeout', %s, false)", (value,))
+            self._timeouts[key] = self.lock_timeout_ms
 
     def _columns(self, database: str, cur: psycopg.Cursor) -> list[tuple[str, SqlType]]:
         res = cur.pgresult
@@ -249,6 +338,16 @@ def _captured(conn: psycopg.Connection, capture_instance: str) -> list[str]:
         conn.rollback()
         raise SqlError(208, f"Invalid object name 'cdc.fn_cdc_get_all_changes_{capture_instance}'.")
     return [r[0] for r in rows]
+
+
+def _server_state_denied() -> SqlError:
+    """What SQL Server answers a login without VIEW SERVER STATE reading a server-state view."""
+    return SqlError(
+        300,
+        "VIEW SERVER STATE permission was denied on object 'server', database 'master'.",
+        severity=14,
+        more=(SqlError(297, "The user does not have permission to perform this action."),),
+    )
 
 
 def _sql_error(exc: psycopg.Error, stmt: str) -> SqlError:

@@ -24,6 +24,8 @@ INTN, BITN, DECIMALN, NUMERICN, FLTN, MONEYN, DATETIMN = 0x26, 0x68, 0x6A, 0x6C,
 GUIDTYPE, DATEN, TIMEN, DATETIME2N, DATETIMEOFFSETN = 0x24, 0x28, 0x29, 0x2A, 0x2B
 BIGVARBIN, BIGVARCHR, BIGBINARY, BIGCHAR, NVARCHAR, NCHAR = 0xA5, 0xA7, 0xAD, 0xAF, 0xE7, 0xEF
 NTEXT, TEXT = 0x63, 0x23
+IMAGE = 0x22  # [MS-TDS] 2.2.5.4.3 IMAGETYPE: LONGLEN TYPE_INFO, no collation
+SSVARIANT, UDTTYPE, XMLTYPE = 0x62, 0xF0, 0xF1  # [MS-TDS] 2.2.5.4.3 (sql_variant), 2.2.5.4.3 (UDT, XML)
 
 #: SQL_Latin1_General_CP1_CI_AS: LCID 0x0409, CI/AS flags, sort id 52 ([MS-TDS] 2.2.5.1.2).
 COLLATION = bytes.fromhex("0904d00034")
@@ -34,6 +36,18 @@ MAX = -1  # max_length of the (max) types
 _FIXED_INT = {"tinyint": 1, "smallint": 2, "int": 4, "bigint": 8}
 _STRINGS = {"char": BIGCHAR, "varchar": BIGVARCHR, "nchar": NCHAR, "nvarchar": NVARCHAR}
 _BINARIES = {"binary": BIGBINARY, "varbinary": BIGVARBIN}
+#: Types sent as PLP whatever their size: XMLTYPE and the CLR types' UDTTYPE ([MS-TDS] 2.2.5.2.3).
+_ALWAYS_PLP = frozenset({"xml", "hierarchyid", "geometry", "geography"})
+#: Types whose values live in :mod:`.special_types` (the table's storage is given there).
+SPECIAL = frozenset({"xml", "sql_variant", "timestamp", "hierarchyid", "geometry", "geography"})
+#: Types that take no length/precision argument.
+_UNSIZED = frozenset({
+    *SPECIAL, *_FIXED_INT, "bit", "real", "money", "smallmoney", "date", "datetime", "smalldatetime",
+    "uniqueidentifier", "ntext", "text", "image",
+})  # fmt: skip
+#: Names :meth:`SqlType.parse` reads as system types (anything else may name an alias type).
+_SYSTEM_NAMES = _UNSIZED | {*_STRINGS, *_BINARIES, "rowversion", "float", "decimal", "numeric", "time",
+                            "datetime2", "datetimeoffset"}  # fmt: skip
 _NAME = re.compile(r"^\s*(\w+)\s*(?:\(\s*(max|\d+)\s*(?:,\s*(\d+)\s*)?\))?\s*$", re.IGNORECASE)
 _EPOCH_DATE = dt.date(1, 1, 1)
 _WIDE = Context(prec=80)  # decimal(38, s) needs more than the default 28 digits
@@ -46,19 +60,31 @@ class TypeSpecError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class SqlType:
-    """A SQL Server column type; ``length`` in characters/bytes (``MAX`` for (max))."""
+    """A SQL Server column type; ``length`` in characters/bytes (``MAX`` for (max)).
+
+    ``alias``: the ``schema.name`` of an alias type (``CREATE TYPE dbo.Phone FROM nvarchar(20)``)
+    whose base type this is; the base type is what the server sends on the wire.
+    """
 
     name: str
     length: int = 0
     precision: int = 0
     scale: int = 0
+    alias: str = ""
 
     @classmethod
     def parse(cls, spec: str) -> SqlType:
-        """Parse ``int``, ``nvarchar(50)``, ``varbinary(max)``, ``decimal(10,2)``, ``datetime2(3)``."""
+        """Parse ``int``, ``nvarchar(50)``, ``varbinary(max)``, ``decimal(10,2)``, ``datetime2(3)``,
+        or the name of an alias type made by :func:`.catalog.create_alias_type` (``dbo.Phone``)."""
+        from airflow_cdc.testing.sqlserver_emulator.special_types import lookup_alias
+
         m = _NAME.match(spec)
-        if not m:
-            raise TypeSpecError(f"cannot parse SQL Server type {spec!r}")
+        if not m or (m.group(1).lower() not in _SYSTEM_NAMES and not m.group(2)):
+            alias = lookup_alias(spec)  # system type names win: SQL Server resolves them first
+            if alias is not None:
+                return alias
+            if not m:
+                raise TypeSpecError(f"cannot parse SQL Server type {spec!r}")
         name, arg1, arg2 = m.group(1).lower(), m.group(2), m.group(3)
         size = MAX if arg1 and arg1.lower() == "max" else int(arg1) if arg1 else None
         if name in _STRINGS or name in _BINARIES:
@@ -75,24 +101,15 @@ class SqlType:
             return cls(name, scale=scale)
         if name == "float":
             return cls("real" if size is not None and size <= 24 else "float")
-        known = {
-            *_FIXED_INT,
-            "bit",
-            "real",
-            "money",
-            "smallmoney",
-            "date",
-            "datetime",
-            "smalldatetime",
-            "uniqueidentifier",
-            "ntext",
-            "text",
-        }
-        if name not in known or size is not None:
+        if name == "rowversion" and size is None:
+            return cls("timestamp")  # a synonym: sys.types and sys.columns say timestamp
+        if name not in _UNSIZED or size is not None:
             raise TypeSpecError(f"unsupported SQL Server type {spec!r}")
         return cls(name)
 
     def __str__(self) -> str:
+        if self.alias:
+            return self.alias
         if self.name in _STRINGS or self.name in _BINARIES:
             return f"{self.name}({'max' if self.length == MAX else self.length})"
         if self.name in ("decimal", "numeric"):
@@ -121,9 +138,12 @@ class SqlType:
             "uniqueidentifier": 16,
             "ntext": 16,
             "text": 16,
+            "image": 16,
         }
         if self.name in _FIXED_INT:
             return _FIXED_INT[self.name]
+        if self.name in SPECIAL:
+            return {"xml": -1, "sql_variant": 8016, "timestamp": 8, "hierarchyid": 892}.get(self.name, -1)
         if self.name in ("decimal", "numeric"):
             return _decimal_size(self.precision)
         if self.name in ("time", "datetime2", "datetimeoffset"):
@@ -135,6 +155,11 @@ class SqlType:
     def pg_storage(self) -> str:
         """The PostgreSQL column type that stores this type's values exactly."""
         n = self.name
+        if self.alias:  # the alias's domain (catalog.create_alias_type), over the base's storage
+            schema, _, name = self.alias.partition(".")
+            return f'"{schema}"."alias:{name}"'
+        if n in SPECIAL:
+            return {"xml": "xml", "sql_variant": "text"}.get(n, "bytea")
         if n == "bit":
             return "boolean"
         if n in ("tinyint", "smallint"):
@@ -153,6 +178,8 @@ class SqlType:
             return "bytea"
         if n in ("ntext", "text"):
             return "text"
+        if n == "image":
+            return "bytea"
         if n == "uniqueidentifier":
             return "uuid"
         if n == "date":
@@ -169,12 +196,18 @@ class SqlType:
     def type_info(self) -> bytes:
         """TYPE_INFO for COLMETADATA (nullable variants throughout)."""
         n = self.name
+        if n in SPECIAL:
+            from airflow_cdc.testing.sqlserver_emulator.special_types import type_info
+
+            return type_info(self)
         if n in _FIXED_INT:
             return bytes((INTN, _FIXED_INT[n]))
         if n == "bit":
             return bytes((BITN, 1))
         if n in ("decimal", "numeric"):
-            return bytes((DECIMALN if n == "decimal" else NUMERICN, 17, self.precision, self.scale))
+            # the size of this precision's values (5/9/13/17), as tedious's TYPE_INFO and sys.columns say
+            size = _decimal_size(self.precision)
+            return bytes((DECIMALN if n == "decimal" else NUMERICN, size, self.precision, self.scale))
         if n in ("float", "real"):
             return bytes((FLTN, 8 if n == "float" else 4))
         if n in ("money", "smallmoney"):
@@ -196,22 +229,29 @@ class SqlType:
             return bytes((_STRINGS[n],)) + struct.pack("<H", size) + COLLATION
         if n in ("ntext", "text"):
             return bytes((NTEXT if n == "ntext" else TEXT,)) + struct.pack("<I", 0x7FFFFFFF) + COLLATION
+        if n == "image":
+            return bytes((IMAGE,)) + struct.pack("<I", 0x7FFFFFFF)
         raise TypeSpecError(f"no TDS encoding for {self}")
 
     @property
     def is_plp(self) -> bool:
-        return self.length == MAX and (self.name in _STRINGS or self.name in _BINARIES)
+        sized = self.name in _STRINGS or self.name in _BINARIES
+        return self.name in _ALWAYS_PLP or (self.length == MAX and sized)
 
     def encode(self, value: Any) -> bytes:
         """Encode one value (as stored in PostgreSQL, or a Python value) for a ROW token."""
+        if self.name in SPECIAL:
+            from airflow_cdc.testing.sqlserver_emulator.special_types import encode
+
+            return encode(self, value)
         if self.is_plp:
             return _plp(None if value is None else self._payload(value))
         if self.name in _STRINGS or self.name in _BINARIES:
             return b"\xff\xff" if value is None else _len2(self._payload(value))
-        if self.name in ("ntext", "text"):
+        if self.name in ("ntext", "text", "image"):
             if value is None:
                 return b"\x00"
-            data = self._payload(value)
+            data = bytes(value) if self.name == "image" else self._payload(value)
             return b"\x10" + b"\x00" * 16 + b"\x00" * 8 + struct.pack("<I", len(data)) + data
         if value is None:
             return b"\x00"
@@ -305,6 +345,8 @@ def _datetime_bytes(value: dt.datetime) -> bytes:
     days = (value.date() - _DATETIME_EPOCH.date()).days
     ms = ((value.hour * 60 + value.minute) * 60 + value.second) * 1000 + value.microsecond // 1000
     ticks = (ms * 3 + 5) // 10  # 1/300 s ticks; SQL Server rounds to .000/.003/.007
+    if ticks == 300 * 86400:  # 23:59:59.999 rounds to the next midnight (tedious carries it too)
+        days, ticks = days + 1, 0
     return struct.pack("<iI", days, ticks)
 
 

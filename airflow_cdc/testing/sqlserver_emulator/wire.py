@@ -232,11 +232,11 @@ def read_typed_value(r: _Reader) -> tuple[Any, str]:  # noqa: C901 - one branch 
     """Read TYPE_INFO then the value of one RPC parameter; returns (value, SQL type name)."""
     tok = r.u8()
     if tok in (T.INTN, T.BITN, T.FLTN, T.MONEYN, T.DATETIMN, T.GUIDTYPE):
-        r.u8()  # max length
+        size = r.u8()  # max length: names the type of a NULL ([MS-TDS] 4.8: INTN 2 is a smallint)
         n = r.u8()
         raw = r.take(n)
         if n == 0:
-            return None, _FIXED_NAMES[tok]
+            return None, _SIZED_NAMES.get((tok, size), _FIXED_NAMES[tok])
         if tok == T.INTN:
             return int.from_bytes(raw, "little", signed=n != 1), {
                 1: "tinyint",
@@ -258,7 +258,7 @@ def read_typed_value(r: _Reader) -> tuple[Any, str]:  # noqa: C901 - one branch 
                 if n == 4
                 else ((struct.unpack_from("<i", raw)[0] << 32) | struct.unpack_from("<I", raw, 4)[0])
             )
-            return Decimal(units).scaleb(-4), "money"
+            return Decimal(units).scaleb(-4), "money" if n == 8 else "smallmoney"
         import datetime as dt
 
         if n == 4:
@@ -302,6 +302,14 @@ _FIXED_NAMES = {
     T.DATETIMN: "datetime",
     T.GUIDTYPE: "uniqueidentifier",
 }
+_SIZED_NAMES = {
+    (T.INTN, 1): "tinyint",
+    (T.INTN, 2): "smallint",
+    (T.INTN, 8): "bigint",
+    (T.FLTN, 4): "real",
+    (T.MONEYN, 4): "smallmoney",
+    (T.DATETIMN, 4): "smalldatetime",
+}
 _VAR_NAMES = {
     T.BIGVARCHR: "varchar",
     T.BIGCHAR: "char",
@@ -319,13 +327,20 @@ def _read_short(r: _Reader) -> bytes | None:
     return None if n == 0xFFFF else r.take(n)
 
 
+_PLP_UNKNOWN = 0xFFFFFFFFFFFFFFFE  # a streamed PLP: the total is not sent
+
+
 def _read_plp(r: _Reader) -> bytes | None:
+    """PLP_BODY ([MS-TDS] 2.2.5.2.3): total length (or PLP_UNKNOWN), chunks, a zero terminator;
+    chunks that disagree with a known total are a malformed stream (tedious's parser rejects them too)."""
     total = struct.unpack("<Q", r.take(8))[0]
     if total == T.PLP_NULL:
         return None
     out = bytearray()
     while (n := r.u32()) != 0:
         out += r.take(n)
+    if total != _PLP_UNKNOWN and len(out) != total:
+        raise WireError(f"PLP parameter's chunks hold {len(out)} bytes, expected {total}")
     return bytes(out)
 
 

@@ -57,3 +57,12 @@ def add_exact_converters(conn: Any) -> None:
     know datetimeoffset at all.  Values come back as tuples of the ODBC structs' fields."""
     conn.add_output_converter(-155, lambda b: None if b is None else struct.unpack("<6hI2h", b))
     conn.add_output_converter(-154, lambda b: None if b is None else struct.unpack("<3H2xI", b))
+
+
+@pytest.fixture
+def target(sqlserver_emulator: SqlServerCdcEmulator, mssql_db: str, tmp_path: Any) -> Any:
+    """The test's database as a :class:`tests.integration.sqlserver.targets.Target` (the real-server
+    suite gives the same fixture over a real SQL Server)."""
+    from tests.integration.sqlserver.targets import EmulatorTarget
+
+    return EmulatorTarget(mssql_db, tmp_path / "staging", "emulator", emulator=sqlserver_emulator)

@@ -54,10 +54,13 @@ def test_all_changes_has_sql_server_layout_and_lsn_order(
     assert rows[1][0] == first and rows[3][0] == rows[4][0] == second and first < second
     assert bytes(rows[2][1]) == bytes(rows[3][1]) < bytes(rows[4][1])  # 3/4 share their seqval
     assert bytes(rows[0][1]) < bytes(rows[1][1]) < first  # change LSNs come before the commit LSN
-    assert cur.execute("SELECT sys.fn_cdc_get_max_lsn()").fetchone()[0] == second
+    # the capture job's filler row (tran_id 0x00) moves the max LSN past the last transaction
+    filler = cur.execute("SELECT sys.fn_cdc_get_max_lsn()").fetchone()[0]
+    assert filler > second
     mapped = cur.execute("SELECT start_lsn, tran_end_time, tran_id FROM cdc.lsn_time_mapping"
                          " ORDER BY start_lsn").fetchall()
-    assert [bytes(m[0]) for m in mapped] == [first, second] and mapped[0][1] <= mapped[1][1]
+    assert [bytes(m[0]) for m in mapped] == [first, second, filler] and mapped[0][1] <= mapped[1][1]
+    assert bytes(mapped[2][2]) == b"\x00" and bytes(mapped[1][2]) != b"\x00"
     assert cur.execute("SELECT sys.fn_cdc_map_lsn_to_time(?)", second).fetchone()[0] == mapped[1][1]
     without_old = changes(cur, orders, opt="all")
     assert [r[2] for r in without_old] == [2, 2, 4, 1]
@@ -74,9 +77,11 @@ def test_changes_appear_only_after_commit_and_capture_job(
         pg.execute("INSERT INTO dbo.orders VALUES (1, 'pen', 2, 1.50)")
         assert sqlserver_emulator.run_capture_job(mssql_db) == 0  # not committed yet
         assert cur.execute("SELECT COUNT(*) FROM cdc.[dbo_orders_CT]").fetchone()[0] == 0
+        filler = cur.execute("SELECT sys.fn_cdc_get_max_lsn()").fetchone()[0]
+        assert filler > empty_max  # a filler row: the scan saw no captured transaction
         pg.commit()
     assert cur.execute("SELECT COUNT(*) FROM cdc.[dbo_orders_CT]").fetchone()[0] == 0  # job not run
-    assert cur.execute("SELECT sys.fn_cdc_get_max_lsn()").fetchone()[0] == empty_max
+    assert cur.execute("SELECT sys.fn_cdc_get_max_lsn()").fetchone()[0] == filler
     assert sqlserver_emulator.run_capture_job(mssql_db) == 1
     assert sqlserver_emulator.run_capture_job(mssql_db) == 0  # idempotent
     assert [r[4] for r in changes(cur, orders)] == [1]
@@ -93,10 +98,13 @@ def test_rolled_back_and_uncaptured_tables_leave_no_rows(
     assert sqlserver_emulator.run_capture_job(mssql_db) == 0
     cur = odbc.cursor()
     assert cur.execute("SELECT COUNT(*) FROM cdc.[dbo_orders_CT]").fetchone()[0] == 0
-    # nothing captured yet: max LSN 0 lies below the instance's min LSN, so SQL Server says 313
-    assert cur.execute("SELECT sys.fn_cdc_get_max_lsn()").fetchone()[0] == b"\x00" * 10
+    # nothing captured: the scan wrote a filler row only, and the instance's range is empty
+    assert cur.execute("SELECT COUNT(*) FROM cdc.lsn_time_mapping WHERE tran_id <> 0x00").fetchone()[0] == 0
+    assert changes(cur, orders) == []
+    lo = cur.execute("SELECT sys.fn_cdc_get_min_lsn(?)", orders).fetchone()[0]
+    below = (int.from_bytes(lo, "big") - 1).to_bytes(10, "big")  # before the instance's start: 313
     with pytest.raises(pyodbc.Error, match=r"\(313\)"):
-        changes(cur, orders)
+        cur.execute(ALL_CHANGES.format(ci=orders, opt="all"), below, lo).fetchall()
 
 
 def test_concurrent_writers_are_captured_as_whole_transactions_in_commit_order(
@@ -211,7 +219,9 @@ def test_isolation_levels_are_real_transactions(
     reader = connect(sqlserver_emulator, mssql_db)  # autocommit off: FreeTDS begins a transaction
     cur = reader.cursor()
     count = "SELECT COUNT(*) FROM [dbo].[orders]"
-    for level, sees_new_rows in (("SNAPSHOT", False), ("REPEATABLE READ", False), ("READ COMMITTED", True)):
+    # SQL Server's REPEATABLE READ locks the rows it read but takes no range locks: a new row is a
+    # phantom the next statement sees (SET TRANSACTION ISOLATION LEVEL); only SNAPSHOT does not
+    for level, sees_new_rows in (("SNAPSHOT", False), ("REPEATABLE READ", True), ("READ COMMITTED", True)):
         reader.commit()
         cur.execute(f"SET TRANSACTION ISOLATION LEVEL {level}")
         before = cur.execute(count).fetchone()[0]

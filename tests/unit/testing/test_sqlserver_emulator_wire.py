@@ -66,7 +66,7 @@ def test_out_of_range_date_parameter_is_rejected() -> None:
         W.parse_rpc(call)
 
 
-@pytest.mark.parametrize("spec", ["nvarchar(abc)", "decimal(39,2)", "decimal(5,6)", "time(8)", "geography", "int(4)"])
+@pytest.mark.parametrize("spec", ["nvarchar(abc)", "decimal(39,2)", "decimal(5,6)", "time(8)", "geography(1)", "sql_variantx", "int(4)"])
 def test_bad_type_specs(spec: str) -> None:
     with pytest.raises(T.TypeSpecError):
         T.SqlType.parse(spec)
