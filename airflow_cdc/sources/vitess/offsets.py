@@ -124,6 +124,18 @@ def reached(position: b.VGtid, target: b.VGtid) -> bool:
     return True
 
 
+def after_journal(position: b.VGtid, journal: b.Journal) -> b.VGtid:
+    """``position`` with a reshard journal's participants replaced by its new shards at the journal's
+    positions -- where a later stream must start, since vtgate with ``stop_on_reshard`` keeps naming
+    the old shards (see :mod:`.window`).  Repeating it changes nothing: a new shard the position
+    already names keeps its own (later) position.
+    """
+    gone = {(p.keyspace, p.shard) for p in journal.participants}
+    kept = [g for g in position.shard_gtids if shard_key(g) not in gone]
+    named = {shard_key(g) for g in kept}
+    return b.VGtid(shard_gtids=[*kept, *(g for g in journal.shard_gtids if shard_key(g) not in named)])
+
+
 def missing_targets(position: b.VGtid, target: b.VGtid) -> list[tuple[str, str]]:
     """Shards of ``position`` that ``target`` does not name."""
     named = {shard_key(g) for g in target.shard_gtids}

@@ -8,6 +8,20 @@ changes were read (a bounded window: the rest is the next run's), or when vtgate
 ``stop_on_reshard`` replaces the old shards in the VGTID; the window ends as soon as the shards
 of the target that remain have reached it.  Only whole transactions are returned; ``end`` is the
 VGTID after the last of them.
+
+Two vtgate (v24) behaviours shape the end:
+
+* a shard's copy ends with its own COPY_COMPLETED (keyspace and shard set); vtgate adds the
+  keyspace-wide one (no shard) only once *every* shard of the call's VGTID sent its own
+  (``vstream_manager.go``: ``isCopyFullyCompleted``), and a shard that is not copying never sends
+  one (``uvstreamer.go``: ``Stream`` sends it only after a copy).  So a copy resumed on some shards
+  is done when each of them sent its per-shard COPY_COMPLETED;
+* with ``stop_on_reshard`` each participant of a reshard sends ``BEGIN, JOURNAL, VGTID, COMMIT``
+  and its stream ends (``streamFromTablet``'s JOURNAL case); the VGTID still names the old shards
+  (``getJournalEvent`` replaces them only without ``stop_on_reshard``).  The journal's new shards
+  therefore replace its participants in every later VGTID of the call, and the window does not end
+  before every participant sent the journal: an old shard left behind its journal would lose its
+  last transactions, and one past it would never send the journal again.
 """
 
 from __future__ import annotations
@@ -34,7 +48,7 @@ class Window:
     transactions: list[Transaction] = field(default_factory=list)
     events: int = 0
     bounded: bool = False
-    copy_completed: bool = False
+    copy_completed: bool = False  # every shard copying in the window sent COPY_COMPLETED
     journal: b.Journal | None = None
     tables: dict[str, Table] = field(default_factory=dict)  # keyspace.table -> last FIELD seen
     copy_chunks: int = 0
@@ -47,10 +61,43 @@ def _copy(vgtid: b.VGtid) -> b.VGtid:
     return out
 
 
-def _after_journal(position: b.VGtid, journal: b.Journal) -> b.VGtid:
-    gone = {(p.keyspace, p.shard) for p in journal.participants}
-    kept = [g for g in position.shard_gtids if offsets.shard_key(g) not in gone]
-    return b.VGtid(shard_gtids=[*kept, *journal.shard_gtids])
+@dataclass
+class _Journals:
+    """The reshard journals one call sent (``stop_on_reshard``), by id, and who sent each."""
+
+    journals: dict[int, b.Journal] = field(default_factory=dict)
+    sent: dict[int, set[tuple[str, str]]] = field(default_factory=dict)
+
+    def add(self, journal: b.Journal, keyspace: str, shard: str) -> None:
+        self.journals.setdefault(journal.id, journal)
+        sent = self.sent.setdefault(journal.id, set())
+        if shard:
+            sent.add((keyspace, shard))
+        else:  # not stamped with its shard: cannot tell who is missing, take it as complete
+            sent.update((p.keyspace, p.shard) for p in journal.participants)
+
+    def pending(self) -> list[tuple[str, str]]:
+        """Participants that have not sent a journal another participant sent."""
+        return sorted(
+            (p.keyspace, p.shard)
+            for jid, journal in self.journals.items()
+            for p in journal.participants
+            if (p.keyspace, p.shard) not in self.sent[jid]
+        )
+
+    def apply(self, vgtid: b.VGtid) -> b.VGtid:
+        """``vgtid`` with every journal's participants replaced by its new shards."""
+        for journal in self.journals.values():
+            vgtid = offsets.after_journal(vgtid, journal)
+        return vgtid
+
+
+def _pin_targets(target: b.VGtid, journal: b.Journal) -> None:
+    """Make the journal's positions the target of its new shards: this call does not stream them."""
+    new = {offsets.shard_key(g) for g in journal.shard_gtids}
+    kept = [g for g in target.shard_gtids if offsets.shard_key(g) not in new]
+    del target.shard_gtids[:]
+    target.shard_gtids.extend([*kept, *journal.shard_gtids])
 
 
 def _retire(copy_shards: set[tuple[str, str]], position: b.VGtid) -> None:
@@ -113,6 +160,7 @@ def read_window(
     # retires them (their unfinished tables are requested again on the new shards)
     copy_shards = {offsets.shard_key(g) for g in start.shard_gtids if not g.gtid or g.table_p_ks}
     copying = bool(copy_shards)
+    journals = _Journals()
     assembler = Assembler(start)
     call = client.vstream(request)
     last_progress = last_report = started = time.monotonic()
@@ -136,23 +184,31 @@ def read_window(
                     window.events += len(item.changes)
                     window.copy_chunks += item.kind == "copy"
                     if item.vgtid is not None:
-                        position = item.vgtid
+                        position = journals.apply(item.vgtid)
                     last_progress = time.monotonic()
                 elif item.kind == "position" and item.vgtid is not None:
-                    position = item.vgtid
+                    position = journals.apply(item.vgtid)
                 elif item.kind == "copy_completed" and not item.shard:
                     copy_shards.clear()
                     window.copy_completed = True
                 elif item.kind == "copy_completed":
+                    # vtgate's keyspace-wide COPY_COMPLETED never comes while a shard of the VGTID
+                    # is not copying: each copying shard's own one ends its copy
                     window.shards_copied.add((item.keyspace, item.shard))
+                    _retire(copy_shards, position)
+                    copy_shards.discard((item.keyspace, item.shard))
+                    window.copy_completed = window.copy_completed or not copy_shards
                 elif item.kind == "journal" and item.journal is not None:
                     window.journal = item.journal
-                    position = _after_journal(position, item.journal)
+                    journals.add(item.journal, item.keyspace, item.shard)
+                    position = journals.apply(position)
+                    _pin_targets(target, item.journal)
             window.end = position
             _retire(copy_shards, position)
+            copy_shards -= window.shards_copied
             copying = bool(copy_shards)
-            if assembler._txn is not None:
-                continue  # inside a transaction: never stop here
+            if assembler._txn is not None or journals.pending():
+                continue  # inside a transaction, or between a reshard's journals: never stop here
             if (
                 window.events >= max_events
                 and (window.copy_chunks or not copying)
@@ -174,6 +230,11 @@ def read_window(
                 )
     finally:
         call.cancel()
+    if journals.pending():
+        raise ProtocolError(
+            f"VStream from vtgate at {client.where} ended after a reshard journal before shard(s) "
+            f"{', '.join('/'.join(k) for k in journals.pending())} sent it"
+        )
     window.tables = dict(assembler.tables)
     return window
 

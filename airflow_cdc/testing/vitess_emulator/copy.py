@@ -165,9 +165,19 @@ def _set_table_pk(st: _ShardStream, table: str, lastpk: q.QueryResult | None) ->
 
 
 def _finish(session: VStreamSession, st: _ShardStream) -> list[b.VEvent]:
+    """The shard's COPY_COMPLETED, and vtgate's keyspace-wide one if every shard has now sent its own.
+
+    vttablet ends a shard's copy with one COPY_COMPLETED stamped with its keyspace and shard
+    (v24 ``uvstreamer.go``: ``Stream`` calls ``allCopyComplete`` after ``copy``; ``newUVStreamer``'s
+    ``send2`` sets ``Keyspace``/``Shard`` on every event).  vtgate relays it and, in the same send,
+    adds a COPY_COMPLETED without keyspace or shard once every shard of the call's VGTID has sent
+    one (``vstream_manager.go``: ``streamFromTablet``, ``isCopyFullyCompleted``).  A shard that
+    is not copying never sends one, so a call with such a shard never gets the keyspace-wide one.
+    """
     st.copy = None
     session.copying -= 1
+    session.copy_completed.add((st.shard.keyspace, st.shard.name))
     events = [session._event(st, b.COPY_COMPLETED)]
-    if session.copying == 0:
+    if all((g.keyspace, g.shard) in session.copy_completed for g in session.vgtid.shard_gtids):
         events.append(b.VEvent(type=b.COPY_COMPLETED))
     return events

@@ -10,12 +10,18 @@ What a client sees, as vtgate v18 sends it:
   whose position is first caught up to (``BEGIN, FIELD, VGTID, COMMIT``), then the rows in primary
   key order in chunks (``BEGIN, ROW..., VGTID, COMMIT``; the VGTID carries the table's last copied
   key in ``table_p_ks``), then ``BEGIN, VGTID, COMMIT`` without the table; after the last table
-  ``COPY_COMPLETED`` for the shard, and a keyspace-less ``COPY_COMPLETED`` once every shard is done.
+  ``COPY_COMPLETED`` with the shard's keyspace and shard, and (in the same response) one without
+  keyspace or shard once *every* shard of the call's VGTID sent its own.  A shard that is not
+  copying never sends one: a copy resumed on only some shards never gets the keyspace-wide event
+  (vtgate v24 ``vstream_manager.go`` ``isCopyFullyCompleted``).
   Catch-up between snapshots drops the rows of tables not copied yet; for the table being copied
   it keeps the changes of keys up to its last copied key (so a resumed copy misses nothing);
 * a resharding journal: not sent; the old shards' entries of the VGTID are replaced by the new
-  shards at the journal's positions, from which they stream.  With ``stop_on_reshard`` the JOURNAL
-  event is sent and the old shards' streams end (the call ends when no stream is left);
+  shards at the journal's positions, from which they stream.  With ``stop_on_reshard`` each
+  participant sends its journal transaction ``BEGIN, JOURNAL, VGTID, COMMIT`` -- the VGTID still
+  names the old shards (vtgate does not replace them with ``stop_on_reshard``), the participant's
+  GTID moved past the journal -- and its stream ends (the call ends when no stream is left; v24
+  ``vstream_manager.go``: ``streamFromTablet``'s JOURNAL case, ``getJournalEvent``);
 * ``HEARTBEAT`` every ``heartbeat_interval`` seconds of silence.
 """
 
@@ -85,6 +91,7 @@ class VStreamSession:
         self.streams: list[_ShardStream] = []
         self.journals: dict[int, set[tuple[str, str]]] = {}
         self.copying = 0
+        self.copy_completed: set[tuple[str, str]] = set()  # shards that sent their COPY_COMPLETED
         self._request = request
 
     # -- set-up ------------------------------------------------------------------------------
@@ -309,8 +316,17 @@ class VStreamSession:
     def _journal(self, st: _ShardStream, txn: Transaction) -> list[b.VEvent]:
         journal = b.Journal.FromString(txn.journal or b"")
         if self.flags.stop_on_reshard:
+            # vtgate sends the journal with the rest of its transaction (the GTID event becomes a
+            # VGTID of the call's shards, which stop_on_reshard leaves as they are), then ends the
+            # participant's stream
+            st.sgtid.gtid = st.shard.position(txn.seq)
             self._retire(st)
-            return [self._event(st, b.JOURNAL, txn.timestamp, journal=journal)]
+            return [
+                self._event(st, b.BEGIN, txn.timestamp),
+                self._event(st, b.JOURNAL, txn.timestamp, journal=journal),
+                self._vgtid(),
+                self._event(st, b.COMMIT, txn.timestamp),
+            ]
         joined = self.journals.setdefault(journal.id, set())
         joined.add((st.shard.keyspace, st.shard.name))
         participants = {(p.keyspace, p.shard) for p in journal.participants}
