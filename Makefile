@@ -7,6 +7,7 @@
 #   make lint      ruff + mypy on airflow_cdc
 #   make demo      the example Airflow DAG end to end: throwaway PostgreSQL, `airflow dags test`,
 #                  Spark local[2], Delta under .local/demo/ (see scripts/demo.py)
+#   make vitess    real Vitess binaries from the Go module proxy into .local/vitess/bin (opt-in, minutes)
 #   make clean     remove .venv and caches
 #
 # The system-package logic here is mirrored by airflow_cdc.testing.servers.ensure_installed();
@@ -43,7 +44,7 @@ JARS_POM    := scripts/delta-jars/pom.xml
 # Spark finds the Delta jars here (spark_jobs.cdc_apply.layout.JARS_ENV).
 export AIRFLOW_CDC_DELTA_JARS := $(CURDIR)/$(JARS)
 
-.PHONY: test setup system-packages venv jars tds-check lint clean demo
+.PHONY: test setup system-packages venv jars tds-check vitess lint clean demo
 
 test: setup
 	@# Test workers run captures, Spark drivers and browsers in-process and start subprocesses
@@ -89,6 +90,27 @@ tds-check:
 	if npm install --prefix $(TDS_CHECK) --no-audit --no-fund --ignore-scripts --save-exact \
 	    tedious@$(TEDIOUS_VERSION); then touch "$$stamp"
 	else echo ">>> npm install tedious failed: the tedious cross-checks will skip" >&2; fi
+
+# Real Vitess (vtgate, vttablet, vtctld, vtctldclient, vtcombo) built from the Go module proxy into
+# $(VITESS_DIR)/bin (git-ignored; airflow_cdc.testing.vitess_real starts them over MariaDB shards).
+# Not part of `make setup`: a cold build downloads 1.2 GB of modules and takes ~10 CPU-minutes
+# (16.6 min wall on a loaded 2-core machine), more than CI's budget has left; the real-Vitess tests
+# run whenever the binaries are there and skip (saying so) otherwise.  `go install ...@v0.24.4`
+# refuses the module (its go.mod has exclude directives), so it is built as the main module from
+# a copy of the downloaded source.
+VITESS_VERSION := v0.24.4
+VITESS_DIR     := .local/vitess
+vitess:
+	@stamp=$(VITESS_DIR)/.built-$(VITESS_VERSION)
+	if [ -f "$$stamp" ]; then echo ">>> Vitess $(VITESS_VERSION) binaries present"; exit 0; fi
+	command -v go >/dev/null || { echo "go is needed to build Vitess" >&2; exit 1; }
+	echo ">>> building Vitess $(VITESS_VERSION) into $(VITESS_DIR)/bin (minutes)"
+	src=$$(GOFLAGS=-mod=mod go mod download -json vitess.io/vitess@$(VITESS_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p')
+	test -d "$$src"
+	rm -rf $(VITESS_DIR)/src && mkdir -p $(VITESS_DIR)/bin && cp -r "$$src" $(VITESS_DIR)/src && chmod -R u+w $(VITESS_DIR)/src
+	cd $(VITESS_DIR)/src && GOFLAGS=-buildvcs=false go build -o ../bin/ ./go/cmd/vtgate ./go/cmd/vttablet \
+	    ./go/cmd/vtctld ./go/cmd/vtctldclient ./go/cmd/vtcombo
+	touch "$$stamp"
 
 # Install PostgreSQL 15, MariaDB and the FreeTDS ODBC driver from Debian only when missing.  Services are
 # never started by the packages (policy-rc.d): the tests start throwaway servers of their own.
