@@ -38,7 +38,8 @@ VITESS_PROPERTIES: tuple[Property, ...] = tuple(p for p in COMMON_PROPERTIES if 
         "str",
         "current",
         "Start position when there is no stored offset: `current`, or the shard's GTID set "
-        "(`MySQL56/<uuid>:1-<n>`, needs `vitess.shard`), or a VGTID JSON list "
+        "(`MySQL56/<uuid>:1-<n>`, or `MariaDB/<domain>-<server>-<seq>` for MariaDB shards; needs "
+        "`vitess.shard`), or a VGTID JSON list "
         '(`[{"keyspace":..,"shard":..,"gtid":..}]`).',
     ),
     Property(

@@ -4,7 +4,7 @@ The stored offset is ``{"vgtid": [{"keyspace", "shard", "gtid", "table_p_ks"?}, 
 ``vgtid`` JSON list, where ``table_p_ks`` (present only while a shard's copy phase is unfinished)
 holds each table's last copied primary key as the protobuf JSON of ``binlogdata.TableLastPK``
 (proto field names).  A VGTID is a vector, not a number: shard positions are compared one by one
-as MySQL GTID sets (:class:`GtidSet`), and the shard set itself changes at a reshard.
+as GTID sets (:class:`GtidSet`: MySQL56 or MariaDB flavour), and the shard set itself changes at a reshard.
 """
 
 from __future__ import annotations
@@ -22,35 +22,83 @@ CURRENT = "current"
 
 
 class GtidSet:
-    """A MySQL 5.6 GTID set (``[MySQL56/]uuid:1-5:7-9,uuid2:1-3``) as ``uuid -> [(first, last)]``."""
+    """A shard position as Vitess encodes it: ``<flavour>/<GTID set>``, as ``source -> [(first, last)]``.
+
+    * ``MySQL56/uuid:1-5:7-9,uuid2:1-3`` (also without the flavour): each server UUID's
+      transaction intervals.
+    * ``MariaDB/<domain>-<server>-<seq>[,...]`` (Vitess over MariaDB shards): each replication
+      domain's transactions ``1..seq``, keyed ``mariadb:<domain>``.  Vitess compares MariaDB sets
+      per domain by sequence number alone and ignores the server id (v24
+      ``go/mysql/replication/mariadb_gtid.go``: ``MariadbGTIDSet.ContainsGTID`` /``Contains``, used
+      by ``Position.AtLeast``); a domain named twice keeps its last entry, as
+      ``ParseMariadbGTIDSet`` does.
+
+    Sets of different flavours never cover each other (``Contains`` is false across flavours).
+
+    :raises ValueError: text that is not a GTID set of its flavour (names the text and the part).
+    """
 
     def __init__(self, text: str = "") -> None:
         self.intervals: dict[str, list[tuple[int, int]]] = {}
-        body = text.split("/", 1)[1] if "/" in text else text
+        flavour, slash, body = text.partition("/")
+        if not slash:
+            flavour, body = "MySQL56", text
+        if flavour not in _PARSERS:
+            raise ValueError(f"GTID set {text!r}: unknown flavour {flavour!r} (MySQL56 or MariaDB)")
+        self.flavour = flavour
         for part in filter(None, (p.strip() for p in body.split(","))):
-            source, *ranges = part.split(":")
-            if not ranges:
-                raise ValueError(f"GTID set {text!r}: {part!r} has no transaction numbers")
-            spans = self.intervals.setdefault(source.lower(), [])
-            for r in ranges:
-                first, _, last = r.partition("-")
-                spans.append((int(first), int(last or first)))
-            spans.sort()
+            _PARSERS[flavour](self, text, part)
+
+    def _mysql56(self, text: str, part: str) -> None:
+        source, *ranges = part.split(":")
+        if not ranges:
+            raise ValueError(f"GTID set {text!r}: {part!r} has no transaction numbers")
+        spans = self.intervals.setdefault(source.lower(), [])
+        for r in ranges:
+            first, _, last = r.partition("-")
+            try:
+                span = (int(first), int(last or first))
+            except ValueError:
+                raise ValueError(f"GTID set {text!r}: bad interval {r!r} in {part!r}") from None
+            if not 0 < span[0] <= span[1]:
+                raise ValueError(f"GTID set {text!r}: bad interval {r!r} in {part!r}")
+            spans.append(span)
+        spans.sort()
+
+    def _mariadb(self, text: str, part: str) -> None:
+        pieces = part.split("-")
+        if len(pieces) != 3 or not all(p.isdigit() for p in pieces):
+            raise ValueError(f"GTID set {text!r}: {part!r} is not a MariaDB GTID <domain>-<server>-<seq>")
+        domain, _server, seq = (int(p) for p in pieces)
+        self.intervals[f"mariadb:{domain}"] = [(1, seq)]  # seq 0: the domain, no transactions yet
 
     def covers(self, other: GtidSet) -> bool:
-        """Whether every transaction of ``other`` is in this set."""
+        """Whether every transaction of ``other`` is in this set (an empty ``other`` always is)."""
+        if other.intervals and other.flavour != self.flavour:
+            return False
         for source, spans in other.intervals.items():
-            mine = self.intervals.get(source, [])
+            if source not in self.intervals:
+                return False
+            mine = self.intervals[source]
             for first, last in spans:
+                if last < first:
+                    continue
                 if not any(a <= first and last <= z for a, z in mine):
                     return False
         return True
+
+    def count(self) -> int:
+        """How many transactions the set holds."""
+        return sum(last - first + 1 for spans in self.intervals.values() for first, last in spans)
 
     def __bool__(self) -> bool:
         return bool(self.intervals)
 
     def __repr__(self) -> str:
-        return f"GtidSet({self.intervals!r})"
+        return f"GtidSet({self.flavour}, {self.intervals!r})"
+
+
+_PARSERS = {"MySQL56": GtidSet._mysql56, "MariaDB": GtidSet._mariadb}
 
 
 def shard_key(sgtid: b.ShardGtid) -> tuple[str, str]:

@@ -41,12 +41,13 @@ SNAPSHOT_INDEX = 0xFFFFFFFF
 
 
 def transactions_in(gtid: str) -> int:
-    """How many transactions a shard's GTID set holds (0 for ``""`` / ``current``)."""
+    """How many transactions a shard's GTID set holds (0 for ``""`` / ``current``).
+
+    MariaDB positions count ``seq`` per domain (a domain's sequence numbers only grow).
+    """
     if gtid in ("", offsets.CURRENT):
         return 0
-    return sum(
-        last - first + 1 for spans in offsets.GtidSet(gtid).intervals.values() for first, last in spans
-    )
+    return offsets.GtidSet(gtid).count()
 
 
 def sort_key(epoch: int, generation: int, count: int, index: int, stamp: int = 0) -> bytes:

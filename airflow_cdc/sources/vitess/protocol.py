@@ -2,9 +2,20 @@
 
 vtgate sends, per shard transaction, ``BEGIN, [FIELD], ROW..., VGTID, COMMIT`` (``VGTID, DDL`` /
 ``VGTID, OTHER`` for statements); a VGTID is the position *after* the transaction.  The copy
-phase sends its rows as transactions too, whose VGTID leaves the shard's GTID where it was and
-only moves ``table_p_ks``: their rows are snapshot reads (``op=r``).  FIELD events describe a table
-until the next FIELD for it; a ROW of a table never described is a protocol error.
+phase sends its rows as transactions too (v24 ``uvstreamer``/``copy.go``: ``sendFieldEvent``,
+``sendEventsForRows``, ``copyComplete``), and vtgate turns vttablet's GTID and LASTPK events into
+VGTIDs (``vstream_manager.go``: ``sendEventsLocked``; LASTPK never reaches a client)::
+
+    BEGIN, FIELD, [VGTID(G)], ROW..., VGTID(G + table_p_ks), COMMIT   first chunk of a table
+    BEGIN, ROW..., VGTID(G + table_p_ks), COMMIT                       later chunks
+    BEGIN, VGTID(G, the table's table_p_ks removed), COMMIT           table done
+    BEGIN, FIELD, [VGTID(G)], BEGIN, VGTID(G), COMMIT                  an empty table
+
+``[VGTID(G)]`` comes only when the snapshot moved the shard's position.  A chunk's last VGTID thus
+leaves the shard's GTID where it was (as of the VGTID before it in the transaction, else as of the
+previous transaction) and names the shard's ``table_p_ks``; a binlog transaction always moves the
+GTID.  Such a chunk's rows are snapshot reads (``op=r``).  FIELD events describe a table until the
+next FIELD for it; a ROW of a table never described is a protocol error.
 
 Values arrive as MySQL text (``query.Row``): :func:`decode_value` turns them into neutral Python
 values (integers, floats, text for DECIMAL and temporal types, ``str`` for character types,
@@ -123,13 +134,16 @@ class Assembler:
         self.position: dict[tuple[str, str], str] = {}  # shard -> gtid as of the last VGTID
         self._txn: Transaction | None = None
         self._pending_vgtid: b.VGtid | None = None
+        self._txn_base: str | None = None  # the shard's gtid in the open transaction's earlier VGTID
         if start is not None:
             self._remember(start)
 
     def feed(self, event: b.VEvent) -> list[Transaction | Marker]:
         kind = event.type
         if kind == b.BEGIN:
+            # an empty table's copy nests a BEGIN in the FIELD's; the outer one held no rows
             self._txn = Transaction(event.keyspace, event.shard, None, timestamp=event.timestamp)
+            self._txn_base = None
             return []
         if kind == b.FIELD:
             self.tables[event.field_event.table_name] = Table.from_event(event.field_event)
@@ -178,6 +192,8 @@ class Assembler:
 
     def _vgtid(self, vgtid: b.VGtid) -> list[Transaction | Marker]:
         if self._txn is not None:
+            if self._txn.vgtid is not None:
+                self._txn_base = _gtid_of(self._txn.vgtid, (self._txn.keyspace, self._txn.shard))
             self._txn.vgtid = vgtid
             return []
         self._pending_vgtid = vgtid
@@ -189,14 +205,22 @@ class Assembler:
         if txn is None:
             raise ProtocolError("VStream COMMIT without BEGIN")
         if txn.vgtid is not None:
-            key = (txn.keyspace, txn.shard)
-            before = self.position.get(key)
-            if txn.changes and before is not None and _gtid_of(txn.vgtid, key) == before:
-                txn.kind = "copy"  # a copy chunk: the position did not move, table_p_ks did
+            if txn.changes and self._copy_chunk(txn, txn.vgtid):
+                txn.kind = "copy"
                 for change in txn.changes:
                     change.op = "r"
             self._remember(txn.vgtid)
         return [txn]
+
+    def _copy_chunk(self, txn: Transaction, vgtid: b.VGtid) -> bool:
+        """Whether ``txn`` is a copy chunk: its last VGTID (vtgate's LASTPK) names the shard's
+        ``table_p_ks`` and leaves its GTID where the VGTID before it (in the transaction, else the
+        previous position) put it."""
+        key = (txn.keyspace, txn.shard)
+        own = next((g for g in vgtid.shard_gtids if shard_key(g) == key), None)
+        before = self._txn_base if self._txn_base is not None else self.position.get(key)
+        self._txn_base = None
+        return own is not None and bool(own.gtid) and own.gtid == before and bool(own.table_p_ks)
 
     def _remember(self, vgtid: b.VGtid) -> None:
         for g in vgtid.shard_gtids:

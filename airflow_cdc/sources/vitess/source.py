@@ -237,10 +237,13 @@ class VitessSource(ChangeSource):
 
     def _check_readable(self, vgtid: b.VGtid) -> None:
         """Open a stream from ``vgtid`` over no table and wait for its first answer: vtgate refuses a
-        position a shard no longer has (purged binlogs, another server) at once."""
+        position a shard no longer has (purged binlogs, another server) at once.  Shards with an
+        empty GTID (a copy from the start) are not probed: vttablet refuses a stream with neither a
+        position nor a table to copy (``uvstreamer.go``: "stream needs a position or a table to copy")."""
         client = self._client()
-        probe = b.VGtid()
-        probe.CopyFrom(vgtid)
+        probe = b.VGtid(shard_gtids=[g for g in vgtid.shard_gtids if g.gtid])
+        if not probe.shard_gtids:
+            return
         for g in probe.shard_gtids:
             del g.table_p_ks[:]
         request = client.request(probe, tables=[])

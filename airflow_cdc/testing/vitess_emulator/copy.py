@@ -4,6 +4,17 @@ Each table is read inside one ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` in 
 ``copy_chunk_rows`` rows per step; the snapshot's binlog position (MariaDB's
 ``binlog_snapshot_file/position`` -> ``BINLOG_GTID_POS``) is caught up to before the first row, so
 the rows, the VGTIDs that follow them and the binlog after them agree.  See :mod:`.session`.
+
+What a client gets is what vtgate v24 relays (``vstream_manager.go``: ``sendEventsLocked`` turns
+vttablet's GTID and LASTPK events into VGTIDs, the latter carrying ``table_p_ks``; no LASTPK reaches
+a client) of what vttablet sends (``copy.go``: ``sendFieldEvent`` opens a transaction with BEGIN,
+FIELD and a GTID only if the snapshot moved the position, ``sendEventsForRows`` ends it with the
+rows, LASTPK, COMMIT; ``copyComplete`` sends BEGIN, LASTPK(completed), COMMIT)::
+
+    BEGIN, FIELD, [VGTID], ROW..., VGTID(+table_p_ks), COMMIT      first chunk
+    BEGIN, ROW..., VGTID(+table_p_ks), COMMIT                       later chunks
+    BEGIN, VGTID(table_p_ks without the table), COMMIT              table done
+    BEGIN, FIELD, [VGTID], BEGIN, VGTID, COMMIT                     empty table (nested BEGIN)
 """
 
 from __future__ import annotations
@@ -79,6 +90,7 @@ def _start_table(session: VStreamSession, st: _ShardStream, table: str) -> Itera
             conn.close()
             raise session._dump_error(st, e) from None
     st.seq = seq
+    moved = st.sgtid.gtid != st.shard.position(seq)  # vttablet's setPosition sends no unmoved GTID
     st.sgtid.gtid = st.shard.position(seq)
     plan.conn = conn
     fields = st.shard.fields(table)
@@ -90,12 +102,10 @@ def _start_table(session: VStreamSession, st: _ShardStream, table: str) -> Itera
         shard=st.shard.name,
     )
     st.fields_sent.pop(table, None)  # the binlog stream describes the table again at its first row
-    yield [
-        session._event(st, b.BEGIN),
-        session._event(st, b.FIELD, field_event=event),
-        session._vgtid(),
-        session._event(st, b.COMMIT),
-    ]
+    plan.opening = [session._event(st, b.BEGIN), session._event(st, b.FIELD, field_event=event)]
+    if moved:
+        plan.opening.append(session._vgtid())
+    yield from _chunk(session, st, table)
 
 
 def _param(value: bytes | None, f: q.Field) -> Any:
@@ -137,7 +147,7 @@ def _chunk(session: VStreamSession, st: _ShardStream, table: str) -> Iterator[li
         )
         plan.lastpk[table] = lastpk
         _set_table_pk(st, table, lastpk)
-        events = [session._event(st, b.BEGIN)]
+        events, plan.opening = plan.opening or [session._event(st, b.BEGIN)], []
         for row in rows:
             change = b.RowChange(after=make_row(list(row)))
             event = b.RowEvent(
@@ -151,7 +161,8 @@ def _chunk(session: VStreamSession, st: _ShardStream, table: str) -> Iterator[li
         plan.tables.pop(0)
         plan.lastpk.pop(table, None)
         _set_table_pk(st, table, None)
-        yield [session._event(st, b.BEGIN), session._vgtid(), session._event(st, b.COMMIT)]
+        opening, plan.opening = plan.opening, []  # an empty table: its FIELD's BEGIN stays open
+        yield opening + [session._event(st, b.BEGIN), session._vgtid(), session._event(st, b.COMMIT)]
         if not plan.tables:
             yield _finish(session, st)
 

@@ -66,6 +66,7 @@ class _Copy:
     conn: Any = None  # the open snapshot transaction of the table in progress
     fields: list[q.Field] = field(default_factory=list)  # of the table in progress
     keys: dict[str, tuple[list[q.Field], list[int]]] = field(default_factory=dict)  # FIELDs, pk index
+    opening: list[b.VEvent] = field(default_factory=list)  # BEGIN, FIELD, [VGTID] of the table's first chunk
 
 
 @dataclass

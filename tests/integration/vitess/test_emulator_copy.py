@@ -98,3 +98,38 @@ def test_copy_resumes_from_table_p_ks_in_a_second_stream(vtgate, shard_servers, 
     assert t2[f"{keyspace}.t2"] == rows_in(vtgate, keyspace, "t2", 2)
     inserts = [after[0] for before, after in rows_of(committed + more, f"{keyspace}.t1") if before is None]
     assert sorted(inserts, key=int) == [str(i).encode() for i in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 42]]
+
+
+def test_copy_framing_as_real_vtgate_sends_it(vtgate, shard_servers, keyspace):
+    """No LASTPK reaches a client: vtgate turns it into a VGTID with ``table_p_ks``
+    (``vstream_manager.go``: ``sendEventsLocked``).  From an empty GTID the first chunk opens with
+    FIELD and the snapshot's VGTID; an empty table nests a BEGIN in its FIELD's (``copy.go``)."""
+    from airflow_cdc.sources.vitess import offsets
+    from airflow_cdc.sources.vitess.window import read_window
+    from tests.integration.vitess.test_vitess_window import client_for
+
+    vtgate.add_keyspace(keyspace, {"0": shard_servers[0]}, [*SCHEMA, "CREATE TABLE t3 (id INT PRIMARY KEY)"])
+    for i in range(6):
+        vtgate.execute(keyspace, "INSERT INTO t1 VALUES (%s, %s)", (i, f"v{i}"))
+    with Drain(vtgate.address, request(keyspace, gtid="")) as drain:
+        events = drain.until(lambda ev: any(e.type == b.COPY_COMPLETED and not e.keyspace for e in ev))
+    assert b.LASTPK not in {e.type for e in events}
+    first = transactions(events)[0]
+    assert kinds(first) == ["BEGIN", "FIELD", "VGTID", *["ROW"] * 4, "VGTID", "COMMIT"]
+    assert first[2].vgtid.shard_gtids[0].gtid == first[-2].vgtid.shard_gtids[0].gtid
+    assert not first[2].vgtid.shard_gtids[0].table_p_ks and first[-2].vgtid.shard_gtids[0].table_p_ks
+    names = kinds(events)
+    empty = [
+        i for i, e in enumerate(events) if e.type == b.FIELD and e.field_event.table_name.endswith(".t2")
+    ]
+    assert names[empty[0] - 1 : empty[0] + 4] == ["BEGIN", "FIELD", "BEGIN", "VGTID", "COMMIT"]
+    client = client_for(vtgate.address, keyspace)
+    try:
+        target = client.current_vgtid(keyspace)
+        window = read_window(
+            client, offsets.start_vgtid(keyspace, None, ""), target, None, 10**9, idle_timeout=10
+        )
+    finally:
+        client.close()
+    assert window.copy_chunks == 2 and window.copy_completed
+    assert {(t.kind, c.op) for t in window.transactions for c in t.changes} == {("copy", "r")}

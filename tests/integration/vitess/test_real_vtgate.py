@@ -33,7 +33,7 @@ def client():
 def test_positions_copy_and_stream(client):
     keyspace = client.config["vitess.keyspace"]
     target = client.current_vgtid(keyspace)
-    assert target.shard_gtids and all(g.gtid.startswith("MySQL56/") for g in target.shard_gtids)
+    assert target.shard_gtids and all(g.gtid.startswith(("MySQL56/", "MariaDB/")) for g in target.shard_gtids)
     copy = read_window(client, offsets.start_vgtid(keyspace, None, ""), target, None, 10**9, idle_timeout=60)
     assert copy.copy_completed and not offsets.copying(copy.end)
     assert {c.op for t in copy.transactions if t.kind == "copy" for c in t.changes} <= {"r"}
