@@ -107,6 +107,16 @@ def ensure_installed(postgres: bool = True, mariadb: bool = True, odbc: bool = T
         return
     if os.geteuid() != 0:
         raise ServerStartError(f"missing server packages {need}; run `make setup` as root")
+    apt_install(need)
+    if _missing_packages(postgres, mariadb, odbc):
+        raise ServerStartError(f"installed {need} but the server binaries are still missing")
+
+
+def apt_install(packages: list[str] | tuple[str, ...]) -> None:
+    """``apt-get update`` and install ``packages`` (as root) without starting their services.
+
+    :raises ServerStartError: naming the failed command and its output.
+    """
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     policy = Path("/usr/sbin/policy-rc.d")  # keep the packages from starting system services
     made_policy = not policy.exists()
@@ -114,7 +124,7 @@ def ensure_installed(postgres: bool = True, mariadb: bool = True, odbc: bool = T
         policy.write_text("#!/bin/sh\nexit 101\n")
         policy.chmod(0o755)
     try:
-        install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *need]
+        install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages]
         for cmd in (["apt-get", "update", "-q"], install):
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
             if proc.returncode != 0:
@@ -122,8 +132,6 @@ def ensure_installed(postgres: bool = True, mariadb: bool = True, odbc: bool = T
     finally:
         if made_policy:
             policy.unlink(missing_ok=True)
-    if _missing_packages(postgres, mariadb, odbc):
-        raise ServerStartError(f"installed {need} but the server binaries are still missing")
 
 
 def free_port() -> int:
@@ -133,7 +141,8 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _tail(path: Path, lines: int = 40) -> str:
+def log_tail(path: Path, lines: int = 40) -> str:
+    """The last ``lines`` lines of a server's log (for an error message)."""
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
@@ -204,7 +213,7 @@ class _ThrowawayServer:
                 self._launch()
                 return
             except ServerStartError:
-                if "Address already in use" not in _tail(self.log_file, 30) or attempt == attempts - 1:
+                if "Address already in use" not in log_tail(self.log_file, 30) or attempt == attempts - 1:
                     raise
 
     def stop(self) -> None:
@@ -284,7 +293,7 @@ class PostgresServer(_ThrowawayServer):
         if check and proc.returncode != 0:
             raise ServerStartError(
                 f"{args[0]} failed ({proc.returncode}): {proc.stdout}{proc.stderr}\n"
-                f"server log tail:\n{_tail(self.log_file)}"
+                f"server log tail:\n{log_tail(self.log_file)}"
             )
         return proc
 
@@ -597,7 +606,7 @@ class MariaDbServer(_ThrowawayServer):
         )
         if not self._wait_ready():
             self._halt()
-            raise ServerStartError(f"mariadbd did not start; log tail:\n{_tail(self.log_file)}")
+            raise ServerStartError(f"mariadbd did not start; log tail:\n{log_tail(self.log_file)}")
 
     def _wait_ready(self) -> bool:
         import pymysql

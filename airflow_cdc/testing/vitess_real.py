@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
-from airflow_cdc.testing.servers import MariaDbServer, ServerStartError, free_port
+from airflow_cdc.testing.servers import MariaDbServer, ServerStartError, apt_install, free_port, log_tail
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VITESS_BIN_ENV = "AIRFLOW_CDC_VITESS_BIN"
@@ -84,34 +84,21 @@ def _ensure_etcd() -> str:
         return found
     if os.geteuid() != 0:
         raise ServerStartError("etcd is missing; install Debian's etcd-server")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    policy = Path("/usr/sbin/policy-rc.d")  # keep the package from starting the system service
-    made_policy = not policy.exists()
-    if made_policy:
-        policy.write_text("#!/bin/sh\nexit 101\n")
-        policy.chmod(0o755)
-    try:
-        for cmd in (
-            ["apt-get", "update", "-q"],
-            ["apt-get", "install", "-y", "-q", "--no-install-recommends", *ETCD_PACKAGES],
-        ):
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-            if proc.returncode != 0:
-                raise ServerStartError(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-    finally:
-        if made_policy:
-            policy.unlink(missing_ok=True)
+    apt_install(ETCD_PACKAGES)
     found = shutil.which("etcd")
     if not found:
         raise ServerStartError(f"installed {ETCD_PACKAGES} but there is still no etcd")
     return found
 
 
-def _tail(path: Path, lines: int = 30) -> str:
+def _fetch(conn: Any, statement: str, params: Any) -> list[tuple[Any, ...]]:
+    """Run one statement on ``conn`` and close it; the rows it returned."""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return f"(no log at {path})"
+        with conn.cursor() as cur:
+            cur.execute(statement, params)
+            return list(cur.fetchall())
+    finally:
+        conn.close()
 
 
 def _rss_kib(pid: int) -> int:
@@ -284,7 +271,7 @@ class RealVitessCluster:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise ServerStartError(
-                    f"{name} exited ({proc.returncode}); log tail:\n{_tail(self.log_dir / f'{name}.log')}"
+                    f"{name} exited ({proc.returncode}); log tail:\n{log_tail(self.log_dir / f'{name}.log')}"
                 )
             try:
                 socket.create_connection((self.host, port), 0.5).close()
@@ -292,7 +279,7 @@ class RealVitessCluster:
             except OSError:
                 time.sleep(0.1)
         raise ServerStartError(
-            f"{name} did not listen on {port}; log tail:\n{_tail(self.log_dir / f'{name}.log')}"
+            f"{name} did not listen on {port}; log tail:\n{log_tail(self.log_dir / f'{name}.log')}"
         )
 
     def _start_etcd(self, etcd: str) -> None:
@@ -390,7 +377,7 @@ class RealVitessCluster:
                 if time.monotonic() > deadline or self._procs[f"vttablet-{alias}"].poll() is not None:
                     raise ServerStartError(
                         f"TabletExternallyReparented {alias}: {proc.stderr[-1500:]}\n"
-                        f"tablet log tail:\n{_tail(self.log_dir / f'vttablet-{alias}.log')}"
+                        f"tablet log tail:\n{log_tail(self.log_dir / f'vttablet-{alias}.log')}"
                     )
                 time.sleep(0.5)
 
@@ -433,7 +420,7 @@ class RealVitessCluster:
                 last = f"serving primaries: {sorted(serving)}"
             if time.monotonic() > deadline or self._procs["vtgate"].poll() is not None:
                 raise ServerStartError(
-                    f"vtgate not ready ({last}); log tail:\n{_tail(self.log_dir / 'vtgate.log')}"
+                    f"vtgate not ready ({last}); log tail:\n{log_tail(self.log_dir / 'vtgate.log')}"
                 )
             time.sleep(0.2)
 
@@ -484,23 +471,12 @@ class RealVitessCluster:
 
         vtgate routes by the vschema: an INSERT must name its columns (VT09004 otherwise).
         """
-        conn = self.connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute(statement, params)
-                return list(cur.fetchall())
-        finally:
-            conn.close()
+        return _fetch(self.connect(), statement, params)
 
     def execute_on_shard(self, shard: str, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
         """Run one statement straight on a shard's MariaDB, in its database ``vt_<keyspace>``."""
         conn = self.shard_servers[shard].connect(database=self.db_name, autocommit=True)
-        try:
-            with conn.cursor() as cur:
-                cur.execute(statement, params)
-                return list(cur.fetchall())
-        finally:
-            conn.close()
+        return _fetch(conn, statement, params)
 
     def shard_gtid(self, shard: str) -> str:
         """The shard's ``@@gtid_binlog_pos`` as Vitess spells it (``MariaDB/<domain>-<server>-<seq>``)."""
