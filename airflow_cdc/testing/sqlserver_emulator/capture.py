@@ -106,6 +106,10 @@ PENDING_DDL = (
 )
 
 
+#: The newest mapping row by its primary key (an index scan, not an aggregate over every row).
+_NEWEST = "SELECT start_lsn FROM cdc.lsn_time_mapping ORDER BY start_lsn DESC LIMIT 1"
+
+
 def slot_name(database: str) -> str:
     return "sqlsrv_emu_" + "".join(c if c.isalnum() else "_" for c in database.lower())[:40]
 
@@ -145,7 +149,7 @@ class CaptureJob:
                 (self.slot, pg_lsn_text(upto), PUBLICATION),
             )
             txns = list(self._transactions(cur))
-            done = conn.execute("SELECT max(start_lsn) FROM cdc.lsn_time_mapping").fetchone()
+            done = conn.execute(_NEWEST).fetchone()
             last = bytes(done[0]) if done and done[0] is not None else b""
             instances = _instances(conn)
             unique = _unique_columns(conn)
@@ -155,11 +159,7 @@ class CaptureJob:
                     written += self._write(conn, txn, instances, unique)
             filler = lsn_bytes(upto - 1)
             if upto and filler > max(last, *(lsn_bytes(t.commit_lsn) for t in txns), b""):
-                now = self._local(dt.datetime.now(dt.UTC))
-                conn.execute(
-                    "INSERT INTO cdc.lsn_time_mapping VALUES (%s, %s, %s, %s, NULL)",
-                    (filler, now, now, b"\x00"),
-                )
+                self._filler(conn, filler)
             conn.commit()
             target = txns[-1].end_lsn if txns else 0
             if upto:
@@ -169,6 +169,24 @@ class CaptureJob:
                 )
             conn.commit()
             return written
+
+    def _filler(self, conn: psycopg.Connection, lsn: bytes) -> None:
+        """Record that the log was scanned up to ``lsn`` without a captured transaction: a filler
+        row (``tran_id = 0x00``).  A filler right after another one replaces it, so a poller scanning
+        an idle log many times a second keeps one trailing row, not thousands (the real job writes
+        them at low activity, not on every scan)."""
+        now = self._local(dt.datetime.now(dt.UTC))
+        newest = conn.execute(_NEWEST.replace("start_lsn", "start_lsn, tran_id", 1)).fetchone()
+        if newest is not None and bytes(newest[1]) == b"\x00":
+            conn.execute(
+                "UPDATE cdc.lsn_time_mapping SET start_lsn = %s, tran_begin_time = %s, tran_end_time = %s"
+                " WHERE start_lsn = %s",
+                (lsn, now, now, newest[0]),
+            )
+        else:
+            conn.execute(
+                "INSERT INTO cdc.lsn_time_mapping VALUES (%s, %s, %s, %s, NULL)", (lsn, now, now, b"\x00")
+            )
 
     def _local(self, moment: dt.datetime) -> dt.datetime:
         """An aware moment as the server's local wall-clock time (datetime columns have no zone)."""

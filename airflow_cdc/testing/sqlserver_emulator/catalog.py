@@ -117,7 +117,8 @@ CREATE AGGREGATE public.min(bytea) (sfunc = public.bytea_smaller, stype = bytea)
 CREATE VIEW sys.schemas AS SELECT oid::int AS schema_id, nspname::text AS name FROM pg_namespace;
 
 CREATE FUNCTION sys.fn_cdc_get_max_lsn() RETURNS bytea LANGUAGE sql STABLE AS
-$$ SELECT COALESCE(max(start_lsn), '\x00000000000000000000'::bytea) FROM cdc.lsn_time_mapping $$;
+$$ SELECT COALESCE((SELECT start_lsn FROM cdc.lsn_time_mapping ORDER BY start_lsn DESC LIMIT 1),
+                   '\x00000000000000000000'::bytea) $$;
 CREATE FUNCTION sys.fn_cdc_get_min_lsn(ci text) RETURNS bytea LANGUAGE sql STABLE AS
 $$ SELECT COALESCE((SELECT start_lsn FROM cdc.change_tables WHERE capture_instance = ci),
                    '\x00000000000000000000'::bytea) $$;
