@@ -107,7 +107,7 @@ PENDING_DDL = (
 
 
 #: The newest mapping row by its primary key (an index scan, not an aggregate over every row).
-_NEWEST = "SELECT start_lsn FROM cdc.lsn_time_mapping ORDER BY start_lsn DESC LIMIT 1"
+_NEWEST = "SELECT start_lsn, tran_id FROM cdc.lsn_time_mapping ORDER BY start_lsn DESC LIMIT 1"
 
 
 def slot_name(database: str) -> str:
@@ -149,17 +149,19 @@ class CaptureJob:
                 (self.slot, pg_lsn_text(upto), PUBLICATION),
             )
             txns = list(self._transactions(cur))
-            done = conn.execute(_NEWEST).fetchone()
-            last = bytes(done[0]) if done and done[0] is not None else b""
-            instances = _instances(conn)
-            unique = _unique_columns(conn)
+            newest = conn.execute(_NEWEST).fetchone()
+            last = bytes(newest[0]) if newest is not None else b""
             written = 0
-            for txn in txns:
-                if lsn_bytes(txn.commit_lsn) > last:
-                    written += self._write(conn, txn, instances, unique)
+            if txns:  # an idle scan (a poller's usual one) reads no catalog
+                instances, unique = _instances(conn), _unique_columns(conn)
+                for txn in txns:
+                    if lsn_bytes(txn.commit_lsn) > last:
+                        written += self._write(conn, txn, instances, unique)
             filler = lsn_bytes(upto - 1)
             if upto and filler > max(last, *(lsn_bytes(t.commit_lsn) for t in txns), b""):
-                self._filler(conn, filler)
+                # a mapping row written by this run is a transaction's; else the newest is the old one
+                trailing = newest is not None and not written and bytes(newest[1]) == b"\x00"
+                self._filler(conn, filler, last if trailing else None)
             conn.commit()
             target = txns[-1].end_lsn if txns else 0
             if upto:
@@ -170,18 +172,17 @@ class CaptureJob:
             conn.commit()
             return written
 
-    def _filler(self, conn: psycopg.Connection, lsn: bytes) -> None:
+    def _filler(self, conn: psycopg.Connection, lsn: bytes, replaces: bytes | None) -> None:
         """Record that the log was scanned up to ``lsn`` without a captured transaction: a filler
-        row (``tran_id = 0x00``).  A filler right after another one replaces it, so a poller scanning
-        an idle log many times a second keeps one trailing row, not thousands (the real job writes
-        them at low activity, not on every scan)."""
+        row (``tran_id = 0x00``).  A filler right after another one (``replaces``: its LSN) takes its
+        place, so a poller scanning an idle log many times a second keeps one trailing row, not
+        thousands (the real job writes them at low activity, not on every scan)."""
         now = self._local(dt.datetime.now(dt.UTC))
-        newest = conn.execute(_NEWEST.replace("start_lsn", "start_lsn, tran_id", 1)).fetchone()
-        if newest is not None and bytes(newest[1]) == b"\x00":
+        if replaces is not None:
             conn.execute(
                 "UPDATE cdc.lsn_time_mapping SET start_lsn = %s, tran_begin_time = %s, tran_end_time = %s"
                 " WHERE start_lsn = %s",
-                (lsn, now, now, newest[0]),
+                (lsn, now, now, replaces),
             )
         else:
             conn.execute(
