@@ -7,7 +7,8 @@
 #   make lint      ruff + mypy on airflow_cdc
 #   make demo      the example Airflow DAG end to end: throwaway PostgreSQL, `airflow dags test`,
 #                  Spark local[2], Delta under .local/demo/ (see scripts/demo.py)
-#   make vitess    real Vitess binaries from the Go module proxy into .local/vitess/bin (opt-in, minutes)
+#   make docs      the documentation site (docs/, mkdocs.yml) into site/
+#   make vitess    real Vitess binaries from the Go module proxy into a cache (part of setup)
 #   make clean     remove .venv and caches
 #
 # The system-package logic here is mirrored by airflow_cdc.testing.servers.ensure_installed();
@@ -44,7 +45,7 @@ JARS_POM    := scripts/delta-jars/pom.xml
 # Spark finds the Delta jars here (spark_jobs.cdc_apply.layout.JARS_ENV).
 export AIRFLOW_CDC_DELTA_JARS := $(CURDIR)/$(JARS)
 
-.PHONY: test setup system-packages venv jars tds-check vitess lint clean demo
+.PHONY: test setup system-packages venv jars tds-check vitess vitess-dir lint clean demo
 
 test: setup
 	@# Test workers run captures, Spark drivers and browsers in-process and start subprocesses
@@ -57,22 +58,31 @@ test: setup
 	@echo ">>> running pytest $(PYTEST_ARGS)"
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-setup: system-packages venv jars tds-check
+setup: system-packages venv jars tds-check vitess
 
-# Delta Lake jars for the pinned pyspark, fetched once with Maven into .jars/ (Ivy's
-# spark.jars.packages is the alternative where it can reach Maven Central).
+# Delta Lake and S3A jars for the pinned pyspark, fetched once with Maven into .jars/ (Ivy's
+# spark.jars.packages is the alternative where it can reach Maven Central), and the tests' S3
+# server (s3proxy, one jar) into $(S3PROXY_DIR)/ (~72 MB in all, ~30 s; see $(JARS_POM)).
+# Only the AWS groups and hadoop-aws of S3A's dependencies are copied: Spark ships the rest (netty,
+# Hadoop 3.5.0 itself; Delta's Unity Catalog jars would bring a Hadoop 3.4.2 client otherwise).
+S3PROXY_DIR := .local/s3proxy
+S3A_GROUPS  := org.apache.hadoop,software.amazon.awssdk,software.amazon.eventstream,software.amazon.s3.analyticsaccelerator,org.reactivestreams
 jars:
 	@stamp=$(JARS)/.fetched-$$(sha256sum $(JARS_POM) | cut -c1-16)
-	if [ -f "$$stamp" ]; then echo ">>> Delta jars present"; exit 0; fi
+	if [ -f "$$stamp" ] && compgen -G '$(S3PROXY_DIR)/s3proxy-*.jar' >/dev/null; then
+	    echo ">>> Delta, S3A and s3proxy jars present"; exit 0; fi
 	command -v mvn >/dev/null && command -v java >/dev/null || {
 	    echo ">>> installing Java 17 and Maven"
 	    DEBIAN_FRONTEND=noninteractive apt-get update -q
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends openjdk-17-jre-headless maven; }
-	echo ">>> fetching Delta jars with Maven into $(JARS)/"
-	rm -rf $(JARS)
+	echo ">>> fetching Delta and S3A jars with Maven into $(JARS)/, s3proxy into $(S3PROXY_DIR)/"
+	rm -rf $(JARS) $(S3PROXY_DIR)
 	mvn -q -B -f $(JARS_POM) dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/$(JARS) \
-	    -DincludeScope=runtime -DincludeGroupIds=io.delta,io.unitycatalog
-	ls $(JARS)/delta-spark_*.jar
+	    -DincludeScope=runtime -DincludeGroupIds=io.delta,io.unitycatalog,$(S3A_GROUPS) \
+	    -DexcludeArtifactIds=s3proxy,hadoop-client-api,hadoop-client-runtime
+	mvn -q -B -f $(JARS_POM) dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/$(S3PROXY_DIR) \
+	    -DincludeScope=runtime -DincludeArtifactIds=s3proxy
+	ls $(JARS)/delta-spark_*.jar $(JARS)/hadoop-aws-*.jar $(S3PROXY_DIR)/s3proxy-*.jar
 	touch "$$stamp"
 
 # tedious, the Node.js TDS client, pinned, for tests/unit/testing/test_tds_independent.py: its parser
@@ -91,26 +101,33 @@ tds-check:
 	    tedious@$(TEDIOUS_VERSION); then touch "$$stamp"
 	else echo ">>> npm install tedious failed: the tedious cross-checks will skip" >&2; fi
 
-# Real Vitess (vtgate, vttablet, vtctld, vtctldclient, vtcombo) built from the Go module proxy into
-# $(VITESS_DIR)/bin (git-ignored; airflow_cdc.testing.vitess_real starts them over MariaDB shards).
-# Not part of `make setup`: a cold build downloads 1.2 GB of modules and takes ~10 CPU-minutes
-# (16.6 min wall on a loaded 2-core machine), more than CI's budget has left; the real-Vitess tests
-# run whenever the binaries are there and skip (saying so) otherwise.  `go install ...@v0.24.4`
-# refuses the module (its go.mod has exclude directives), so it is built as the main module from
-# a copy of the downloaded source.
+# Real Vitess (vtgate, vttablet, vtctldclient) built from the Go module proxy into $(VITESS_DIR)/bin,
+# a cache outside the clone (~/.cache/airflow-cdc/vitess-<version>; /var/cache/... as root).
+# airflow_cdc.testing.vitess_real starts them over MariaDB shards (it looks there, or in
+# $$AIRFLOW_CDC_VITESS_BIN).  Part of `make setup`, so the real-Vitess tests run in `make test`: with
+# the binaries cached this costs nothing; with Go's build cache warm a build took 237 s on a loaded
+# 2-core machine; a cold one downloads 1.2 GB of modules and takes ~10 CPU-minutes (16.6 min wall on
+# a loaded 2-core machine) - the cache is what keeps CI in its budget.  `go install ...@v0.24.4` refuses
+# the module (its go.mod has exclude directives), so it is built as the main module from a copy of the
+# downloaded source (removed afterwards).
 VITESS_VERSION := v0.24.4
-VITESS_DIR     := .local/vitess
+# under /var/cache as root: the Vitess processes then run as nobody, who cannot enter /root
+VITESS_DIR     ?= $(if $(filter 0,$(shell id -u)),/var/cache,$(HOME)/.cache)/airflow-cdc/vitess-$(VITESS_VERSION)
+vitess-dir:
+	@echo $(VITESS_DIR)
 vitess:
-	@stamp=$(VITESS_DIR)/.built-$(VITESS_VERSION)
-	if [ -f "$$stamp" ]; then echo ">>> Vitess $(VITESS_VERSION) binaries present"; exit 0; fi
-	command -v go >/dev/null || { echo "go is needed to build Vitess" >&2; exit 1; }
-	echo ">>> building Vitess $(VITESS_VERSION) into $(VITESS_DIR)/bin (minutes)"
+	@stamp=$(VITESS_DIR)/.built
+	if [ -f "$$stamp" ]; then echo ">>> Vitess $(VITESS_VERSION) binaries present in $(VITESS_DIR)"; exit 0; fi
+	command -v go >/dev/null || { echo "go is needed to build Vitess (the real-Vitess tests)" >&2; exit 1; }
+	echo ">>> building Vitess $(VITESS_VERSION) into $(VITESS_DIR)/bin (minutes; cached afterwards)"
+	began=$$(date +%s)
 	src=$$(GOFLAGS=-mod=mod go mod download -json vitess.io/vitess@$(VITESS_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p')
 	test -d "$$src"
-	rm -rf $(VITESS_DIR)/src && mkdir -p $(VITESS_DIR)/bin && cp -r "$$src" $(VITESS_DIR)/src && chmod -R u+w $(VITESS_DIR)/src
-	cd $(VITESS_DIR)/src && GOFLAGS=-buildvcs=false go build -o ../bin/ ./go/cmd/vtgate ./go/cmd/vttablet \
-	    ./go/cmd/vtctld ./go/cmd/vtctldclient ./go/cmd/vtcombo
+	rm -rf $(VITESS_DIR) && mkdir -p $(VITESS_DIR)/bin && cp -r "$$src" $(VITESS_DIR)/src && chmod -R u+w $(VITESS_DIR)/src
+	cd $(VITESS_DIR)/src && GOFLAGS=-buildvcs=false go build -o ../bin/ ./go/cmd/vtgate ./go/cmd/vttablet ./go/cmd/vtctldclient
+	rm -rf $(VITESS_DIR)/src
 	touch "$$stamp"
+	echo ">>> Vitess built in $$(( $$(date +%s) - began )) s"
 
 # Install PostgreSQL 15, MariaDB and the FreeTDS ODBC driver from Debian only when missing.  Services are
 # never started by the packages (policy-rc.d): the tests start throwaway servers of their own.
@@ -159,10 +176,17 @@ venv:
 demo: setup
 	@$(PY) scripts/demo.py
 
+# The documentation site (mkdocs.yml, docs/) into site/ (git-ignored), strict: a broken link or
+# anchor, or a page missing from the nav, fails.  `make test` runs the same build in
+# tests/docs/test_site.py.  Serve it while editing: .venv/bin/mkdocs serve
+.PHONY: docs
+docs: venv
+	@NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
 lint: venv
 	@$(PY) -m ruff check airflow_cdc tests
 	$(PY) -m mypy airflow_cdc
 
 clean:
-	@rm -rf $(VENV) $(JARS) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
+	@rm -rf $(VENV) $(JARS) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info site
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,8 +1,9 @@
-"""Write the generated per-connector property tables into the README (``--check``: fail if stale).
+"""Write the generated per-connector property tables into the docs site (``--check``: fail if stale).
 
     python scripts/property_table.py [--check]
 
-The tables sit between ``<!-- properties:begin -->`` and ``<!-- properties:end -->``.
+Each table sits between ``<!-- properties:begin -->`` and ``<!-- properties:end -->`` of
+``docs/reference/properties/<connector>.md``.
 """
 
 from __future__ import annotations
@@ -11,10 +12,15 @@ import sys
 from pathlib import Path
 
 from airflow_cdc.readme import replace_section, write_or_check
-from airflow_cdc.sources.property_table import BASE_CONFIGS, markdown, render_section
+from airflow_cdc.sources.property_table import BASE_CONFIGS, markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- properties:begin -->", "<!-- properties:end -->"
+
+
+def page_path(connector: str) -> Path:
+    """The connector's reference page, relative to the repository root."""
+    return Path("docs") / "reference" / "properties" / f"{connector}.md"
 
 
 def documented(connector: str) -> list[str]:
@@ -23,15 +29,18 @@ def documented(connector: str) -> list[str]:
     return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def rendered_readme(readme: str) -> str:
-    """The README with its generated section replaced by the current tables."""
-    tables = {c: markdown(c, documented(c)) for c in BASE_CONFIGS}
-    return replace_section(readme, BEGIN, END, render_section(tables))
+def rendered(connector: str, page: str) -> str:
+    """The connector's page with its generated table replaced by the current one."""
+    return replace_section(page, BEGIN, END, markdown(connector, documented(connector)) + "\n")
 
 
 def main(argv: list[str]) -> int:
-    stale = "README.md property tables are stale: run python scripts/property_table.py"
-    return write_or_check(ROOT / "README.md", rendered_readme, "--check" in argv, stale)
+    code = 0
+    for connector in BASE_CONFIGS:
+        stale = f"{page_path(connector)} is stale: run python scripts/property_table.py"
+        render = lambda page, c=connector: rendered(c, page)  # noqa: E731
+        code = max(code, write_or_check(ROOT / page_path(connector), render, "--check" in argv, stale))
+    return code
 
 
 if __name__ == "__main__":

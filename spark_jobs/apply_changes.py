@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cdc_apply.delta_log import StaleFence  # noqa: E402
 from cdc_apply.frames import SchemaChangeError  # noqa: E402
 from cdc_apply.job import ApplySettings, apply_batches  # noqa: E402
-from cdc_apply.layout import EXIT_DAMAGED, EXIT_FENCED, EXIT_MEMORY, EXIT_SCHEMA  # noqa: E402
+from cdc_apply.layout import EXIT_DAMAGED, EXIT_FENCED, EXIT_MEMORY, EXIT_SCHEMA, EXIT_STORAGE  # noqa: E402
 from cdc_apply.session import tune  # noqa: E402
 from cdc_apply.staged import StagedBatchError  # noqa: E402
 
@@ -116,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
             memory = spark.sparkContext.getConf().get("spark.driver.memory", "1g (Spark's default)")
             print(f"airflow-cdc apply: out of memory (spark.driver.memory={memory}): {e}", file=sys.stderr)
             return EXIT_MEMORY
+        if _store_failed(e):
+            logging.getLogger("airflow_cdc.apply").exception("apply failed")
+            print(f"airflow-cdc apply: object store failed or unreachable: {e}", file=sys.stderr)
+            return EXIT_STORAGE
         raise
     report["timings"] = {
         "python_started_at": round(STARTED_AT, 3),
@@ -124,6 +128,26 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(json.dumps(report, sort_keys=True, default=str))
     return 0
+
+
+#: what S3A (Java) and pyarrow (C++) say when the store is down, throttles or refuses a request
+_STORE_FAILURES = (
+    "org.apache.hadoop.fs.s3a.",
+    "software.amazon.awssdk.core.exception.SdkClientException",
+    "AWSClientIOException",
+    "AWS Error NETWORK_CONNECTION",
+    "AWS Error SLOW_DOWN",
+    "AWS Error SERVICE_UNAVAILABLE",
+)
+
+
+def _store_failed(error: BaseException | None) -> bool:
+    """Whether an object-store failure caused ``error`` (a retry of the batch is what helps)."""
+    while error is not None:
+        if any(sign in str(error) for sign in _STORE_FAILURES):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def _out_of_memory(error: BaseException) -> bool:

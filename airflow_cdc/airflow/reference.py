@@ -1,5 +1,6 @@
 """The provider's parameter reference, generated from the classes themselves (signatures and
-``:param`` docstrings) into the README by ``scripts/operator_reference.py`` -- one source of truth."""
+``:param`` docstrings) into ``docs/reference/operators.md`` by ``scripts/operator_reference.py`` -- one
+source of truth."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import inspect
 import re
 from typing import Any
 
-#: the documented classes, in README order
+#: the documented classes, in the order of the reference page
 CLASSES = (
     "airflow_cdc.airflow.sensors.changes.CdcChangesSensor",
     "airflow_cdc.airflow.operators.capture.CdcCaptureOperator",

@@ -32,8 +32,10 @@ from airflow_cdc.core.errors import (
     ConfigError,
     LeaseLost,
     SchemaError,
+    StorageUnavailable,
 )
 from airflow_cdc.core.lease import Lease
+from airflow_cdc.core.storage import StorageSettings, is_remote, open_location
 from spark_jobs.cdc_apply.layout import (
     DELTA_CONF,
     DELTA_PACKAGE,
@@ -41,8 +43,10 @@ from spark_jobs.cdc_apply.layout import (
     EXIT_FENCED,
     EXIT_MEMORY,
     EXIT_SCHEMA,
+    EXIT_STORAGE,
     JARS_ENV,
     LAYERS,
+    S3A_PACKAGES,
     default_driver_memory,
     table_path,
 )
@@ -237,6 +241,7 @@ def build_apply_job(
     name: str | None = None,
     fence: int | None = None,
     master: str | None = None,
+    storage: StorageSettings | None = None,
 ) -> SparkApplyJob:
     """Describe the Spark job that applies ``batch`` to the Delta root ``target``.
 
@@ -252,8 +257,12 @@ def build_apply_job(
         stops before writing a table a newer token already wrote.
     :param master: the Spark master the job will run on, if known (local masters get a driver
         heap sized to this machine).
+    :param storage: endpoint and credentials of the object store the batches or ``target`` are
+        on (default: S3A keys in ``conf``, then the environment).  Credentials go into the job's
+        environment, never into its command line.
     """
-    paths = [Path(batch)] if isinstance(batch, (str, os.PathLike)) else [Path(b) for b in batch]
+    given = [batch] if isinstance(batch, (str, os.PathLike)) else list(batch)
+    paths = [open_location(b, storage) for b in given]
     if not paths:
         raise BatchError("no batch to apply")
     for path in paths:
@@ -261,6 +270,13 @@ def build_apply_job(
             raise BatchError(f"{path} is not a published batch (no manifest.json)")
     packages, jars = delta_jars()
     merged = {**launch_defaults(master), **(conf or {})}
+    env = _python_env()
+    if any(is_remote(p) for p in paths) or is_remote(target):
+        s3 = s3_launch(storage, merged)
+        merged = {**s3.hadoop_conf(), **merged}
+        env |= s3.env()  # credentials reach the job (S3A's provider chain, pyarrow) by environment
+        if packages is not None:
+            packages = ",".join([packages, *S3A_PACKAGES])
     return SparkApplyJob(
         application=str(spark_jobs_dir() / "apply_changes.py"),
         application_args=[
@@ -275,8 +291,15 @@ def build_apply_job(
         packages=packages,
         jars=jars,
         py_files=job_library_zip(),
-        env=_python_env(),
+        env=env,
     )
+
+
+def s3_launch(storage: StorageSettings | None, conf: Mapping[str, str]) -> StorageSettings:
+    """The S3 settings an apply job gets: ``storage`` (e.g. from an Airflow Connection), then
+    the S3A keys in ``conf`` (``spark.hadoop.fs.s3a.*``), then this process's environment."""
+    found = StorageSettings.from_hadoop(conf).over(StorageSettings.from_env())
+    return storage.over(found) if storage is not None else found
 
 
 def launch_defaults(master: str | None = None) -> dict[str, str]:
@@ -342,14 +365,17 @@ def run_apply_job(
                 hint=f"re-run apply for batch {batch} (idempotent), with a longer timeout",
             )
     if code != 0:
-        raise apply_exit_error(code, batch)
+        args = job.application_args
+        target = next((args[i + 1] for i, a in enumerate(args[:-1]) if a == "--target"), None)
+        raise apply_exit_error(code, batch, target)
 
 
-def apply_exit_error(code: int, batch: str) -> CdcError:
+def apply_exit_error(code: int, batch: str, target: str | None = None) -> CdcError:
     """What a non-zero exit of ``spark-submit`` for ``batch`` means, and the one right next step.
 
     :param code: the exit status: negative for "killed by signal" (Python's convention), 128 + n
         when a shell reports signal n.
+    :param target: the Delta root the job wrote (named when the object store failed).
     """
     signo = -code if code < 0 else code - 128 if 128 < code < 160 else None
     if signo is not None:
@@ -377,6 +403,13 @@ def apply_exit_error(code: int, batch: str) -> CdcError:
             "the batch itself is fine",
             hint="give the job more memory (spark.driver.memory, e.g. `--conf spark.driver.memory=8g` or "
             f"the operator's spark_conf), then re-run apply for batch {batch} (idempotent)",
+        )
+    if code == EXIT_STORAGE:
+        return StorageUnavailable(
+            f"apply of batch {batch} failed: the object store of the staged batch or of the Delta "
+            f"tables{f' ({target})' if target else ''} failed or was unreachable (see the job output)",
+            hint=f"check the store's endpoint and credentials, then re-run apply for batch {batch} "
+            "(idempotent: a Delta commit is whole or absent)",
         )
     if code == EXIT_FENCED:
         return LeaseLost(

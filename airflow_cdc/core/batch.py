@@ -6,11 +6,20 @@ Layout of one batch directory ``<staging>/<connector>/batches/<batch_id>/``::
     tables/<table>/part-00000.parquet  envelope rows (core.events), one file per schema version
     messages/part-00000.parquet        logical messages (op = m), if any
 
-A batch is built in a hidden ``.inprogress-*`` directory and renamed into place only after
-every file and the manifest are fsynced, so readers never see a partial batch; a crash leaves
-an ``.inprogress`` directory that :func:`clean_incomplete` removes once its writer is gone (the
-writer is recorded in ``owner.json`` inside it).  Batches are never modified after the rename.
-Every directory is ``0700`` and every file ``0600``, whatever the umask: they hold row images.
+On a local disk a batch is built in a hidden ``.inprogress-*`` directory and renamed into place
+only after every file and the manifest are fsynced, so readers never see a partial batch; a
+crash leaves an ``.inprogress`` directory that :func:`clean_incomplete` removes once its writer
+is gone (the writer is recorded in ``owner.json`` inside it).  Every directory is ``0700`` and
+every file ``0600``, whatever the umask: they hold row images.
+
+On an object store (``s3://``; :mod:`airflow_cdc.core.storage`), which has no rename, the parts
+are written straight under ``<batch_id>/`` with a suffix unique to the writer
+(``part-00000-w<hex>.parquet``, its owner in ``owner-w<hex>.json``), and ``manifest.json`` is
+*created* last, put-if-absent: the batch exists exactly when its manifest does, and of two
+writers of one batch id exactly one publishes (the other's parts are never listed by the
+manifest and go with the batch).  A batch whose manifest never appeared is never read, and is
+swept by :func:`clean_incomplete` once its writer is gone or it is older than the lease timeout.
+Either way batches are never modified after they are published.
 The manifest holds the from/to offsets and the connector state to commit
 once the batch is durably applied (``state_after``).
 """
@@ -24,7 +33,7 @@ import secrets
 import shutil
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -35,7 +44,8 @@ import pyarrow.parquet as pq
 
 from airflow_cdc.core.errors import BatchError
 from airflow_cdc.core.filemodes import make_private, private_dir, private_dirs
-from airflow_cdc.core.lease import pid_alive, pid_namespace
+from airflow_cdc.core.lease import pid_namespace
+from airflow_cdc.core.storage import Location, open_location
 from airflow_cdc.core.table_sink import BackgroundWrites, PartInfo, TableSink, snapshot_threads
 
 MANIFEST = "manifest.json"
@@ -69,8 +79,17 @@ def _fsync_file(path: Path) -> None:
         os.fsync(f.fileno())
 
 
+Staging = str | os.PathLike[str] | Location
+
+
 def batches_root(staging: str | os.PathLike[str], connector: str) -> Path:
+    """The local directory of a connector's batches (local staging only: see :func:`batches_at`)."""
     return Path(staging) / safe_name(connector) / "batches"
+
+
+def batches_at(staging: Staging, connector: str) -> Location:
+    """Where a connector's batches live, on any store."""
+    return open_location(staging) / safe_name(connector) / "batches"
 
 
 class BatchWriter:
@@ -78,7 +97,7 @@ class BatchWriter:
 
     def __init__(
         self,
-        staging: str | os.PathLike[str],
+        staging: Staging,
         connector: str,
         batch_id: str | None = None,
         piece_rows: int = 65_536,
@@ -100,14 +119,27 @@ class BatchWriter:
         :param partition: that partition's key, recorded in the manifest.
         """
         self.batch_id = batch_id or new_batch_id()
-        self.root = private_dirs(batches_root(staging, connector))
-        self.tmp = private_dir(self.root / f".inprogress-{self.batch_id}-{os.getpid()}")
         me = {"host": socket.gethostname(), "pid": os.getpid(), "pidns": pid_namespace()}
-        (self.tmp / OWNER).write_text(json.dumps(owner or me))
-        make_private(self.tmp / OWNER)
+        owner_doc = json.dumps(owner or me).encode()
+        root = batches_at(staging, connector)
+        #: the writer's own files: "" locally (its directory is its own), else unique per writer
+        self._suffix = ""
+        if root.local:
+            self.root: Path | None = private_dirs(root.as_path())
+            name = f".inprogress-{self.batch_id}-{os.getpid()}-{secrets.token_hex(2)}"
+            self.tmp: Path | None = private_dir(self.root / name)
+            self.area = open_location(self.tmp)
+            (self.tmp / OWNER).write_text(owner_doc.decode())
+            make_private(self.tmp / OWNER)
+        else:
+            self.root = self.tmp = None
+            self.area = root / self.batch_id
+            self._suffix = f"-w{secrets.token_hex(4)}"
+            (self.area / _owner_name(self._suffix)).write_bytes(owner_doc)
         self._before_publish = before_publish
         self.connector, self.piece_rows = connector, piece_rows
         self.target, self.partition = target or connector, partition
+        self.published = False
         self._open: dict[str, TableSink] = {}
         self._parts: dict[str, list[PartInfo]] = {}
         self._tables: dict[str, dict[str, Any]] = {}
@@ -135,10 +167,10 @@ class BatchWriter:
         self.close_table(table)
         n = self._counters.get(table, 0)
         self._counters[table] = n + 1
-        rel = f"tables/{safe_name(table)}/part-{n:05d}.parquet"
-        private_dirs((self.tmp / rel).parent)
+        rel = f"tables/{safe_name(table)}/part-{n:05d}{self._suffix}.parquet"
+        (self.area / rel).parent.make_dirs()
         sink = TableSink(
-            str(self.tmp / rel),
+            (self.area / rel).path,
             rel,
             codecs,
             select,
@@ -149,6 +181,7 @@ class BatchWriter:
             metadata,
             expand=expand,
             key_columns=table_info.get("key_columns") or (),
+            filesystem=None if self.area.local else self.area.fs,
         )
         if kind == "snapshot" and snapshot_threads():
             if self._writes is None:
@@ -170,7 +203,7 @@ class BatchWriter:
             if part.rows:
                 self._parts.setdefault(table, []).append(part)
             else:
-                (self.tmp / part.file).unlink()
+                (self.area / part.file).delete()
 
     def inserted_rows(self, table: str, kind: str = "stream") -> list[dict[str, Any]]:
         """The after images of the ``c`` events of ``table`` staged so far in parts of ``kind``,
@@ -180,7 +213,8 @@ class BatchWriter:
         for part in self._parts.get(table, []):
             if part.kind != kind:
                 continue
-            events = pq.read_table(self.tmp / part.file, columns=["op", "after"]).to_pylist()
+            where = self.area / part.file
+            events = pq.read_table(where.path, columns=["op", "after"], filesystem=where.fs).to_pylist()
             out += [e["after"] for e in events if e["op"] == "c" and e["after"] is not None]
         return out
 
@@ -202,16 +236,20 @@ class BatchWriter:
         """Write logical messages (op = m) as one part."""
         n = self._counters.get("\0messages", 0)
         self._counters["\0messages"] = n + 1
-        rel = f"messages/part-{n:05d}.parquet"
-        private_dirs((self.tmp / rel).parent)
-        pq.write_table(table, self.tmp / rel, compression="snappy")
+        rel = f"messages/part-{n:05d}{self._suffix}.parquet"
+        where = self.area / rel
+        where.parent.make_dirs()
+        pq.write_table(table, where.path, compression="snappy", filesystem=where.fs)
         self._parts.setdefault("\0messages", []).append(PartInfo(rel, table.num_rows, "messages", "-"))
 
-    def finish(self, manifest: dict[str, Any]) -> Path:
+    def finish(self, manifest: dict[str, Any]) -> Path | str:
         """Close all parts, write the manifest, fsync, and publish the batch atomically.
 
         :param manifest: connector-specific fields (from/to offset, state_after, counts ...).
-        :returns: the published batch directory.
+        :returns: the published batch directory (a ``Path``; an ``s3://`` URL on an object store).
+        :raises BatchError: another writer published this batch id first (nothing of this
+            writer's is visible; call :meth:`abort` to remove its files).
+        :raises StorageUnavailable: the object store failed; the batch is not published.
         """
         try:
             for table in list(self._open):
@@ -237,11 +275,15 @@ class BatchWriter:
             "messages": messages,
             **manifest,
         }
+        body = json.dumps(doc, indent=1, sort_keys=True, default=str)
+        if self.tmp is None:
+            return self._publish_by_create(body)
+        assert self.root is not None
         for path in self.tmp.rglob("*.parquet"):
             make_private(path)
             _fsync_file(path)
         (self.tmp / OWNER).unlink()
-        (self.tmp / MANIFEST).write_text(json.dumps(doc, indent=1, sort_keys=True, default=str))
+        (self.tmp / MANIFEST).write_text(body)
         make_private(self.tmp / MANIFEST)
         _fsync_file(self.tmp / MANIFEST)
         for d in sorted({p.parent for p in self.tmp.rglob("*")} | {self.tmp}):
@@ -250,11 +292,32 @@ class BatchWriter:
         if self._before_publish is not None:
             self._before_publish()
         final = self.root / self.batch_id
-        os.rename(self.tmp, final)
+        try:
+            os.rename(self.tmp, final)
+        except OSError as e:  # ENOTEMPTY / EEXIST: published by another writer first
+            if not (final / MANIFEST).exists():
+                raise
+            raise BatchError(f"batch {self.batch_id} was published by another writer first") from e
         _fsync_dir(self.root)
+        self.published = True
         return final
 
+    def _publish_by_create(self, body: str) -> str:
+        """Object stores: every part is written; the manifest's creation publishes the batch."""
+        if self._before_publish is not None:
+            self._before_publish()
+        try:
+            (self.area / MANIFEST).create(body.encode())
+        except FileExistsError as e:
+            raise BatchError(f"batch {self.batch_id} was published by another writer first") from e
+        self.published = True
+        (self.area / _owner_name(self._suffix)).delete()
+        return self.area.url
+
     def abort(self) -> None:
+        """Drop what this writer wrote (a no-op once it published)."""
+        if self.published:
+            return
         for sink in self._open.values():
             try:
                 sink.close()
@@ -262,121 +325,34 @@ class BatchWriter:
                 pass
         self._open.clear()
         self._stop_writes()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return
+        for info in self.area.walk():  # only this writer's files: another may have published
+            if self._suffix in info.base_name:
+                Location(self.area.store, info.path).delete()
 
 
-class Batch:
-    """A published batch, read-only."""
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        try:
-            self.manifest: dict[str, Any] = json.loads((self.path / MANIFEST).read_text())
-        except FileNotFoundError as e:
-            raise BatchError(f"batch {self.path} has no {MANIFEST}: it is incomplete or not a batch") from e
-        except json.JSONDecodeError as e:
-            raise BatchError(f"batch {self.path}: {MANIFEST} is not valid JSON: {e}") from e
-        if self.manifest.get("format") != FORMAT_VERSION:
-            raise BatchError(f"batch {self.path}: unsupported format {self.manifest.get('format')!r}")
-
-    @property
-    def batch_id(self) -> str:
-        return self.manifest["batch_id"]
-
-    @property
-    def empty(self) -> bool:
-        """No table part and no logical message: nothing for Delta (its end offset may still move)."""
-        return not self.tables() and not self.manifest.get("messages")
-
-    @property
-    def partition(self) -> str | None:
-        """The partition of a partitioned connector that captured the batch (None: unpartitioned)."""
-        return self.manifest.get("partition")
-
-    def tables(self) -> list[str]:
-        return sorted(self.manifest["tables"])
-
-    def table_info(self, table: str) -> dict[str, Any]:
-        return self.manifest["tables"][table]
-
-    def parts(self, table: str) -> list[Path]:
-        return [self.path / p["file"] for p in self.manifest["tables"][table]["parts"]]
-
-    def iter_events(self, table: str, batch_rows: int = 65_536) -> Iterator[pa.RecordBatch]:
-        """Stream a table's events in pieces (bounded memory), part by part in write order."""
-        for part in self.parts(table):
-            yield from pq.ParquetFile(part).iter_batches(batch_size=batch_rows)
-
-    def iter_messages(self) -> Iterator[pa.RecordBatch]:
-        for part in self.manifest.get("messages", []):
-            yield from pq.ParquetFile(self.path / part["file"]).iter_batches()
-
-    def verify(self) -> None:
-        """Check every listed file exists with the recorded row count.
-
-        :raises BatchError: naming the missing or damaged file.
-        """
-        for table in self.tables():
-            for part in self.table_info(table)["parts"]:
-                path = self.path / part["file"]
-                if not path.exists():
-                    raise BatchError(f"batch {self.batch_id}: file {part['file']} is missing")
-                rows = pq.ParquetFile(path).metadata.num_rows
-                if rows != part["rows"]:
-                    raise BatchError(
-                        f"batch {self.batch_id}: {part['file']} has {rows} rows, manifest says {part['rows']}"
-                    )
+def _owner_name(suffix: str) -> str:
+    return f"owner{suffix}.json"
 
 
-def list_batches(staging: str | os.PathLike[str], connector: str) -> list[Batch]:
-    """Published batches of a connector, oldest first."""
-    root = batches_root(staging, connector)
-    if not root.exists():
-        return []
-    return [Batch(p) for p in sorted(root.iterdir()) if _BATCH_ID.match(p.name) and (p / MANIFEST).exists()]
+# the reader and the sweep live in batch_read; re-exported: callers import them from here
+from airflow_cdc.core.batch_read import (  # noqa: E402
+    Batch,
+    clean_incomplete,
+    expire_batches,
+    list_batches,
+)
 
-
-def clean_incomplete(
-    staging: str | os.PathLike[str], connector: str, token: int | None = None, grace: float = 0.0
-) -> int:
-    """Remove ``.inprogress`` directories whose writer is gone; returns how many.
-
-    A writer on this host is gone when its pid no longer exists.  A writer on another host is
-    taken as gone when its lease token is older than ``token`` (the caller's: it holds the lease,
-    so that writer's lease has ended and it can never publish).  A directory without a readable
-    owner (a crash before it was recorded, or an older release) is removed once it is older than
-    ``grace`` seconds.  Live writers' directories are never touched.
-
-    :param token: the caller's lease token, ``None`` when it holds no lease.
-    """
-    root = batches_root(staging, connector)
-    removed = 0
-    if root.exists():
-        for p in root.glob(".inprogress-*"):
-            if _writer_gone(p, token, grace):
-                shutil.rmtree(p, ignore_errors=True)
-                removed += 1
-    return removed
-
-
-def _writer_gone(path: Path, token: int | None, grace: float) -> bool:
-    try:
-        owner = json.loads((path / OWNER).read_text())
-        host, pid = owner["host"], int(owner["pid"])
-    except (OSError, ValueError, KeyError, TypeError):
-        try:
-            return time.time() - path.stat().st_mtime > grace
-        except FileNotFoundError:
-            return False
-    if host == socket.gethostname() and str(owner.get("pidns", "")) == pid_namespace():
-        return not pid_alive(pid)
-    return token is not None and int(owner.get("token") or 0) < token
-
-
-def expire_batches(staging: str | os.PathLike[str], connector: str, keep_after: str, retain: int) -> int:
-    """Delete committed batches older than ``keep_after`` beyond the newest ``retain`` ones."""
-    old = [b for b in list_batches(staging, connector) if b.batch_id < keep_after]
-    doomed = old[: max(0, len(old) - retain)]
-    for b in doomed:
-        shutil.rmtree(b.path, ignore_errors=True)
-    return len(doomed)
+__all__ = [
+    "Batch",
+    "BatchWriter",
+    "batches_at",
+    "batches_root",
+    "clean_incomplete",
+    "expire_batches",
+    "list_batches",
+    "new_batch_id",
+    "safe_name",
+]

@@ -223,8 +223,16 @@ class Capture:
                 for snap in ctx.pending:
                     if snap.origin == "initial":
                         snap.purge_below = floor
+            planned_before = {s.id for s in ctx.pending}
             if reason is None:
                 notes += _plan_new_tables(ctx, mode, data.get("tables"), tables, include)
+            # a table new at the start may have been created in the unread log: no chunk of it is
+            # read before this window said so (its stream events would come again as op=r)
+            self._deferred = (
+                {s.id for s in ctx.pending if s.id not in planned_before}
+                if self.source.capabilities.logs_creation
+                else set()
+            )
             version = stored.version if stored else None
             if reason is not None:
                 data, version = self._anchor(lease, stored, from_lsn, ctx, tables)
@@ -269,7 +277,10 @@ class Capture:
         native = not self.source.capabilities.chunked_snapshots
         if native:
             self.source.plan_native_snapshots(ctx.pending)
+        deferred = [s for s in ctx.pending if s.id in getattr(self, "_deferred", ())]
+        ctx.pending = [s for s in ctx.pending if s not in deferred]
         chunks, groups = self._snapshot_chunks(ctx, from_lsn, version, prepared)
+        ctx.pending += deferred
         flush = self.source.head()
         need = max(c.watermark.lsn_after for c in chunks) if chunks else None
         upto = max(flush, self._wait_flushed(need)) if need is not None and need > flush else flush
@@ -293,6 +304,10 @@ class Capture:
             snap_rows = self._finish_native(writer, ctx, window, end_lsn, notes)
         else:
             snap_rows = self._reconcile(writer, ctx, chunks, tracker, end_lsn, notes)
+        born = self.source.created_in_log()
+        if born:  # complete from the log: a snapshot planned when the run opened is not needed
+            dropped = ctx.stop([p.table for p in ctx.pending if p.table in born and p.origin == "initial"])
+            notes += [f"table {t} was created in the captured log: no snapshot" for t in dropped]
         if window is not None:
             before = {s.id for s in ctx.pending}
             signal_notes, seen = self._table_signals(writer, ctx)
@@ -315,7 +330,7 @@ class Capture:
         if known is not None:
             # tables captured at this run's start were planned then; one whose snapshot already
             # completed inside this run must not be scheduled again
-            known = sorted(set(known) | set(start_tables))
+            known = sorted(set(known) | set(start_tables) | born)
             include = self.config["snapshot.include.collection.list"]
             notes += _plan_new_tables(ctx, self.config["snapshot.mode"], known, captured, include)
         state_after = {

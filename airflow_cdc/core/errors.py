@@ -45,7 +45,9 @@ class ConfigError(CdcError):
     """A configuration property is missing, unknown or has an invalid value."""
 
     disposition = Disposition.FATAL
-    default_hint = "fix the connector configuration; see the configuration reference in README.md"
+    default_hint = (
+        "fix the connector configuration; see the configuration reference in docs/reference/properties/"
+    )
 
 
 class ConnectionFailed(CdcError):
@@ -158,3 +160,14 @@ class LeaseLost(CdcError):
 
     disposition = Disposition.RETRYABLE
     default_hint = "a newer run of this connector took over; this run stops without writing anything more"
+
+
+class StorageUnavailable(CdcError):
+    """The object store holding staged batches or Delta tables could not be reached or refused a
+    request (network, server down, throttling, credentials that expired)."""
+
+    disposition = Disposition.RETRYABLE
+    default_hint = (
+        "check that the object store is reachable and the credentials are valid; nothing was "
+        "published half, so the next run picks up from the last committed batch"
+    )

@@ -26,6 +26,7 @@ from airflow_cdc.core.config import ConnectorConfig
 from airflow_cdc.core.errors import ConfigError
 from airflow_cdc.core.source import ChangeSource, resolve_connector, source_spec
 from airflow_cdc.core.state import StateStore, open_state_store
+from airflow_cdc.core.storage import is_remote
 
 
 def read_pipeline_file(path: str | Path) -> dict[str, Any]:
@@ -68,8 +69,18 @@ def build_source(config: ConnectorConfig) -> ChangeSource:
 
 
 def build_store(config: ConnectorConfig) -> StateStore:
-    url = config.secret("state.store") or str(Path(config["staging.path"]) / "_state")
-    return open_state_store(url)
+    """The connector's state store.
+
+    :raises ConfigError: ``staging.path`` is an object store and ``state.store`` is not set (the
+        default, a file store under the staging path, needs a local directory with locks).
+    """
+    url = config.secret("state.store")
+    if url is None and is_remote(config["staging.path"]):
+        raise ConfigError(
+            f"property 'state.store' is required when 'staging.path' is an object store "
+            f"({config['staging.path']}): a sqlite:///, postgresql:// or mysql:// URL, or a local directory"
+        )
+    return open_state_store(url or str(Path(config["staging.path"]) / "_state"))
 
 
 def partitions(config: ConnectorConfig) -> list[ConnectorConfig]:

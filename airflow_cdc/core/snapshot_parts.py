@@ -36,16 +36,16 @@ import math
 import shutil
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
 
 from airflow_cdc.core.batch import safe_name
 from airflow_cdc.core.errors import ConfigError
-from airflow_cdc.core.filemodes import make_private, private_dirs
+from airflow_cdc.core.filemodes import make_private
 from airflow_cdc.core.snapshot import ChunkRead, SnapshotContext, TableSnapshot
 from airflow_cdc.core.source import ChangeSource
+from airflow_cdc.core.storage import Location, open_location
 
 if TYPE_CHECKING:
     from airflow_cdc.core.capture import Capture
@@ -53,9 +53,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def parts_root(capture: Capture) -> Path:
-    """``<staging>/<state name>/snapshot_parts``: where a connector partition's plans live."""
-    return Path(capture.config["staging.path"]) / safe_name(capture.name) / "snapshot_parts"
+def parts_root(capture: Capture) -> Location:
+    """``<staging>/<state name>/snapshot_parts``: where a connector partition's plans live (a
+    local directory or an object-store prefix, like the batches)."""
+    return open_location(capture.config["staging.path"]) / safe_name(capture.name) / "snapshot_parts"
 
 
 def _check_chunked(capture: Capture) -> None:
@@ -73,11 +74,23 @@ def _check_chunked(capture: Capture) -> None:
         )
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
+def _write_json(where: Location, data: dict[str, Any]) -> None:
+    """Replace a JSON file atomically: by rename locally; an object store's PUT is atomic."""
+    if not where.local:
+        where.write_bytes(json.dumps(data).encode())
+        return
+    path = where.as_path()
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data))
     make_private(tmp)
     tmp.replace(path)
+
+
+def _remove(where: Location) -> None:
+    if where.local:
+        shutil.rmtree(where.path, ignore_errors=True)
+    else:
+        where.delete_tree()
 
 
 def plan_parts(capture: Capture, parts: int) -> list[dict[str, Any]]:
@@ -93,7 +106,7 @@ def plan_parts(capture: Capture, parts: int) -> list[dict[str, Any]]:
         raise ConfigError(f"snapshot parts: expected at least 1 part, got {parts}")
     _check_chunked(capture)
     root = parts_root(capture)
-    shutil.rmtree(root, ignore_errors=True)
+    _remove(root)
     stored = capture.store.load(capture.name)
     ctx = SnapshotContext.from_json(stored.data.get("snapshot") if stored else None)
     if stored is None or not ctx.pending:
@@ -125,7 +138,7 @@ def plan_parts(capture: Capture, parts: int) -> list[dict[str, Any]]:
         if final:
             break
         lower = upper
-    plan_dir = private_dirs(root / uuid.uuid4().hex[:12])
+    plan_dir = (root / uuid.uuid4().hex[:12]).make_dirs()
     plan = {
         "state_version": stored.version,
         "snapshot": snap.to_json(),
@@ -142,7 +155,7 @@ def plan_parts(capture: Capture, parts: int) -> list[dict[str, Any]]:
         per_part,
         plan_dir,
     )
-    return [{"plan": str(plan_dir), "part": s["index"]} for s in specs]
+    return [{"plan": plan_dir.url, "part": s["index"]} for s in specs]
 
 
 def read_part(capture: Capture, plan_dir: str, index: int) -> dict[str, Any]:
@@ -151,13 +164,13 @@ def read_part(capture: Capture, plan_dir: str, index: int) -> dict[str, Any]:
     Reading a part again replaces its files.  Returns small facts (rows, chunks, complete).
     """
     _check_chunked(capture)
-    plan = json.loads((Path(plan_dir) / "plan.json").read_text())
+    plan = json.loads((open_location(plan_dir) / "plan.json").read_text())
     spec = plan["parts"][index]
     snap = TableSnapshot.from_json({**plan["snapshot"], "rows": 0, "chunks": 0})
     snap.last_key, snap.max_key = spec["lower"], spec["upper"]
-    out = Path(plan_dir) / f"part-{index:04d}"
-    shutil.rmtree(out, ignore_errors=True)
-    private_dirs(out)
+    out = open_location(plan_dir) / f"part-{index:04d}"
+    _remove(out)
+    out.make_dirs()
     capture.source.open()
     try:
         low = capture.source.head()  # every chunk's snapshot is taken after this coordinate
@@ -167,8 +180,10 @@ def read_part(capture: Capture, plan_dir: str, index: int) -> dict[str, Any]:
     rows = 0
     for i, chunk in enumerate(chunks):
         data, meta = capture.source.chunk_to_files(chunk)
-        pq.write_table(data, out / f"chunk-{i:05d}.parquet")
-        make_private(out / f"chunk-{i:05d}.parquet")
+        file = out / f"chunk-{i:05d}.parquet"
+        pq.write_table(data, file.path, filesystem=file.fs)
+        if file.local:
+            make_private(file.path)
         _write_json(out / f"chunk-{i:05d}.json", meta)
         rows += chunk.data.num_rows
     complete = bool(chunks) and chunks[-1].last
@@ -220,7 +235,7 @@ def load_parts(
 
     :returns: None when the plan does not fit (logged): the run reads its chunks itself.
     """
-    path = Path(plan_dir)
+    path = open_location(plan_dir)
     try:
         plan = json.loads((path / "plan.json").read_text())
     except (OSError, ValueError) as e:
@@ -234,7 +249,7 @@ def load_parts(
 
 
 def _load_chunks(
-    capture: Capture, path: Path, plan: dict[str, Any], snap: TableSnapshot, start: Any
+    capture: Capture, path: Location, plan: dict[str, Any], snap: TableSnapshot, start: Any
 ) -> PreparedChunks | None:
     out = PreparedChunks([], [])
     for spec in plan["parts"]:
@@ -250,9 +265,8 @@ def _load_chunks(
             return None
         for i in range(done["chunks"]):
             meta = json.loads((part / f"chunk-{i:05d}.json").read_text())
-            chunk = capture.source.chunk_from_files(
-                snap, pq.read_table(part / f"chunk-{i:05d}.parquet"), meta
-            )
+            file = part / f"chunk-{i:05d}.parquet"
+            chunk = capture.source.chunk_from_files(snap, pq.read_table(file.path, filesystem=file.fs), meta)
             misfit = capture.source.chunk_misfit(chunk)
             if misfit is not None:
                 log.warning("snapshot parts: part %d: %s; plan %s refused", spec["index"], misfit, path)
@@ -283,4 +297,4 @@ def _load_chunks(
 def discard(plan_dir: str | None) -> None:
     """Remove a plan directory (consumed or refused); no-op when it is gone."""
     if plan_dir:
-        shutil.rmtree(plan_dir, ignore_errors=True)
+        _remove(open_location(plan_dir))

@@ -53,6 +53,9 @@ class Capabilities:
         first is the default.
     :param snapshot_readers: chunks can be read side by side by :meth:`ChangeSource.snapshot_reader`
         sources (the connector then has the ``snapshot.max.threads`` property).
+    :param logs_creation: :meth:`ChangeSource.created_in_log` names the tables whose creation the
+        window read; a table found new when a run opens is then snapshotted from the next run on,
+        once the window showed whether the log holds all its rows.
     """
 
     acknowledges: bool = False
@@ -60,6 +63,7 @@ class Capabilities:
     chunked_snapshots: bool = True
     snapshot_readers: bool = False
     checks: tuple[str, ...] = ("wal",)
+    logs_creation: bool = False
 
 
 class ChangeSource(abc.ABC):
@@ -102,6 +106,12 @@ class ChangeSource(abc.ABC):
     @abc.abstractmethod
     def tables(self) -> list[str]:
         """Captured tables (``schema.table``) known now; may grow during ``read_window``."""
+
+    def created_in_log(self) -> frozenset[str]:
+        """Captured tables whose creation this run's windows read from the log: the log holds all
+        their rows, so they need no snapshot (Debezium sends none).  Tables that existed before
+        they joined the captured set (renamed in, filters widened) are not among them."""
+        return frozenset()
 
     def restore_state(self, data: Mapping[str, Any]) -> None:  # noqa: B027 (optional hook)
         """Load state kept besides the offset (only with ``capabilities.keeps_state``)."""

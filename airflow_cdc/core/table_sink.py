@@ -207,8 +207,32 @@ def text_array(values: Sequence[Any]) -> tuple[pa.Array, list[bool] | None]:
         return pa.array(cleaned, type=pa.string()), mask
 
 
+class _NotSent:
+    """Type of :data:`NOT_SENT`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NOT_SENT"
+
+    def __reduce__(self) -> str:
+        return "NOT_SENT"  # pickles as a reference to the module-level singleton
+
+
+#: A value a source whose codecs convert Python values (``convert_values``) did not receive: a
+#: partial row image (Vitess ``data_columns``).  Staged NULL and listed in ``__unavailable``, so
+#: apply keeps the stored value.  Such a source calls :meth:`TableSink.expect_partial_images` first.
+NOT_SENT = _NotSent()
+
+
 class TableSink:
     """Writes one Parquet part (one table, one schema version) of a staged batch."""
+
+    #: whether row images may hold :data:`NOT_SENT` (checked per piece only then)
+    partial_images = False
+
+    def expect_partial_images(self) -> None:
+        self.partial_images = True
 
     def __init__(
         self,
@@ -223,7 +247,9 @@ class TableSink:
         schema_metadata: dict[bytes, bytes] | None = None,
         expand: Callable[[list[tuple]], tuple[list[bytes], list[tuple], list | None]] | None = None,
         key_columns: Sequence[str] = (),
+        filesystem: Any = None,
     ) -> None:
+        """:param filesystem: a ``pyarrow.fs`` filesystem ``path`` is in (None: local)."""
         self._expand = expand or _expand_plain
         self.rel_path, self.kind, self.schema_version = rel_path, kind, schema_version
         self._codecs, self._select, self._source = list(codecs), list(select), source
@@ -247,6 +273,7 @@ class TableSink:
             compression="snappy",
             use_dictionary=dictionary,
             write_statistics=statistics,
+            filesystem=filesystem,
         )
         self._reset()
         #: where row groups are encoded and written (None: in the caller's thread); one write of
@@ -351,8 +378,14 @@ class TableSink:
             values = columns[idx]
             native = getattr(self._codecs[len(texts)], "convert_values", None)
             if native is not None:  # sources that decode binary values themselves (MySQL binlog)
+                mask = None
+                if self.partial_images:
+                    flags = [v is NOT_SENT for v in values]
+                    if any(flags):
+                        values = [None if f else v for v, f in zip(values, flags, strict=True)]
+                        mask = pa.array(flags, type=pa.bool_())
                 texts.append(native(values))
-                unchanged.append(None)
+                unchanged.append(mask)
                 continue
             text, mask = text_array(values)
             texts.append(text)
@@ -367,10 +400,8 @@ class TableSink:
         children: list[pa.Array] = []
         unavailable: list[list[str]] | None = None
         for codec, text, mask in zip(self._codecs, image.texts, image.unchanged, strict=True):
-            if getattr(codec, "convert_values", None) is not None:  # already converted in _image
-                children.append(text)
-                continue
-            arr = codec.convert(text)
+            native = getattr(codec, "convert_values", None) is not None  # converted in _image
+            arr = text if native else codec.convert(text)
             if mask is not None:
                 if codec.placeholder is not None:
                     arr = pa.compute.if_else(mask, codec.placeholder, arr)

@@ -3,13 +3,13 @@
 One source of truth: supported rows come from the connector's :class:`Property` tuple, ignored and
 refused rows from :mod:`airflow_cdc.core.property_status` or, for connector-specific refusals
 (``schema.include.list`` on MySQL), from the error the connector's config function raises.
-``scripts/property_table.py`` writes the tables into the README.
+``scripts/property_table.py`` writes the tables into ``docs/reference/properties/``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,11 +97,3 @@ def markdown(connector: str, documented: Iterable[str]) -> str:
         text = row.text.replace("|", "\\|")
         lines.append(f"| `{row.name}` | {row.status} | {default} | {text} |")
     return "\n".join(lines)
-
-
-def render_section(tables: Mapping[str, str]) -> str:
-    """The README section body for every connector's table."""
-    parts = []
-    for connector, table in tables.items():
-        parts.append(f"### {connector}\n\n{table}\n")
-    return "\n".join(parts)

@@ -9,9 +9,11 @@ The layout is the one Vitess documents for external ("unmanaged") MySQL-compatib
   accepts) and then made PRIMARY with ``vtctldclient --server internal TabletExternallyReparented``;
 * one ``vtgate`` (gRPC for VStream, and the MySQL protocol without authentication).
 
-The Vitess binaries come from ``.local/vitess/bin`` (built from the Go module ``vitess.io/vitess``)
-or the directory named by ``AIRFLOW_CDC_VITESS_BIN``.  Vitess refuses to run as root, so as root the
-Vitess processes run as ``nobody``.  Everything listens on 127.0.0.1 on free ports; the logs are under
+The Vitess binaries come from the directory named by ``AIRFLOW_CDC_VITESS_BIN``, or else from
+``~/.cache/airflow-cdc/vitess-<VITESS_VERSION>/bin`` (``/var/cache/...`` as root, where ``nobody`` can
+reach them), where ``make setup`` (``make vitess``) builds them from the Go module
+``vitess.io/vitess``.  Vitess refuses to run as root, so as root the Vitess processes run as
+``nobody``.  Everything listens on 127.0.0.1 on free ports; the logs are under
 :attr:`RealVitessCluster.log_dir`, kept after :meth:`~RealVitessCluster.stop` only with ``keep_logs``.
 
 Positions from MariaDB shards read ``MariaDB/<domain>-<server>-<seq>``, not ``MySQL56/<uuid>:1-N``
@@ -41,8 +43,8 @@ from typing import Any, Self
 
 from airflow_cdc.testing.servers import MariaDbServer, ServerStartError, apt_install, free_port, log_tail
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 VITESS_BIN_ENV = "AIRFLOW_CDC_VITESS_BIN"
+VITESS_VERSION = "v0.24.4"  # the Makefile's VITESS_VERSION (a unit test keeps them equal)
 VITESS_BINARIES = ("vtgate", "vttablet", "vtctldclient")
 ETCD_PACKAGES = ("etcd-server",)
 DEFAULT_TABLES: dict[str, str] = {"customer": "id BIGINT NOT NULL PRIMARY KEY, name VARCHAR(64)"}
@@ -60,8 +62,12 @@ def _stop_all() -> None:
 
 
 def vitess_bin() -> Path:
-    """The directory of the Vitess binaries (``AIRFLOW_CDC_VITESS_BIN`` or ``.local/vitess/bin``)."""
-    return Path(os.environ.get(VITESS_BIN_ENV) or REPO_ROOT / ".local" / "vitess" / "bin")
+    """The directory of the Vitess binaries: ``AIRFLOW_CDC_VITESS_BIN``, or the cache ``make vitess``
+    builds into (``~/.cache/airflow-cdc/vitess-<version>/bin``; ``/var/cache/...`` as root)."""
+    if os.environ.get(VITESS_BIN_ENV):
+        return Path(os.environ[VITESS_BIN_ENV])
+    cache = Path("/var/cache") if os.geteuid() == 0 else Path.home() / ".cache"
+    return cache / "airflow-cdc" / f"vitess-{VITESS_VERSION}" / "bin"
 
 
 def missing() -> str | None:
@@ -72,7 +78,7 @@ def missing() -> str | None:
     folder = vitess_bin()
     absent = [b for b in VITESS_BINARIES if not os.access(folder / b, os.X_OK)]
     if absent:
-        return f"no Vitess binaries {absent} in {folder} (build vitess.io/vitess into .local/vitess/bin)"
+        return f"no Vitess binaries {absent} in {folder}: run `make vitess` (part of `make setup`)"
     if shutil.which("etcd") is None and os.geteuid() != 0:
         return "no etcd (apt-get install etcd-server)"
     return None

@@ -107,7 +107,8 @@ def plan(
             log.info("bronze of %s: the batch brings new or changed columns; re-encoding it", table.name)
             return None
         for file in group.files:
-            meta = pq.read_metadata(*_local(file))
+            local, fs = _local(file)
+            meta = pq.read_metadata(local, filesystem=fs)
             date = _one_date(meta, zone)
             if date is None:
                 log.info("bronze of %s: a part spans dates; re-encoding the batch", table.name)

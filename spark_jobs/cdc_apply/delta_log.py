@@ -10,8 +10,11 @@ filesystem ``pyarrow.fs`` understands.
 from __future__ import annotations
 
 import json
+import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -24,11 +27,88 @@ _COMMIT = re.compile(r"^(\d{20})\.json$")
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(\.\d{10}\.\d{10})?\.parquet$")
 
 
+#: S3 settings of this process, from Hadoop's S3A keys (:func:`use_hadoop_conf`); the
+#: environment (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID`` ...) fills the rest
+_S3A: dict[str, str] = {}
+S3A_KEYS = {
+    "fs.s3a.endpoint": "endpoint",
+    "fs.s3a.endpoint.region": "region",
+    "fs.s3a.path.style.access": "path_style",
+    "fs.s3a.access.key": "access_key",
+    "fs.s3a.secret.key": "secret_key",
+    "fs.s3a.session.token": "session_token",
+}
+
+
+def use_hadoop_conf(conf: Mapping[str, str]) -> None:
+    """Read S3 endpoint and credentials from Hadoop S3A keys (``fs.s3a.endpoint`` ..., with or
+    without ``spark.hadoop.``), so pyarrow reaches the same store as Spark."""
+    for key, value in conf.items():
+        name = S3A_KEYS.get(key.removeprefix("spark.hadoop."))
+        if name and value:
+            _S3A[name] = str(value)
+
+
+def _s3_setting(name: str, *env: str) -> str | None:
+    return _S3A.get(name) or next((os.environ[e] for e in env if os.environ.get(e)), None)
+
+
+def _s3_filesystem() -> pafs.FileSystem:
+    endpoint = _s3_setting("endpoint", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+    path_style = _S3A.get("path_style")
+    return _cached_s3(
+        endpoint,
+        _s3_setting("region", "AWS_REGION", "AWS_DEFAULT_REGION"),
+        (path_style or "").lower() == "true" if path_style is not None else endpoint is not None,
+        _S3A.get("access_key"),
+        _S3A.get("secret_key"),
+        _S3A.get("session_token"),
+    )
+
+
+@lru_cache(maxsize=8)
+def _cached_s3(
+    endpoint: str | None,
+    region: str | None,
+    path_style: bool,
+    access_key: str | None,
+    secret_key: str | None,
+    token: str | None,
+) -> pafs.FileSystem:
+    scheme = "https"
+    if endpoint and "://" in endpoint:
+        scheme, endpoint = endpoint.split("://", 1)
+    return pafs.S3FileSystem(
+        access_key=access_key,
+        secret_key=secret_key,
+        session_token=token,
+        region=region,
+        endpoint_override=endpoint,
+        scheme=scheme,
+        force_virtual_addressing=not path_style,
+        connect_timeout=20,
+        request_timeout=20,
+        retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=3),
+    )
+
+
 def filesystem(path: str) -> tuple[pafs.FileSystem, str]:
-    """The pyarrow filesystem for ``path`` and the path within it (local for plain paths)."""
-    if "://" in path and not path.startswith("file://"):
+    """The pyarrow filesystem for ``path`` and the path within it (local for plain paths).
+
+    ``s3://`` and Hadoop's ``s3a://`` name the same objects: both get pyarrow's S3 filesystem
+    with the settings of :func:`use_hadoop_conf` and the environment (``bucket/key`` paths).
+    """
+    scheme = path.split("://", 1)[0] if "://" in path else ""
+    if scheme in ("s3", "s3a"):
+        return _s3_filesystem(), path.split("://", 1)[1].rstrip("/")
+    if scheme and scheme != "file":
         return pafs.FileSystem.from_uri(path)
     return pafs.LocalFileSystem(), path.removeprefix("file://")
+
+
+def hadoop_url(path: str) -> str:
+    """``path`` as Spark names it: ``s3://`` is ``s3a://`` to Hadoop."""
+    return "s3a://" + path[len("s3://") :] if path.startswith("s3://") else path
 
 
 def _listing(fs: pafs.FileSystem, log_dir: str) -> list[str]:

@@ -58,6 +58,9 @@ def apply_batches(
     if not batch_paths:
         raise ValueError("no batch to apply")
     settings = settings or ApplySettings()
+    # the job's own readers (staged parts, the Delta log) reach S3 with Spark's S3A settings
+    delta_log.use_hadoop_conf(s3a_settings(spark))
+    target = delta_log.hadoop_url(target)
     # tables this job creates (bronze included) widen column types in place on schema changes, and
     # map columns by name so source names with spaces, commas or braces are valid Delta columns
     spark.conf.set("spark.databricks.delta.properties.defaults.enableTypeWidening", "true")
@@ -84,6 +87,13 @@ def apply_batches(
     finally:
         for scratch in scratches:
             rechunk.remove(scratch)
+
+
+def s3a_settings(spark: SparkSession) -> dict[str, str]:
+    """The session's Hadoop S3A keys (``fs.s3a.endpoint`` ...) that are set."""
+    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    values = {key: conf.get(key) for key in delta_log.S3A_KEYS}
+    return {k: str(v) for k, v in values.items() if v}
 
 
 def _apply_backlog(

@@ -9,6 +9,14 @@ from urllib.parse import quote
 DELTA_VERSION = "4.4.0"
 SPARK_SCALA = "4.2_2.13"
 DELTA_PACKAGE = f"io.delta:delta-spark_{SPARK_SCALA}:{DELTA_VERSION}"
+#: S3A (``s3a://``) for pyspark's Hadoop 3.5.0: hadoop-aws and the AWS SDK v2 modules it uses
+#: (not the SDK's 686 MB bundle).  ``make setup`` puts the same jars into the jar folder.
+HADOOP_AWS_VERSION = "3.5.0"
+AWS_SDK_VERSION = "2.35.4"
+S3A_PACKAGES = (
+    f"org.apache.hadoop:hadoop-aws:{HADOOP_AWS_VERSION}",
+    *(f"software.amazon.awssdk:{m}:{AWS_SDK_VERSION}" for m in ("s3", "s3-transfer-manager", "sts")),
+)
 #: A folder of Delta jars (``make setup`` fills ``.jars/`` with Maven); preferred over
 #: ``spark.jars.packages`` when set, for machines without Ivy access to Maven Central.
 JARS_ENV = "AIRFLOW_CDC_DELTA_JARS"
@@ -54,3 +62,4 @@ EXIT_DAMAGED = 3  # a staged file is missing or unreadable: the batch itself is 
 EXIT_SCHEMA = 4  # a column type change Delta cannot take; nothing was written
 EXIT_FENCED = 5  # a newer lease holder already wrote these tables; this run stopped
 EXIT_MEMORY = 6  # the driver JVM ran out of memory; the batch is fine, nothing half-applied counts
+EXIT_STORAGE = 7  # the object store (s3a://) failed or was unreachable; nothing half-applied counts

@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .delta_log import filesystem
+from .delta_log import filesystem, hadoop_url
 
 SUPPORTED_FORMAT = 1
 
@@ -99,7 +99,8 @@ class StagedBatch:
     """A published batch as the apply job sees it."""
 
     def __init__(self, path: str) -> None:
-        self.path = path.rstrip("/")
+        # Spark reads the parts by these names: Hadoop's scheme for S3 (s3a://)
+        self.path = hadoop_url(path.rstrip("/"))
         self.fs, self.local = filesystem(self.path)
         try:
             with self.fs.open_input_stream(f"{self.local}/manifest.json") as f:

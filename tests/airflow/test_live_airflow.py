@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -212,7 +213,19 @@ def _browser():
     return pw, browser
 
 
-def _trigger_from_form(af: LiveAirflow, page, tables: str | None, screenshot: Path | None = None) -> str:
+#: the docs' Airflow pages show these (docs/airflow/*.md): each PNG is rewritten only by a run that got
+#: past what it shows (taken into memory, written after the asserts of that step)
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "assets" / "screenshots"
+
+
+def _save_screenshots(shots: dict[str, bytes]) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    for name, png in shots.items():
+        (SCREENSHOTS / name).write_bytes(png)
+    shots.clear()
+
+
+def _trigger_from_form(af: LiveAirflow, page, tables: str | None, shots: dict[str, bytes] | None = None) -> str:
     before = {r["run_id"] for r in af.runs()}
     page.goto(f"{af.url}/dags/{DAG}", wait_until="networkidle")
     page.get_by_role("button", name="Trigger").first.click()
@@ -220,31 +233,38 @@ def _trigger_from_form(af: LiveAirflow, page, tables: str | None, screenshot: Pa
     dialog.get_by_role("button", name="Ad hoc snapshot").click()
     if tables:
         dialog.locator("#element_snapshot_tables").fill(tables)
-    if screenshot is not None:
-        page.screenshot(path=str(screenshot))
+    if shots is not None:
+        shots["trigger_form.png"] = page.screenshot()
     dialog.get_by_role("button", name="Trigger").last.click()
     return af.wait_new_run(before)
 
 
-def test_trigger_form_and_connection_test_in_a_browser(live, tmp_path):
+def test_trigger_form_and_connection_test_in_a_browser(live):
     af, db = live
     staging = af.home / "staging"
     pw, browser = _browser()
     try:
         page = browser.new_page(viewport={"width": 1400, "height": 1200})
-        plain = _trigger_from_form(af, page, None, tmp_path / "trigger_form.png")
+        shots: dict[str, bytes] = {}
+        plain = _trigger_from_form(af, page, None)
         states = af.wait_run(plain)
         assert states["capture"] == "success" and states["commit"] == "success", states
         batches = list_batches(staging, DAG)
         assert len(batches) == 1 and batches[0].manifest["counts"]["snapshot_rows"] == 450  # initial snapshot
+        page.goto(f"{af.url}/dags/{DAG}/runs/{quote(plain, safe='')}", wait_until="networkidle")
+        page.get_by_title("Show Graph (Press g)").click()
+        page.locator(".react-flow__node").nth(2).wait_for()  # sense, capture, commit laid out
+        shots["pipeline_run_graph.png"] = page.screenshot()
+        _save_screenshots(shots)
 
-        snap = _trigger_from_form(af, page, "public.customers")
+        snap = _trigger_from_form(af, page, "public.customers", shots)
         states = af.wait_run(snap)
         assert states["capture"] == "success", states
         newest = list_batches(staging, DAG)[-1]
         customers = batch_rows(newest, "public.customers")
         assert len([r for r in customers if r["op"] == "r"]) == 50  # the one table asked for
         assert batch_rows(newest, "public.orders") == []
+        _save_screenshots(shots)
 
         colors = {}
         for conn_id in ("live_pg", "live_pg_bad"):
@@ -259,7 +279,12 @@ def test_trigger_form_and_connection_test_in_a_browser(live, tmp_path):
             while icon.get_attribute("color") not in ("green", "red") and time.monotonic() < deadline:
                 page.wait_for_timeout(500)
             colors[conn_id] = icon.get_attribute("color")
+            if conn_id == "live_pg_bad":  # the form over the list's Test buttons, the failure in its toast
+                row.get_by_role("button", name="Edit Connection").click()
+                page.locator("[role=dialog][data-state=open]").wait_for()
+                shots["connection_form.png"] = page.screenshot()
         assert colors == {"live_pg": "green", "live_pg_bad": "red"}, colors
+        _save_screenshots(shots)
     finally:
         browser.close()
         pw.stop()

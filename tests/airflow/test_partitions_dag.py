@@ -47,8 +47,15 @@ def _dag(tmp_path: Path, emu, names: list[str], **airflow) -> tuple[str, dict[st
         "state.store": str(tmp_path / "state"),
         "commit.require.applied": "false",
     }
-    options = {"dag_id": "t_parts", "cdc_conn_id": CONN, "apply": False, "retries": 0, "poke_interval": 1,
-               "sensor_timeout": 8, **airflow}
+    options = {
+        "dag_id": "t_parts",
+        "cdc_conn_id": CONN,
+        "apply": False,
+        "retries": 0,
+        "poke_interval": 1,
+        "sensor_timeout": 8,
+        **airflow,
+    }
     pipeline = write_pipeline(tmp_path / "pipeline.yaml", props, options)
     dags = tmp_path / "dags"
     write_dag(dags, pipeline)
@@ -85,7 +92,9 @@ def test_partitions_capture_and_commit_in_a_dag_run(tmp_path, databases, airflow
     for n, db in enumerate(names):
         batches = list_batches(staging, f"parts.{db}")
         assert len(batches) == 1 and batches[0].partition == db
-        assert sorted(r["after"]["id"] for r in batch_rows(batches[0], f"{db}.dbo.items")) == list(range(1, 4 + n))
+        assert sorted(r["after"]["id"] for r in batch_rows(batches[0], f"{db}.dbo.items")) == list(
+            range(1, 4 + n)
+        )
     with emu.pg_connect(names[1]) as pg:
         pg.execute("UPDATE dbo.items SET name = 'changed' WHERE id = 2")
     emu.run_capture_job(names[1])
@@ -94,7 +103,45 @@ def test_partitions_capture_and_commit_in_a_dag_run(tmp_path, databases, airflow
     assert len(list_batches(staging, f"parts.{names[0]}")) == 1
     second = list_batches(staging, f"parts.{names[1]}")
     assert len(second) == 2
-    assert [(r["op"], r["after"]["name"]) for r in batch_rows(second[-1], f"{names[1]}.dbo.items")] == [("u", "changed")]
+    assert [(r["op"], r["after"]["name"]) for r in batch_rows(second[-1], f"{names[1]}.dbo.items")] == [
+        ("u", "changed")
+    ]
     store = open_state_store(str(tmp_path / "state"))
     for db in names:
-        assert store.load(f"parts.{db}").data["last_batch"] == list_batches(staging, f"parts.{db}")[-1].batch_id
+        assert (
+            store.load(f"parts.{db}").data["last_batch"] == list_batches(staging, f"parts.{db}")[-1].batch_id
+        )
+
+
+def test_vitess_tasks_max_becomes_one_task_group_per_task(tmp_path):
+    """Debezium's Vitess ``tasks.max`` with per-task offsets: one task group per task of the current
+    generation (``task<i>_<tasks.max>_<gen>``: its own shards and offset), the applies one after the
+    other (the tasks' shards fill the same Delta tables)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    props = {
+        "name": "vparts", "connector": "vitess", "vitess.keyspace": "commerce",
+        "staging.path": str(tmp_path / "staging"), "state.store": str(tmp_path / "state"),
+        "tasks.max": 3, "vitess.offset.storage.per.task": True,
+        "vitess.offset.storage.task.key.gen": 1, "vitess.prev.num.tasks": 1,
+    }  # fmt: skip
+    options = {
+        "dag_id": "t_vparts",
+        "cdc_conn_id": "cdc_vitess_parts",
+        "retries": 0,
+        "target": str(tmp_path / "d"),
+    }
+    pipeline = write_pipeline(tmp_path / "vitess.yaml", props, options)
+    dags = tmp_path / "dags"
+    write_dag(dags, pipeline)
+    bag = DagBag(dag_folder=str(dags))
+    assert not bag.import_errors, bag.import_errors
+    dag = bag.dags["t_vparts"]
+    keys = [f"task{i}_3_1" for i in range(3)]
+    groups = {t.task_id.split(".")[0] for t in dag.tasks if "." in t.task_id}
+    assert len(groups) == 3
+    for key in keys:
+        group = next(g for g in groups if key in g)
+        assert dag.get_task(f"{group}.capture").partition == key
+    applies = sorted((t for t in dag.tasks if t.task_id.endswith(".apply")), key=lambda t: t.task_id)
+    assert all(a.task_id in b.upstream_task_ids for a, b in zip(applies, applies[1:], strict=False))

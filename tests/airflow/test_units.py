@@ -547,9 +547,10 @@ def test_connection_types_are_rfc3986_schemes(capfd, legacy):
         assert Connection(conn_id="c", uri=uri).conn_type == conn_type  # the URI reads back as is
 
 
-def test_readme_provider_reference_is_current_and_complete():
-    """Every parameter of every provider class is documented, and the README shows the generated
-    reference as it is now (run ``python scripts/operator_reference.py`` after changing one)."""
+def test_docs_provider_reference_is_current_and_complete():
+    """Every parameter of every provider class is documented, and the docs site
+    (``docs/reference/operators.md``) shows the generated reference as it is now (run
+    ``python scripts/operator_reference.py`` after changing one)."""
     import inspect
     import subprocess
     import sys

@@ -71,7 +71,12 @@ MYSQL_PROPERTIES: tuple[Property, ...] = tuple(p for p in COMMON_PROPERTIES if p
         "Regexes of GTID sources (MySQL server UUID, MariaDB domain-server) whose transactions are captured.",
     ),
     Property("gtid.source.excludes", "list", (), "Regexes of GTID sources whose transactions are skipped."),
-    Property("enable.time.adjuster", "bool", True, "Two-digit YEAR values 00-69 -> 2000s, 70-99 -> 1900s."),
+    Property(
+        "enable.time.adjuster",
+        "bool",
+        True,
+        "Years 0000-0099 in DATE and DATETIME values: 00-69 -> 2000-2069, 70-99 -> 1970-1999.",
+    ),
     Property("heartbeat.action.query", "str", None, "SQL run at the start of each capture run."),
     Property("converters", "list", (), "Debezium custom converter names; see `boolean.type`."),
     Property(

@@ -15,6 +15,7 @@ from typing import Any
 from airflow_cdc.sources.mysql import client
 from airflow_cdc.sources.mysql import protocol as p
 from airflow_cdc.sources.mysql import rowcodec as rc
+from airflow_cdc.sources.mysql.charsets import decode
 from airflow_cdc.sources.mysql.schema import ColumnDef, TableDef
 
 BINARY_COLLATION = 63
@@ -89,6 +90,26 @@ def _set_pack_length(labels: int) -> int:
     return 8 if n > 4 else n
 
 
+def map_labels(tm: p.TableMap, i: int, charsets: Charsets, fallback: str | None = None) -> list[str] | None:
+    """The ENUM/SET labels of column ``i`` as the map logs them, decoded in the column's character
+    set (the map's ENUM_AND_SET charset metadata, else ``fallback``); None when not logged.
+
+    The labels are bytes in the column's character set: a latin1 ``'€'`` is ``0x80``, which read
+    as UTF-8 would be garbled (the snapshot reads them from information_schema, already decoded).
+    """
+    t = tm.types[i]
+    k = sum(1 for j in range(i) if tm.types[j] == t)
+    raw = tm.enums_raw if t == rc.T_ENUM else tm.sets_raw
+    if k >= len(raw):
+        decoded = tm.enums if t == rc.T_ENUM else tm.sets
+        return list(decoded[k]) if k < len(decoded) else None
+    ordinal = sum(1 for j in range(i) if p.enum_or_set(tm, j))
+    known = tm.enum_charsets is not None and ordinal < len(tm.enum_charsets)
+    collation = tm.enum_charsets[ordinal] if known else None  # type: ignore[index]
+    charset = charsets.name(collation) if collation is not None else fallback
+    return [decode(v, charset) for v in raw[k]]
+
+
 def image_of_map(tm: p.TableMap, i: int, charsets: Charsets) -> tuple:
     """What the binlog states about column ``i``: (family, size/precision details, signedness, charset)."""
     t, meta = tm.types[i], tm.metas[i]
@@ -98,9 +119,8 @@ def image_of_map(tm: p.TableMap, i: int, charsets: Charsets) -> tuple:
     if family in ("string", "varstring", "lob"):
         return (family, meta, charset)
     if family in ("enum", "set"):
-        labels = tm.enums if family == "enum" else tm.sets
-        k = sum(1 for j in range(i) if tm.types[j] == t)
-        return (family, meta, tuple(labels[k]) if k < len(labels) else None)
+        labels = map_labels(tm, i, charsets)
+        return (family, meta, None if labels is None else tuple(labels))
     if family in ("datetime", "timestamp", "time"):
         return (family, meta if t in (rc.T_DATETIME2, rc.T_TIMESTAMP2, rc.T_TIME2) else None)
     if family in ("decimal", "bit"):
@@ -181,4 +201,9 @@ def column_from_map(tm: p.TableMap, i: int, charsets: Charsets) -> ColumnDef:
         col.column_type = f"decimal({col.precision},{col.scale}){unsigned}"
     elif family == "bit":
         col.precision, col.column_type = meta, f"bit({meta})"
+    elif family == "geometry":
+        # GEOMETRY_TYPE metadata (one per spatial column; 1 = POINT): Debezium's Point has x and y
+        k = sum(1 for j in range(i) if tm.types[j] == rc.T_GEOMETRY)
+        if k < len(tm.geometry_types) and tm.geometry_types[k] == 1:
+            col.data_type = col.column_type = "point"
     return col

@@ -148,13 +148,23 @@ class TableMap:
     charsets: list[int | None] | None = None  # collation id per column (63 = binary)
     primary_key: list[int] | None = None
     geometry_types: list[int] = field(default_factory=list)
+    #: ENUM / SET labels as logged (in the column's character set; ``enums``/``sets`` read them
+    #: as UTF-8) and the collation of each ENUM/SET column, in column order
+    enums_raw: list[list[bytes]] = field(default_factory=list)
+    sets_raw: list[list[bytes]] = field(default_factory=list)
+    enum_charsets: list[int | None] | None = None
 
     def signature(self) -> tuple:
         return (self.schema, self.table, tuple(self.types), tuple(self.metas))
 
 
-def parse_table_map(body: bytes) -> TableMap:
-    """Parse a TABLE_MAP body (post-header ``table_id u48, flags u16``)."""
+def parse_table_map(body: bytes, geometry_charset: bool = False) -> TableMap:
+    """Parse a TABLE_MAP body (post-header ``table_id u48, flags u16``).
+
+    :param geometry_charset: the server counts GEOMETRY columns among the character columns of
+        the charset metadata (MariaDB's ``is_character_type``: "Base class is blob for geom
+        type"); MySQL does not.  Getting it wrong shifts every later column's character set.
+    """
     try:
         table_id = int.from_bytes(body[0:6], "little")
         o = 8
@@ -181,7 +191,7 @@ def parse_table_map(body: bytes) -> TableMap:
         bits = int.from_bytes(body[o : o + nbytes], "little")
         o += nbytes
         tm = TableMap(table_id, schema, table, types, metas, [bool(bits >> i & 1) for i in range(ncols)])
-        _optional_metadata(tm, body, o)
+        _optional_metadata(tm, body, o, geometry_charset)
     except (IndexError, struct.error) as e:
         raise ProtocolError(f"malformed TABLE_MAP event: {e}") from e
     return tm
@@ -196,17 +206,21 @@ def _strings(data: bytes, o: int, end: int) -> list[str]:
     return out
 
 
-def _string_lists(data: bytes, o: int, end: int) -> list[list[str]]:
+def _byte_lists(data: bytes, o: int, end: int) -> list[list[bytes]]:
     out = []
     while o < end:
         count, o = lenenc(data, o)
         values = []
         for _ in range(count):
             n, o = lenenc(data, o)
-            values.append(data[o : o + n].decode("utf-8", "replace"))
+            values.append(bytes(data[o : o + n]))
             o += n
         out.append(values)
     return out
+
+
+def _utf8_lists(raw: list[list[bytes]]) -> list[list[str]]:
+    return [[v.decode("utf-8", "replace") for v in values] for values in raw]
 
 
 def _ints(data: bytes, o: int, end: int) -> list[int]:
@@ -217,9 +231,16 @@ def _ints(data: bytes, o: int, end: int) -> list[int]:
     return out
 
 
-def _optional_metadata(tm: TableMap, body: bytes, o: int) -> None:
+def enum_or_set(tm: TableMap, i: int) -> bool:
+    """Whether column ``i`` is an ENUM or SET (``types`` holds the real type, see :func:`parse_metadata`)."""
+    return tm.types[i] in (rc.T_ENUM, rc.T_SET)
+
+
+def _optional_metadata(tm: TableMap, body: bytes, o: int, geometry_charset: bool = False) -> None:
     numeric = [i for i, t in enumerate(tm.types) if t in rc.NUMERIC_TYPES or t == rc.T_YEAR]
-    text = [i for i, t in enumerate(tm.types) if t in rc.CHARACTER_TYPES]
+    character = rc.CHARACTER_TYPES | ({rc.T_GEOMETRY} if geometry_charset else set())
+    text = [i for i, t in enumerate(tm.types) if t in character]
+    labelled = [i for i in range(len(tm.types)) if enum_or_set(tm, i)]
     while o < len(body):
         kind = body[o]
         length, o = lenenc(body, o + 1)
@@ -245,9 +266,21 @@ def _optional_metadata(tm: TableMap, body: bytes, o: int) -> None:
         elif kind == 4:
             tm.names = _strings(body, o, end)
         elif kind == 5:
-            tm.sets = _string_lists(body, o, end)
+            tm.sets_raw = _byte_lists(body, o, end)
+            tm.sets = _utf8_lists(tm.sets_raw)
         elif kind == 6:
-            tm.enums = _string_lists(body, o, end)
+            tm.enums_raw = _byte_lists(body, o, end)
+            tm.enums = _utf8_lists(tm.enums_raw)
+        elif kind == 10:  # ENUM_AND_SET_DEFAULT_CHARSET: default, then (ENUM/SET index, collation) pairs
+            values = _ints(body, o, end)
+            tm.enum_charsets = [values[0] if values else None] * len(labelled)
+            for k in range(1, len(values) - 1, 2):
+                if values[k] < len(labelled):
+                    tm.enum_charsets[values[k]] = values[k + 1]
+        elif kind == 11:  # ENUM_AND_SET_COLUMN_CHARSET: one collation per ENUM/SET column
+            tm.enum_charsets = [None] * len(labelled)
+            for k, collation in enumerate(_ints(body, o, end)[: len(labelled)]):
+                tm.enum_charsets[k] = collation
         elif kind == 7:
             tm.geometry_types = _ints(body, o, end)
         elif kind == 8:

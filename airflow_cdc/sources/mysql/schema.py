@@ -38,6 +38,9 @@ class ColumnDef:
     scale: int | None = None
     fsp: int | None = None
     auto_increment: bool = False
+    #: declared BOOLEAN/BOOL in a DDL the connector read from the binlog (information_schema only
+    #: says ``tinyint(1)``): Debezium's DDL parser makes such a column a JDBC BOOLEAN
+    boolean: bool = False
 
     @property
     def unsigned(self) -> bool:
@@ -104,10 +107,12 @@ def as_int(v: Any) -> int | None:
 
 def _column(row: tuple) -> ColumnDef:
     name, dtype, ctype, nullable, charset, length, precision, scale, fsp, extra = row
+    dtype = str(dtype).lower()
     return ColumnDef(
         str(name),
-        str(dtype).lower(),
-        str(ctype).lower(),
+        dtype,
+        # ENUM / SET labels keep their case: they are the values
+        str(ctype) if dtype in ("enum", "set") else str(ctype).lower(),
         str(nullable) == "YES",
         charset and str(charset),
         as_int(length),
@@ -193,6 +198,44 @@ def ddl_tables(ddl: str, default_db: str) -> tuple[str, list[tuple[str, str]]]:
         pairs = [n for n in names if n.upper() != "TO"]
         return "RENAME", [_split_name(n, default_db) for n in pairs]
     return "", []
+
+
+_DECLARED = re.compile(
+    rf"(?:^|[(,](?!\s*(?:ADD|MODIFY|CHANGE|ALTER|DROP|RENAME)\b)|\bADD(?:\s+COLUMN)?(?:\s+IF\s+NOT\s+EXISTS)?|\bMODIFY(?:\s+COLUMN)?(?:\s+IF\s+EXISTS)?"
+    rf"|\bCHANGE(?:\s+COLUMN)?(?:\s+IF\s+EXISTS)?\s+{_IDENT})\s*({_IDENT})\s+([A-Za-z]\w*)",
+    re.IGNORECASE,
+)
+_RENAME_COLUMN = re.compile(
+    rf"\bRENAME\s+COLUMN\s+(?:IF\s+EXISTS\s+)?({_IDENT})\s+TO\s+({_IDENT})", re.IGNORECASE
+)
+
+
+def _unquote(name: str) -> str:
+    return name[1:-1].replace("``", "`") if name.startswith("`") else name
+
+
+def declare_booleans(ddl: str, tdef: TableDef, previous: TableDef | None) -> None:
+    """Mark the ``tinyint(1)`` columns of ``tdef`` (read after ``ddl``) that are declared BOOLEAN.
+
+    Debezium parses each DDL: a column a statement declares ``BOOL``/``BOOLEAN`` is a JDBC
+    BOOLEAN (true/false) until a statement declares it again; information_schema only says
+    ``tinyint(1)``.  Columns the statement does not declare keep the mark of ``previous`` (the
+    structure before, followed through ``RENAME COLUMN``).  The scan is lexical: anything that
+    looks like ``name type`` after ``(``, ``,``, ``ADD``, ``MODIFY`` or ``CHANGE old`` counts.
+    """
+    text = _COMMENT.sub("", ddl, count=1)
+    declared = {_unquote(m[1]).lower(): m[2].lower() in ("bool", "boolean") for m in _DECLARED.finditer(text)}
+    renamed = {_unquote(m[2]).lower(): _unquote(m[1]).lower() for m in _RENAME_COLUMN.finditer(text)}
+    before = {c.name.lower(): c for c in previous.columns} if previous else {}
+    for col in tdef.columns:
+        if not col.column_type.startswith("tinyint(1)"):
+            continue
+        name = col.name.lower()
+        if name in declared:
+            col.boolean = declared[name]
+        else:
+            old = before.get(renamed.get(name, name))
+            col.boolean = bool(old and old.boolean and old.column_type == col.column_type)
 
 
 #: (coordinate from which it applies, structure or None when dropped, binlog head when read)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -32,7 +33,7 @@ from airflow_cdc.core.snapshot import (
 )
 from airflow_cdc.core.source import Capabilities, ChangeSource, columns_changed
 from airflow_cdc.core.table_sink import SnapshotSinks
-from airflow_cdc.sources.mysql import chunk_keys, client, offsets, parts, snapshot
+from airflow_cdc.sources.mysql import charsets, chunk_keys, client, offsets, parts, snapshot
 from airflow_cdc.sources.mysql.flavour import GtidSet
 from airflow_cdc.sources.mysql.position import MySqlPosition, binlog_file_number
 from airflow_cdc.sources.mysql.schema import SchemaHistory, TableDef, load_tables
@@ -47,7 +48,7 @@ class MySqlSource(ChangeSource):
     """One MySQL or MariaDB server captured from its binlog."""
 
     kind = "mysql"
-    capabilities = Capabilities(keeps_state=True, checks=offsets.CHECKS)
+    capabilities = Capabilities(keeps_state=True, checks=offsets.CHECKS, logs_creation=True)
 
     def __init__(self, config: ConnectorConfig) -> None:
         self.config, self.name = config, config["name"]
@@ -59,6 +60,7 @@ class MySqlSource(ChangeSource):
             config["binary.handling.mode"],
             _tinyint_boolean(config),
             config["include.unknown.datatypes"],
+            config["enable.time.adjuster"],
         )
         self.gtid_filter = IncludeExclude(
             "gtid.source.includes",
@@ -85,6 +87,7 @@ class MySqlSource(ChangeSource):
         client.check_privileges(self.conn, self.flavour)
         tables = load_tables(self.conn)
         self._tables = {n: t for n, t in tables.items() if self.filters.includes_table(_tid(t))}
+        charsets.learn(self.conn, {c.charset for t in self._tables.values() for c in t.columns})
         self.resolver = TableResolver(
             self.conn,
             self.filters,
@@ -121,6 +124,10 @@ class MySqlSource(ChangeSource):
 
     def tables(self) -> list[str]:
         return sorted(self._tables)
+
+    def created_in_log(self) -> frozenset[str]:
+        """Tables whose CREATE TABLE a window of this run applied: their rows all stream."""
+        return frozenset(self.resolver.created) & frozenset(self._tables)
 
     # -- offsets ----------------------------------------------------------------------------
     def _coord(self, file: str, pos: int) -> int:
@@ -324,7 +331,7 @@ class MySqlSource(ChangeSource):
 
     # -- snapshot chunks --------------------------------------------------------------------
     def table_state(self, table: str) -> TableState:
-        return self.resolver.build(self._tables[table])
+        return self.resolver.build(_declared(self._tables[table], self.history.latest(table)))
 
     def table_columns(self, table: str) -> list[str] | None:
         """Columns of a captured table, as the schema history has it now."""
@@ -502,11 +509,14 @@ class MySqlSource(ChangeSource):
         return True
 
     def _discover_tables(self) -> None:
-        """Add captured tables that exist now but did not when the run opened (created or renamed
-        into the filters inside the window); the core snapshots them from the next run on."""
+        """Add captured tables that a DDL of the window created or renamed into the filters; the
+        core snapshots the renamed ones from the next run on.  Tables created after the window
+        end are left to the next run, whose window reads their CREATE TABLE."""
+        touched = set(self.history.versions)
         for name, tdef in load_tables(self.conn).items():
-            if name not in self._tables and self.filters.includes_table(_tid(tdef)):
-                log.info("new captured table %s: it will be snapshotted", name)
+            if name not in self._tables and name in touched and self.filters.includes_table(_tid(tdef)):
+                born = name in self.resolver.created
+                log.info("new captured table %s: %s", name, "created in the log" if born else "to snapshot")
                 self._tables[name] = tdef
 
 
@@ -528,6 +538,20 @@ def _tid(tdef: Any) -> Any:
 
 def _tinyint_boolean(config: ConnectorConfig) -> bool:
     return "TinyIntOneToBooleanConverter" in str(config["boolean.type"] or "")
+
+
+def _declared(tdef: TableDef, latest: TableDef | None) -> TableDef:
+    """``tdef`` (information_schema) with the BOOLEAN declarations the schema history read from
+    DDL (:func:`schema.declare_booleans`), for columns of the same name and declared type."""
+    marked = {c.name for c in latest.columns if c.boolean} if latest else set()
+    if not marked:
+        return tdef
+    same = {c.name: c.column_type for c in latest.columns} if latest else {}
+    columns = [
+        replace(c, boolean=True) if c.name in marked and same.get(c.name) == c.column_type else c
+        for c in tdef.columns
+    ]
+    return replace(tdef, columns=columns)
 
 
 def _structure(tdef: TableDef) -> list[list[str]]:

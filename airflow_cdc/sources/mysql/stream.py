@@ -166,7 +166,7 @@ class WindowReader:
                     events += self._rows(data, etype, file_no, log_pos - size, txn)
             elif etype == p.TABLE_MAP:
                 if txn.active or not txn.start:  # skipped transactions' tables need no structure
-                    tm = p.parse_table_map(data[p.HEADER_SIZE :])
+                    tm = p.parse_table_map(data[p.HEADER_SIZE :], self.flavour.is_mariadb)
                     self.maps[tm.table_id] = self.resolver.state_for(tm, start, self.writer)
             elif etype == gtid_type:
                 gtid, standalone = self.flavour.parse_gtid(p.parse_header(data), data[p.HEADER_SIZE :])

@@ -28,6 +28,7 @@ from airflow_cdc.core.filters import TableFilter, TableId
 from airflow_cdc.core.table_sink import SourceLayout, TableSink
 from airflow_cdc.sources.mysql import protocol as p
 from airflow_cdc.sources.mysql import rowcodec as rc
+from airflow_cdc.sources.mysql.charsets import learn
 from airflow_cdc.sources.mysql.mapdef import (
     Charsets,
     column_from_map,
@@ -35,9 +36,17 @@ from airflow_cdc.sources.mysql.mapdef import (
     image_of_map,
     images_match,
     layout_matches,
+    map_labels,
 )
 from airflow_cdc.sources.mysql.proof import VersionProof
-from airflow_cdc.sources.mysql.schema import ColumnDef, SchemaHistory, TableDef, Version, ddl_tables
+from airflow_cdc.sources.mysql.schema import (
+    ColumnDef,
+    SchemaHistory,
+    TableDef,
+    Version,
+    ddl_tables,
+    declare_booleans,
+)
 from airflow_cdc.sources.mysql.types import META_MYSQL_TYPE, Modes, MySqlCodec, column_codec
 
 log = logging.getLogger(__name__)
@@ -242,6 +251,8 @@ class TableResolver:
         self.charsets = Charsets(conn)
         self.proof = VersionProof(self.where)
         self._states: dict[tuple, TableState | None] = {}
+        #: captured tables whose CREATE TABLE this run's windows applied (complete from the log)
+        self.created: set[str] = set()
 
     def where(self, coord: int) -> str:
         return f"{self.file_name(coord >> 32)}:{coord & 0xFFFFFFFF}"
@@ -357,17 +368,11 @@ class TableResolver:
                 " set message.key.columns to name its key columns",
                 hint="add a primary key or set message.key.columns=<db.table>:<col>,...",
             )
-        enums = iter(tm.enums) if tm is not None else iter(())
-        sets = iter(tm.sets) if tm is not None else iter(())
         select, codecs, layout, infos = [], [], [], []
         for i, col in enumerate(tdef.columns):
-            labels = (
-                next(enums, None)
-                if col.data_type == "enum"
-                else next(sets, None)
-                if col.data_type == "set"
-                else None
-            )
+            labels = None
+            if tm is not None and col.data_type in ("enum", "set") and p.enum_or_set(tm, i):
+                labels = map_labels(tm, i, self.charsets, col.charset)
             unsigned = bool(tm.unsigned[i]) if tm is not None and tm.unsigned else col.unsigned
             if tm is not None:
                 layout.append(rc.ColumnLayout(tm.types[i], tm.metas[i], unsigned, self.json_decoder))
@@ -418,10 +423,15 @@ class TableResolver:
             for db, t in names:
                 self.proof.ddl(f"{db}.{t}", coord)
             current = load_tables(self.conn, names=names)
+            learn(self.conn, {c.charset for t in current.values() for c in t.columns})
             read_at = self.head() if self.head is not None else None
             for db, t in names:
                 full = f"{db}.{t}"
                 tdef = current.get(full)
+                if tdef is not None:
+                    declare_booleans(query.query, tdef, self.history.latest(full))
+                    if kind == "CREATE":
+                        self.created.add(full)
                 self.history.record(full, coord, tdef, read_at)
                 if tdef is not None:
                     changes.append(tdef.table_change("CREATE" if kind == "CREATE" else "ALTER"))

@@ -23,33 +23,13 @@ import pyarrow.compute as pc
 
 from airflow_cdc.core.connect_json import decimal_unscaled, java_bigint_bytes
 from airflow_cdc.core.errors import UnsupportedType
+from airflow_cdc.sources.mysql.charsets import decode, python_codec
 from airflow_cdc.sources.mysql.schema import ColumnDef
+from airflow_cdc.sources.mysql.spatial import GEOMETRY_TYPE, POINT_TYPE, SPATIAL, geometry, point
 from airflow_cdc.sources.postgres.types_base import connect_metadata
 
 DBZ, KAFKA, DATA = "io.debezium.time.", "org.apache.kafka.connect.data.", "io.debezium.data."
-GEOMETRY_TYPE = pa.struct([pa.field("wkb", pa.binary()), pa.field("srid", pa.int32())])
-SPATIAL = frozenset(
-    {
-        "geometry",
-        "point",
-        "linestring",
-        "polygon",
-        "multipoint",
-        "multilinestring",
-        "multipolygon",
-        "geometrycollection",
-        "geomcollection",
-    }
-)
 _EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
-_PY_CHARSETS = {
-    "utf8mb4": "utf-8",
-    "utf8mb3": "utf-8",
-    "utf8": "utf-8",
-    "latin1": "cp1252",
-    "ascii": "ascii",
-    "binary": None,
-}
 META_MYSQL_TYPE = b"mysql.type"
 
 try:
@@ -66,6 +46,7 @@ class Modes:
     binary: str = "bytes"
     tinyint_one_boolean: bool = False
     include_unknown: bool = False
+    time_adjuster: bool = True
 
 
 class MySqlCodec:
@@ -127,6 +108,33 @@ def _datetimes(divisor: int, zero: int | None) -> Callable[[list], pa.Array]:
     return convert
 
 
+_DT_YEAR = 10**16  # the year's unit in a neutral DATETIME (YYYYMMDDhhmmss * 10**6 + micros)
+
+
+def _two_digit_year(year: int) -> int:
+    """Debezium's ``enable.time.adjuster`` (MySqlValueConverters.adjustTemporal): years 0-69 are
+    2000-2069, 70-99 are 1970-1999."""
+    return 2000 if year < 70 else 1900
+
+
+def adjust_date(v: int) -> int:
+    """A neutral DATE with a year below 100 moved by :func:`_two_digit_year` (zero dates stay)."""
+    year = v >> 9
+    return v + (_two_digit_year(year) << 9) if year < 100 and v & 511 else v
+
+
+def adjust_datetimes(values: list) -> list:
+    """Neutral DATETIMEs with a year below 100 moved by :func:`_two_digit_year` (zero dates stay)."""
+    if not any(v is not None and 0 < v < 100 * _DT_YEAR for v in values):
+        return values
+    return [
+        v + _two_digit_year(v // _DT_YEAR) * _DT_YEAR
+        if v is not None and 0 < v < 100 * _DT_YEAR and v // 10**12 % 10**4
+        else v
+        for v in values
+    ]
+
+
 def _zero(col: ColumnDef, epoch_value: Any) -> Any:
     return None if col.nullable else epoch_value
 
@@ -138,7 +146,7 @@ def _ints(arrow_type: pa.DataType, fn: Callable[[Any], Any] | None = None) -> Ca
 
 
 def _text(charset: str | None) -> Callable[[list], pa.Array]:
-    py = _PY_CHARSETS.get(charset or "utf8mb4", charset)
+    py = python_codec(charset)
 
     def convert(values: list) -> pa.Array:
         if py == "utf-8":
@@ -147,7 +155,7 @@ def _text(charset: str | None) -> Callable[[list], pa.Array]:
             except (pa.ArrowInvalid, pa.ArrowTypeError):
                 pass
         return pa.array(
-            [v.decode(py or "utf-8", "replace") if isinstance(v, bytes) else v for v in values],
+            [decode(v, charset) if isinstance(v, bytes) else v for v in values],
             type=pa.string(),
         )
 
@@ -187,13 +195,24 @@ def _labels(labels: list[str], is_set: bool) -> Callable[[int], str]:
 
 
 def _timestamp_text(col: ColumnDef) -> Callable[[list], pa.Array]:
-    unit = "s" if not col.fsp else "ms" if col.fsp <= 3 else "us"
+    """ZonedTimestamp text with exactly the column's fractional digits: Debezium formats a
+    TIMESTAMP(n) with ``appendFraction(NANO_OF_SECOND, n, n, true)`` (ZonedTimestamp.toIsoString's
+    ``fractionalWidth``), so TIMESTAMP(1) prints ``...:00.1Z`` and TIMESTAMP(6) ``...:00.100000Z``."""
+    fsp = min(col.fsp or 0, 6)
+    # the zero timestamp of a NOT NULL column: JdbcValueConverters' fallbackTimestampWithTimeZone,
+    # formatted without a fractional width
     epoch = _zero(col, "1970-01-01T00:00:00Z")
 
     def convert(values: list) -> pa.Array:
         micros = pa.array([None if not v else v for v in values], type=pa.int64())
-        stamps = micros.cast(pa.timestamp("us")).cast(pa.timestamp(unit), safe=False)
-        text = pc.binary_join_element_wise(pc.strftime(stamps, format="%Y-%m-%dT%H:%M:%S"), "Z", "")
+        stamps = micros.cast(pa.timestamp("us")).cast(pa.timestamp("s"), safe=False)
+        text = pc.strftime(stamps, format="%Y-%m-%dT%H:%M:%S")
+        if fsp:
+            frac = pc.utf8_slice_codeunits(
+                pc.cast(pc.add(pc.remainder(micros, 1_000_000), 1_000_000), pa.string()), 1, 1 + fsp
+            )
+            text = pc.binary_join_element_wise(text, frac, ".")
+        text = pc.binary_join_element_wise(text, "Z", "")
         zero = pc.and_(pc.is_null(micros), pc.is_valid(pa.array(values, type=pa.int64())))
         return pc.if_else(zero, pa.scalar(epoch, pa.string()), text)
 
@@ -206,29 +225,22 @@ def _temporal(
     mode, fsp, t = modes.time_precision, col.fsp or 0, col.data_type
     if t == "date":
         name = KAFKA + "Date" if mode == "connect" else DBZ + "Date"
-        zero = _zero(col, 0)
+        zero, adjust = _zero(col, 0), adjust_date if modes.time_adjuster else int
         return (
             pa.int32(),
             "int32",
             name,
-            _ints(pa.int32(), lambda v: d if (d := epoch_days(v)) is not None else zero),
+            _ints(pa.int32(), lambda v: d if (d := epoch_days(adjust(v))) is not None else zero),
         )
     if t == "datetime":
         zero = _zero(col, 0)
+        divisor, name = 1, DBZ + "MicroTimestamp"
         if mode == "connect" or fsp <= 3:
-            name = KAFKA + "Timestamp" if mode == "connect" else DBZ + "Timestamp"
-            return (
-                pa.int64(),
-                "int64",
-                name,
-                _datetimes(1000, zero),
-            )
-        return (
-            pa.int64(),
-            "int64",
-            DBZ + "MicroTimestamp",
-            _datetimes(1, zero),
-        )
+            divisor, name = 1000, KAFKA + "Timestamp" if mode == "connect" else DBZ + "Timestamp"
+        convert = _datetimes(divisor, zero)
+        if modes.time_adjuster:
+            return pa.int64(), "int64", name, lambda values: convert(adjust_datetimes(values))
+        return pa.int64(), "int64", name, convert
     if t == "timestamp":
         return pa.string(), "string", DBZ + "ZonedTimestamp", _timestamp_text(col)
     if t == "time":
@@ -286,7 +298,9 @@ def encoding(
     """
     t = col.data_type
     if t in _INTEGER:
-        if t == "tinyint" and modes.tinyint_one_boolean and col.column_type.startswith("tinyint(1)"):
+        one = t == "tinyint" and col.column_type.startswith("tinyint(1)")
+        # a column declared BOOLEAN in a DDL Debezium parsed (JDBC BOOLEAN), or the converter
+        if one and (col.boolean or modes.tinyint_one_boolean):
             return pa.bool_(), "boolean", None, None, lambda v: pc.not_equal(pa.array(v, pa.int16()), 0)
         arrow = _INTEGER[t][1 if col.unsigned else 0]
         if t == "bigint" and col.unsigned:
@@ -301,8 +315,10 @@ def encoding(
             return arrow, "int64", None, None, _ints(pa.int64(), _wrap64)
         return arrow, str(arrow).replace("int", "int"), None, None, _ints(arrow)
     if t in ("float", "double", "real"):
-        arrow = pa.float32() if t == "float" else pa.float64()
-        return arrow, "float32" if t == "float" else "float64", None, None, _ints(arrow)
+        # FLOAT(M,D) is FLOAT64 in Debezium's MySQL type mapping; FLOAT and FLOAT(p<=24) FLOAT32
+        single = t == "float" and "," not in col.column_type
+        arrow = pa.float32() if single else pa.float64()
+        return arrow, "float32" if single else "float64", None, None, _ints(arrow)
     if t == "decimal":
         return _decimal(col, modes.decimal)
     if t in ("date", "datetime", "timestamp", "time", "year"):
@@ -338,20 +354,14 @@ def encoding(
     if t in ("binary", "varbinary") or t.endswith("blob"):
         arrow, ctype, conv = _binary(modes.binary, col.length if t == "binary" else None)
         return arrow, ctype, None, None, conv
+    if t == "point":
+        return POINT_TYPE, "struct", DATA + "geometry.Point", None, point
     if t in SPATIAL:
-        return GEOMETRY_TYPE, "struct", DATA + "geometry.Geometry", None, _geometry
+        return GEOMETRY_TYPE, "struct", DATA + "geometry.Geometry", None, geometry
     if modes.include_unknown:
         arrow, ctype, conv = _binary(modes.binary, None)
         return arrow, ctype, None, None, conv
     raise UnsupportedType(f"column {col.name!r} has unsupported type {col.column_type!r}")
-
-
-def _geometry(values: list) -> pa.Array:
-    rows = [
-        None if v is None else {"wkb": bytes(v[4:]), "srid": int.from_bytes(v[:4], "little") or None}
-        for v in values
-    ]
-    return pa.array(rows, type=GEOMETRY_TYPE)
 
 
 def column_codec(col: ColumnDef, modes: Modes, labels: list[str] | None = None) -> MySqlCodec:

@@ -7,6 +7,7 @@ a message.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -28,6 +29,7 @@ from airflow_cdc.sources.vitess.proto import query_pb2 as q
 from airflow_cdc.sources.vitess.proto import topodata_pb2 as topo
 from airflow_cdc.sources.vitess.proto import vtgate_pb2 as vt
 from airflow_cdc.sources.vitess.proto import vtgateservice_pb2_grpc as service
+from airflow_cdc.sources.vitess.protocol import schema_drift
 
 _TABLET_TYPES = {
     "master": topo.PRIMARY,
@@ -35,6 +37,11 @@ _TABLET_TYPES = {
     "replica": topo.REPLICA,
     "rdonly": topo.RDONLY,
 }
+
+
+#: vttablet's error for rows with more columns than the current schema (v24 vstreamer.go)
+_NO_COLUMNS = re.compile(r"cannot determine table columns for ([^\s:]+)")
+_KEYSPACE = re.compile(r'keyspace:"([^"]+)"')
 
 
 def map_rpc_error(error: grpc.RpcError, where: str) -> CdcError:
@@ -51,6 +58,15 @@ def map_rpc_error(error: grpc.RpcError, where: str) -> CdcError:
         return ConnectionFailed(f"vtgate at {where} did not answer in time: {details}")
     if "errno 1236" in details or "GTIDSet Mismatch" in details or "could not decode position" in details:
         return OffsetUnavailable(f"vtgate at {where} cannot stream from the stored position: {details}")
+    drift = _NO_COLUMNS.search(details)
+    if drift:
+        keyspace = _KEYSPACE.search(details)
+        table = f"{keyspace.group(1)}.{drift.group(1)}" if keyspace else drift.group(1)
+        return schema_drift(
+            table,
+            "the binlog rows have more columns than the table has now (vttablet: "
+            f"{drift.group(0)}{details.split(drift.group(0), 1)[1][:160]}...)",
+        )
     if "fetch error" in details and "keyspace" in details:
         return ConfigError(f"property 'vitess.keyspace': vtgate at {where} does not know it: {details}")
     return ProtocolError(f"VStream from vtgate at {where} failed ({code.name}): {details}")
@@ -89,8 +105,18 @@ class VtgateClient:
         return out
 
     def request(self, vgtid: b.VGtid, tables: list[str] | None = None) -> vt.VStreamRequest:
-        """A VStream request from ``vgtid`` for ``tables`` (names in the keyspace; None: every table)."""
-        rules = [b.Rule(match=t) for t in tables] if tables is not None else [b.Rule(match="/.*")]
+        """A VStream request from ``vgtid`` for ``tables`` (names in the keyspace; None: every table).
+
+        The tables go in one regular-expression rule: vttablet describes a table (and fails the
+        stream when it cannot, see :func:`~.protocol.schema_drift`) only when a rule matches it
+        (v24 ``vstreamer.go``: ``ruleMatches`` before ``buildTablePlan``), and an exact-name rule
+        needs a SELECT filter (``buildTablePlan``), a regular expression does not (``buildREPlan``)."""
+        if tables is None:
+            rules = [b.Rule(match="/.*")]
+        elif tables:
+            rules = [b.Rule(match="/^(?:" + "|".join(re.escape(t) for t in sorted(tables)) + ")$")]
+        else:
+            rules = []
         flags = vt.VStreamFlags(
             stop_on_reshard=self.config["vitess.stop_on_reshard"],
             heartbeat_interval=self.config["vitess.heartbeat.interval"],
@@ -154,6 +180,28 @@ class VtgateClient:
                 f"{keyspace!r}: {response.error.message}"
             )
         return sorted(bytes(r.values).decode("utf-8") for r in response.result.rows)
+
+    def execute(
+        self, keyspace: str, sql: str, binds: dict[str, q.BindVariable] | None = None, timeout: float = 300
+    ) -> q.QueryResult:
+        """Run one read-only statement through vtgate (``Execute``), with every field's metadata
+        (column type, flags, charset) in the result.
+
+        :raises ProtocolError: vtgate's answer carried an error (the statement and the error named);
+            :raises ConnectionFailed / AuthenticationFailed.
+        """
+        options = q.ExecuteOptions(included_fields=q.ExecuteOptions.ALL)
+        request = vt.ExecuteRequest(
+            session=vt.Session(target_string=keyspace, autocommit=True, options=options),
+            query=q.BoundQuery(sql=sql, bind_variables=binds or {}),
+        )
+        try:
+            response = self.stub.Execute(request, metadata=self.metadata, timeout=timeout)
+        except grpc.RpcError as e:
+            raise map_rpc_error(e, self.where) from None
+        if response.error.message:
+            raise ProtocolError(f"vtgate at {self.where} failed {sql!r}: {response.error.message}")
+        return response.result
 
     def close(self) -> None:
         self.channel.close()

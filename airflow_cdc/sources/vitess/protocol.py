@@ -24,11 +24,13 @@ values (integers, floats, text for DECIMAL and temporal types, ``str`` for chara
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_cdc.core.errors import ProtocolError
+from airflow_cdc.core.errors import ProtocolError, SchemaError, UnsupportedType
+from airflow_cdc.core.table_sink import NOT_SENT
 from airflow_cdc.sources.vitess.offsets import shard_key
 from airflow_cdc.sources.vitess.proto import binlogdata_pb2 as b
 from airflow_cdc.sources.vitess.proto import query_pb2 as q
@@ -67,7 +69,19 @@ class Table:
 
     @classmethod
     def from_event(cls, event: b.FieldEvent) -> Table:
-        return cls(event.table_name, list(event.fields), [value_decoder(f) for f in event.fields])
+        """:raises SchemaError: vttablet could not name the columns (see :func:`schema_drift`)."""
+        if event.fields and all(_POSITIONAL.fullmatch(f.name) for f in event.fields):
+            raise schema_drift(event.table_name, "its columns arrive unnamed (@1, @2, ...)")
+        fields = [_character_type(f) for f in event.fields]
+        decoders = [value_decoder(f) for f in fields]
+        if not event.enum_set_string_values:
+            # vttablet before v20 sends ENUM values as their 1-based index and SET values as a bit
+            # mask (as text); v20+ maps them to labels and says so in the FIELD event (v24
+            # vstreamer.go: ``EnumSetStringValues: len(plan.EnumSetValuesMap) > 0``; copy.go sets it)
+            for i, f in enumerate(fields):
+                if f.type in (q.ENUM, q.SET):
+                    decoders[i] = _label_decoder(f)
+        return cls(event.table_name, fields, decoders)
 
     def decode(self, row: q.Row) -> dict[str, Any]:
         lengths = row.lengths
@@ -89,6 +103,72 @@ class Table:
         return dict(zip(self.names, out, strict=True))
 
 
+_POSITIONAL = re.compile(r"@\d+")
+
+
+def schema_drift(table: str, symptom: str) -> SchemaError:
+    """The error for rows vttablet cannot describe: written before a DDL that changed the table,
+    read after its schema engine loaded the new schema, with no schema history.  vttablet then
+    fails the stream when the rows have more columns than the table now has (``cannot determine
+    table columns``), and names the columns ``@1, @2, ...`` by the binlog's types when a column's
+    type no longer matches (v24 ``vstreamer.go`` ``buildTableColumns``, FieldEventMode
+    ``ERR_ON_MISMATCH``, the default).  Nothing is staged and the offset does not move."""
+    return SchemaError(
+        f"table {table}: vttablet cannot describe this table's rows at the stored position: "
+        f"{symptom}; they were written before a DDL that changed the table, and vttablet keeps no "
+        "schema history (its --track-schema-versions is off)",
+        hint=f"leave {table} out (table.exclude.list, or table.include.list) until a run has read past "
+        "that DDL, then capture it again and send an execute-snapshot signal for it; run vttablet with "
+        "--track-schema-versions (and --watch-replication-stream) so later DDLs are replayed right",
+    )
+
+
+#: binary-flagged character columns: Vitess's type -> the character type their column type names
+_AS_CHARACTER = {q.VARBINARY: q.VARCHAR, q.BINARY: q.CHAR, q.BLOB: q.TEXT}
+_CHARACTER_COLUMN_TYPES = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext"})
+
+
+def _character_type(f: q.Field) -> q.Field:
+    """A character column with a binary collation (``utf8mb4_bin``; MariaDB's JSON is LONGTEXT
+    ``utf8mb4_bin``) carries MySQL's BINARY flag, which Vitess turns into VARBINARY/BINARY/BLOB
+    (``sqltypes.MySQLToType``); its ``column_type`` still says ``varchar(n)``/``text``.  Debezium's
+    Vitess connector emits such columns as strings (DBZ-6748, DBZ-8679, DBZ-8694: ``VitessType``
+    resolves by ``column_type``), and so do we: the field is described with the character type."""
+    character = _AS_CHARACTER.get(f.type)
+    if character is None or f.charset == 63:  # the binary character set: really binary
+        return f
+    if f.column_type.split("(", 1)[0].strip().lower() not in _CHARACTER_COLUMN_TYPES:
+        return f
+    out = q.Field()
+    out.CopyFrom(f)
+    out.type = character
+    return out
+
+
+def _label_decoder(f: q.Field) -> Callable[[bytes], str]:
+    """An ENUM index / SET bit mask (text) -> its label(s), from the column type's labels.  A value
+    that is not a number is already a label (a FIELD event without the flag from a v20+ tablet)."""
+    labels = [v.replace("''", "'") for v in re.findall(r"'((?:[^']|'')*)'", f.column_type)]
+    is_set = f.type == q.SET
+
+    def decode(value: bytes) -> str:
+        if not value.isdigit():
+            return value.decode()
+        n = int(value)
+        if is_set:
+            return ",".join(label for k, label in enumerate(labels) if n >> k & 1)
+        return labels[n - 1] if 0 < n <= len(labels) else ""  # 0: the invalid value ''
+
+    return decode
+
+
+def _bits(bitmap: b.RowChange.Bitmap) -> list[bool]:
+    """A vttablet bitmap as flags: bit i is in byte i // 8, least significant bit first (go/mysql
+    binlog_event.go ``Bitmap.Bit``)."""
+    cols = bitmap.cols
+    return [bool(cols[i >> 3] >> (i & 7) & 1) if (i >> 3) < len(cols) else False for i in range(bitmap.count)]
+
+
 @dataclass
 class Change:
     op: str  # c, u, d, or r (a copy-phase read)
@@ -97,6 +177,7 @@ class Change:
     before: dict[str, Any] | None
     after: dict[str, Any] | None
     timestamp: int  # binlog seconds (0 for copy reads)
+    partial: bool = False  # the after image holds NOT_SENT values
 
 
 @dataclass
@@ -186,8 +267,11 @@ class Assembler:
             before = table.decode(change.before) if change.HasField("before") else None
             after = table.decode(change.after) if change.HasField("after") else None
             op = "u" if before is not None and after is not None else "d" if before is not None else "c"
+            partial = after is not None and change.HasField("data_columns")
+            if after is not None and partial:
+                _mark_partial(table, change, after)
             self._txn.changes.append(
-                Change(op, table.name, event.row_event.shard, before, after, event.timestamp)
+                Change(op, table.name, event.row_event.shard, before, after, event.timestamp, partial)
             )
 
     def _vgtid(self, vgtid: b.VGtid) -> list[Transaction | Marker]:
@@ -225,6 +309,30 @@ class Assembler:
     def _remember(self, vgtid: b.VGtid) -> None:
         for g in vgtid.shard_gtids:
             self.position[shard_key(g)] = g.gtid
+
+
+def _mark_partial(table: Table, change: b.RowChange, after: dict[str, Any]) -> None:
+    """A partial after image (``binlog_row_image=NOBLOB`` or ``MINIMAL`` on the shard; vttablet v24
+    sends it with its ``data_columns``, ``--vreplication-experimental-flags`` allowing it by
+    default): the columns not in it arrive as NULL and become :data:`NOT_SENT`, so apply keeps the
+    stored value instead of writing NULL.  A partial JSON value (``binlog_row_value_options=
+    PARTIAL_JSON``, MySQL 8) is an SQL expression of the change, not the document: refused.
+
+    :raises UnsupportedType: a partial JSON value (naming the table, column and setting)."""
+    present = _bits(change.data_columns)
+    for name, sent in zip(table.names, present, strict=False):
+        if not sent:
+            after[name] = NOT_SENT
+    if change.HasField("json_partial_values") and any(_bits(change.json_partial_values)):
+        json_columns = [f.name for f in table.fields if f.type == q.JSON]
+        partial = [c for c, p in zip(json_columns, _bits(change.json_partial_values), strict=False) if p]
+        raise UnsupportedType(
+            f"table {table.name}: column(s) {', '.join(partial)} arrived as partial JSON updates "
+            "(binlog_row_value_options=PARTIAL_JSON on the shard), which hold the change, not the value",
+            hint="set binlog_row_value_options='' (the default) on every shard's MySQL; events already "
+            "written that way cannot be applied: exclude the table for the run that passes them "
+            "(table.exclude.list), then include it again with an execute-snapshot signal",
+        )
 
 
 def _gtid_of(vgtid: b.VGtid, key: tuple[str, str]) -> str | None:

@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+import pyarrow as pa
 
 from airflow_cdc.core.batch import BatchWriter
 from airflow_cdc.core.column_mapping import MappedCodec, configured_mappers
@@ -35,6 +38,7 @@ from airflow_cdc.sources.vitess import offsets, orphans, position, snapshots, ta
 from airflow_cdc.sources.vitess.client import VtgateClient
 from airflow_cdc.sources.vitess.position import VitessCoord, shard_set
 from airflow_cdc.sources.vitess.proto import binlogdata_pb2 as b
+from airflow_cdc.sources.vitess.proto import query_pb2 as q
 from airflow_cdc.sources.vitess.protocol import Table
 from airflow_cdc.sources.vitess.stager import Stager
 from airflow_cdc.sources.vitess.tables import TableState
@@ -314,7 +318,7 @@ class VitessSource(ChangeSource):
             self._client(),
             request,
             upto.vgtid,
-            None,
+            self._streamed_tables(),
             max_events,
             self.config["vitess.window.idle.timeout"],
             on_transaction=stager.stage,
@@ -375,6 +379,77 @@ class VitessSource(ChangeSource):
                 staged += 1
         return staged
 
+    def _streamed_tables(self) -> list[str] | None:
+        """The tables to ask vtgate for: every table (None) when the filters keep all, else the
+        captured ones, so that vttablet never even describes a table left out (one whose old rows
+        it cannot describe any more fails the whole stream otherwise).  A table created while the
+        window runs is then not streamed; the next run lists it and snapshots it."""
+        if not self.config["table.include.list"] and not self.config["table.exclude.list"]:
+            return None
+        return [t.split(".", 1)[1] for t in self.captured]
+
+    def encoded_chunks(self, table: str, chunk_size: int) -> Iterator[pa.Table]:
+        """The live table in key order, ``chunk_size`` rows at a time, encoded like captured rows
+        (``verify``); nothing is staged and no state is touched.
+
+        Read through vtgate (``Execute``): ``SELECT <columns> ... WHERE (<key>) > (<last key>) ORDER BY
+        <key> LIMIT n``, which vtgate runs on every shard and merges in key order.  The rows come
+        as the copy phase's do (MySQL text values, ENUM/SET labels), so they are decoded and
+        encoded by the same code.  TIMESTAMP values are read in the time zone of vttablet's
+        connections (the copy phase uses UTC): run vttablet's MySQL in UTC for an exact compare.
+
+        :raises ConfigError: ``table`` is not captured.
+        """
+        if table not in self.tables():
+            raise ConfigError(
+                f"table {table} is not captured by connector {self.name} (check the table filters)"
+            )
+        client = self._client()
+        name = table.split(".", 1)[1]
+        quoted = "`" + name.replace("`", "``") + "`"
+        fields = list(client.execute(self.keyspace, f"SELECT * FROM {quoted} WHERE 1 != 1").fields)  # noqa: S608
+        # Execute's fields carry no column type (a FIELD event's do): information_schema has them
+        types = client.execute(
+            self.keyspace,
+            "SELECT column_name, column_type FROM information_schema.columns"
+            " WHERE table_schema = :ks AND table_name = :t",
+            {"ks": q.BindVariable(type=q.VARCHAR, value=self.keyspace.encode()),
+             "t": q.BindVariable(type=q.VARCHAR, value=name.encode())},
+        )  # fmt: skip
+        column_types = {}
+        for row in types.rows:
+            cut = row.lengths[0]
+            column_types[bytes(row.values[:cut]).decode()] = bytes(row.values[cut:]).decode()
+        for f in fields:
+            f.column_type = column_types.get(f.name, f.column_type)
+        described = Table.from_event(
+            b.FieldEvent(table_name=table, fields=fields, enum_set_string_values=True)
+        )
+        state = self.table_state(described)
+        slots = [described.names.index(k) for k in state.key]
+        keys = ", ".join("`" + k.replace("`", "``") + "`" for k in state.key)
+        # named, not *: vtgate needs the column list to merge a scatter read in key order (VT09015
+        # "schema tracking required" for SELECT * ... ORDER BY without vtgate's schema tracking)
+        columns = ", ".join("`" + n.replace("`", "``") + "`" for n in described.names)
+        schema = pa.schema([c.field for c in state.codecs])
+        last: list[q.BindVariable] | None = None
+        while True:
+            where, binds = "", {}
+            if last is not None:
+                where = f" WHERE ({keys}) > ({', '.join(f':k{i}' for i in range(len(last)))})"
+                binds = {f"k{i}": v for i, v in enumerate(last)}
+            sql = f"SELECT {columns} FROM {quoted}{where} ORDER BY {keys} LIMIT {int(chunk_size)}"  # noqa: S608
+            result = client.execute(self.keyspace, sql, binds)
+            if not result.rows:
+                return
+            rows = [list(described.decode(r).values()) for r in result.rows]
+            values = [[row[i] for row in rows] for i in state.select]
+            arrays = [c.convert_values(v) for c, v in zip(state.codecs, values, strict=True)]
+            yield pa.Table.from_arrays(arrays, schema=schema)
+            if len(result.rows) < chunk_size:
+                return
+            last = [_bind(described.fields[i], result.rows[-1], i) for i in slots]
+
     def table_state(self, table: Table) -> TableState:
         cached = self._states.get(id(table))
         if cached is not None and cached[0] is table:
@@ -396,6 +471,14 @@ class VitessSource(ChangeSource):
         if table not in self.captured:
             self.captured.append(table)  # created since open: the core snapshots it next run
         return True
+
+
+def _bind(f: q.Field, row: q.Row, index: int) -> q.BindVariable:
+    """Column ``index`` of ``row`` as a bind variable: its text value with the field's type."""
+    start = sum(max(0, n) for n in row.lengths[:index])
+    length = row.lengths[index]
+    value = b"" if length < 0 else row.values[start : start + length]
+    return q.BindVariable(type=q.NULL_TYPE if length < 0 else f.type, value=value)
 
 
 def _key_override(config: ConnectorConfig, table: str) -> tuple[str, ...] | None:

@@ -125,6 +125,8 @@ class Stager:
             if target is None:
                 continue
             state, sink = target
+            if change.partial:
+                sink.expect_partial_images()
             ops = [(change.op, _row(change.before), _row(change.after))]
             if change.op == "u" and state.key_text(change.before or {}) != state.key_text(change.after or {}):
                 ops = [("d", ops[0][1], None), ("c", ops[0][1], ops[0][2])]  # a key change: Debezium's d + c

@@ -178,6 +178,10 @@ class TableState:
         }
         return cls(name, names, select, codecs, key, signature, constants)
 
+    @property
+    def key_columns(self) -> list[str]:
+        return list(self.key)
+
     def table_info(self) -> dict[str, Any]:
         keyspace, _, table = self.name.partition(".")
         return {

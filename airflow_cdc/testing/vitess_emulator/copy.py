@@ -95,12 +95,9 @@ def _start_table(session: VStreamSession, st: _ShardStream, table: str) -> Itera
     plan.conn = conn
     fields = st.shard.fields(table)
     plan.fields = fields
-    event = b.FieldEvent(
-        table_name=f"{st.shard.keyspace}.{table}",
-        fields=fields,
-        keyspace=st.shard.keyspace,
-        shard=st.shard.name,
-    )
+    from airflow_cdc.testing.vitess_emulator.session import field_event
+
+    event = field_event(session.emulator, st.shard, table, fields)
     st.fields_sent.pop(table, None)  # the binlog stream describes the table again at its first row
     plan.opening = [session._event(st, b.BEGIN), session._event(st, b.FIELD, field_event=event)]
     if moved:

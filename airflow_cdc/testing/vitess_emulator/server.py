@@ -79,9 +79,17 @@ class VtgateEmulator:
     """
 
     def __init__(
-        self, *, users: dict[str, str] | None = None, poll_interval: float = 0.05, copy_chunk_rows: int = 1000
+        self,
+        *,
+        users: dict[str, str] | None = None,
+        poll_interval: float = 0.05,
+        copy_chunk_rows: int = 1000,
+        enum_set_string_values: bool = True,
     ) -> None:
+        """:param enum_set_string_values: False sends what vttablet before v20 sent: streamed ENUM
+        and SET values as their index / bit mask, copied ones as labels, no FIELD event flag."""
         self.users, self.poll_interval, self.copy_chunk_rows = users, poll_interval, copy_chunk_rows
+        self.enum_set_string_values = enum_set_string_values
         self.keyspaces: dict[str, list[EmulatedShard]] = {}
         self.all_shards: dict[tuple[str, str], EmulatedShard] = {}
         self.write_lock = threading.RLock()

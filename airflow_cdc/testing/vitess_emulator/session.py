@@ -14,8 +14,9 @@ What a client sees, as vtgate v18 sends it:
   keyspace or shard once *every* shard of the call's VGTID sent its own.  A shard that is not
   copying never sends one: a copy resumed on only some shards never gets the keyspace-wide event
   (vtgate v24 ``vstream_manager.go`` ``isCopyFullyCompleted``).
-  Catch-up between snapshots drops the rows of tables not copied yet; for the table being copied
-  it keeps the changes of keys up to its last copied key (so a resumed copy misses nothing);
+  Catch-up between snapshots drops the rows of tables not copied yet and sends every change of a
+  table whose copy has started, rows above its last copied key included (at least once: those rows
+  are copied again later; v24 ``uvstreamer.go`` ``shouldSendEventForTable``);
 * a resharding journal: not sent; the old shards' entries of the VGTID are replaced by the new
   shards at the journal's positions, from which they stream.  With ``stop_on_reshard`` each
   participant sends its journal transaction ``BEGIN, JOURNAL, VGTID, COMMIT`` -- the VGTID still
@@ -31,7 +32,6 @@ import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -42,13 +42,12 @@ from airflow_cdc.sources.vitess.proto import query_pb2 as q
 from airflow_cdc.sources.vitess.proto import vtgate_pb2 as vt
 from airflow_cdc.testing.vitess_emulator.binlog import RowsChange, ShardBinlog, Transaction
 from airflow_cdc.testing.vitess_emulator.shard import EmulatedShard, PositionError, is_purged_error
-from airflow_cdc.testing.vitess_emulator.values import make_row, row_values
+from airflow_cdc.testing.vitess_emulator.values import make_row
 
 if TYPE_CHECKING:
     from airflow_cdc.testing.vitess_emulator.server import VtgateEmulator
 
 _SELECT_ALL = re.compile(r"^\s*select\s+\*\s+from\s+`?(\w+)`?\s*$", re.IGNORECASE)
-_INTEGRAL = 256
 
 
 class VStreamError(Exception):
@@ -65,7 +64,6 @@ class _Copy:
     lastpk: dict[str, q.QueryResult] = field(default_factory=dict)
     conn: Any = None  # the open snapshot transaction of the table in progress
     fields: list[q.Field] = field(default_factory=list)  # of the table in progress
-    keys: dict[str, tuple[list[q.Field], list[int]]] = field(default_factory=dict)  # FIELDs, pk index
     opening: list[b.VEvent] = field(default_factory=list)  # BEGIN, FIELD, [VGTID] of the table's first chunk
 
 
@@ -260,6 +258,8 @@ class VStreamSession:
             if not kept:
                 continue
             events.extend(self._field_event(st, change, ts))
+            if not self.emulator.enum_set_string_values:
+                kept = _enum_set_indexes(st.shard.fields(change.table, change.signature), kept)
             row_event = b.RowEvent(
                 table_name=f"{st.shard.keyspace}.{change.table}",
                 keyspace=st.shard.keyspace,
@@ -286,33 +286,23 @@ class VStreamSession:
             # columns the rows have, as far as the current schema still knows them
             known = {f.name: f for f in fields}
             fields = [known.get(n) or q.Field(name=n, type=q.VARBINARY, table=table) for n in change.names]
-        event = b.FieldEvent(
-            table_name=f"{st.shard.keyspace}.{table}",
-            fields=fields,
-            keyspace=st.shard.keyspace,
-            shard=st.shard.name,
-        )
+        event = field_event(self.emulator, st.shard, table, fields)
         return [self._event(st, b.FIELD, ts, field_event=event)]
 
     def _catchup_filter(self, st: _ShardStream, table: str, changes: list) -> list:
+        """The changes vttablet sends while a copy runs (catch-up and fast-forward between chunks).
+
+        Real vttablet drops the changes of a table whose copy has not started (no last PK) and sends
+        *every* change of a table whose copy has started, rows above the last copied key included:
+        "We may send duplicate insert events or update/delete events for rows not yet seen ... we
+        only promise at-least-once semantics" (``go/vt/vttablet/tabletserver/vstreamer/uvstreamer.go``
+        v24, ``shouldSendEventForTable``; ``isRowCopied`` returns true).  The client sees updates and
+        deletes of rows it has not been sent yet, and the copy sends those rows again later.
+        """
         copy = st.copy
         if copy is None or table not in copy.tables:
             return changes
-        if table != copy.tables[0] or table not in copy.lastpk:
-            return []  # not copied yet: the copy will read the row as it is then
-        cached = copy.keys.get(table)
-        if cached is None:  # information_schema per catch-up transaction made long copies crawl
-            fields = st.shard.fields(table)
-            cached = copy.keys[table] = (fields, _pk_index(st.shard, table, fields))
-        fields, pk = cached
-        last = _key(
-            [row_values(copy.lastpk[table].rows[0])[i] for i in range(len(pk))], [fields[i] for i in pk]
-        )
-
-        def copied(image: tuple | None) -> bool:
-            return image is not None and _key([image[i] for i in pk], [fields[i] for i in pk]) <= last
-
-        return [(before, after) for before, after in changes if copied(before) or copied(after)]
+        return changes if table in copy.lastpk else []
 
     def _journal(self, st: _ShardStream, txn: Transaction) -> list[b.VEvent]:
         journal = b.Journal.FromString(txn.journal or b"")
@@ -365,21 +355,47 @@ class VStreamSession:
         yield from copy_step(self, st)
 
 
+def field_event(emulator: Any, shard: EmulatedShard, table: str, fields: list[q.Field]) -> b.FieldEvent:
+    """A FIELD event; v20+ vttablet flags one whose table has ENUM/SET columns: their values are
+    labels (v24 vstreamer.go ``EnumSetStringValues: len(plan.EnumSetValuesMap) > 0``, copy.go)."""
+    labels = emulator.enum_set_string_values and any(f.type in (q.ENUM, q.SET) for f in fields)
+    return b.FieldEvent(
+        table_name=f"{shard.keyspace}.{table}",
+        fields=fields,
+        keyspace=shard.keyspace,
+        shard=shard.name,
+        enum_set_string_values=labels,
+    )
+
+
+def _enum_set_indexes(fields: list[q.Field], changes: list) -> list:
+    """Streamed ENUM/SET values as vttablet before v20 sent them: an ENUM's 1-based index and a
+    SET's bit mask, as text (the binlog's integers; vstreamer did not map them then)."""
+    maps: dict[int, tuple[bool, list[bytes]]] = {}
+    for i, f in enumerate(fields):
+        if f.type in (q.ENUM, q.SET):
+            labels = [v.replace("''", "'").encode() for v in re.findall(r"'((?:[^']|'')*)'", f.column_type)]
+            maps[i] = (f.type == q.SET, labels)
+    if not maps:
+        return changes
+
+    def index(image: tuple | None) -> tuple | None:
+        if image is None:
+            return None
+        out = list(image)
+        for i, (is_set, labels) in maps.items():
+            v = out[i]
+            if v is None:
+                continue
+            if is_set:
+                out[i] = str(sum(1 << labels.index(x) for x in v.split(b",") if x in labels)).encode()
+            else:
+                out[i] = str(labels.index(v) + 1 if v in labels else 0).encode()
+        return tuple(out)
+
+    return [(index(before), index(after)) for before, after in changes]
+
+
 def _pk_index(shard: EmulatedShard, table: str, fields: list[q.Field]) -> list[int]:
     names = [f.name for f in fields]
     return [names.index(c) for c in shard.pk_columns(table)]
-
-
-def _key(values: list[bytes | None], fields: list[q.Field]) -> tuple:
-    """A comparable key of primary key text values (numbers numerically, the rest bytewise)."""
-    out: list[Any] = []
-    for value, f in zip(values, fields, strict=True):
-        if value is None:
-            out.append(b"")
-        elif f.type & _INTEGRAL:
-            out.append(int(value))
-        elif f.type in (q.DECIMAL, q.FLOAT32, q.FLOAT64):
-            out.append(Decimal(value.decode()))
-        else:
-            out.append(bytes(value))
-    return tuple(out)

@@ -1,9 +1,10 @@
 """Column types and values the way vttablet's vstreamer puts them on the wire.
 
 * Column types: MySQL protocol type + flags + collation -> ``query.Type`` (the rule of Vitess's
-  ``sqltypes.MySQLToType`` and ``modifyType``: unsigned integers become ``UINT*``, the binary
-  collation (63) turns ``TEXT``/``VARCHAR``/``CHAR`` into ``BLOB``/``VARBINARY``/``BINARY``, the
-  ENUM/SET flags on a ``CHAR`` make ``ENUM``/``SET``).
+  ``sqltypes.MySQLToType`` and ``modifyType``: unsigned integers become ``UINT*``, the BINARY flag
+  (128: the binary character set, and a ``_bin`` collation of a character column) turns
+  ``TEXT``/``VARCHAR``/``CHAR`` into ``BLOB``/``VARBINARY``/``BINARY``, the ENUM/SET flags on a
+  ``CHAR`` make ``ENUM``/``SET``).
 * Values: MySQL text-protocol bytes.  Binlog row images arrive as the neutral Python values of
   :mod:`airflow_cdc.sources.mysql.rowcodec` and are turned back into text here, as vstreamer does
   when it parses a row image (FLOAT/DOUBLE in Go's ``%E`` shortest form, ``1.5E+00``; temporal
@@ -25,7 +26,7 @@ from airflow_cdc.sources.mysql import rowcodec as rc
 from airflow_cdc.sources.vitess.proto import query_pb2 as q
 
 BINARY_COLLATION = 63
-_ENUM_FLAG, _SET_FLAG, _UNSIGNED_FLAG = 256, 2048, 32
+_ENUM_FLAG, _SET_FLAG, _UNSIGNED_FLAG, _BINARY_FLAG = 256, 2048, 32, 128
 _BY_PROTOCOL = {
     0: q.DECIMAL, 1: q.INT8, 2: q.INT16, 3: q.INT32, 4: q.FLOAT32, 5: q.FLOAT64, 6: q.NULL_TYPE,
     7: q.TIMESTAMP, 8: q.INT64, 9: q.INT24, 10: q.DATE, 11: q.TIME, 12: q.DATETIME, 13: q.YEAR,
@@ -47,7 +48,9 @@ def vitess_type(protocol_type: int, flags: int, collation: int) -> q.Type:
         return q.ENUM
     if t == q.CHAR and flags & _SET_FLAG:
         return q.SET
-    if collation == BINARY_COLLATION and t in _BINARY:
+    if flags & _BINARY_FLAG and t in _BINARY:
+        # the BINARY flag, which a binary collation of a character column (utf8mb4_bin) sets too:
+        # such a VARCHAR is VARBINARY on the wire, its column_type still varchar(n)
         t = _BINARY[t]
     return t
 

@@ -1,5 +1,8 @@
 """The foundation's concurrency scenario replayed through Spark: silver == source == oracle,
-and ``verify`` agrees (then notices a change that was never captured)."""
+and ``verify`` agrees (then notices a change that was never captured).  It runs with
+``staging.path`` and ``delta.root`` on an S3 server (s3proxy): capture publishes there, Spark
+reads the staged parts and writes Delta through S3A, ``verify`` and the oracle read it back
+(local staging is what every other Spark test runs on)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import pytest
 from airflow_cdc.apply.verify import verify
 from airflow_cdc.core.batch import list_batches
 from airflow_cdc.core.pipeline import build_config
+from airflow_cdc.testing.s3proxy import S3ProxyServer, configure_spark, s3proxy_jar
 from spark_jobs.cdc_apply.job import ApplySettings, apply_batch
 from tests.integration.postgres import toast_scenario
 from tests.integration.postgres.support import run_capture
@@ -29,9 +33,28 @@ from tests.support.pipeline import snapshot_pending
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def test_concurrent_capture_replayed_through_spark(spark, pg_db, tmp_path):
+@pytest.fixture(scope="module")
+def s3_server():
+    """s3proxy for this module; None without its jar (the scenario then runs on local disk)."""
+    if s3proxy_jar() is None:
+        yield None
+        return
+    with S3ProxyServer() as server:
+        yield server
+
+
+def test_concurrent_capture_replayed_through_spark(spark, pg_db, tmp_path, s3_server, monkeypatch):
     config = _setup(pg_db, tmp_path)
     config["snapshot.max.rows.per.run"] = 30_000  # fewer, larger batches: Spark pays per batch
+    target = str(tmp_path / "delta")
+    if s3_server is not None:
+        for key, value in s3_server.env().items():  # what a deployment's environment gives
+            monkeypatch.setenv(key, value)
+        configure_spark(spark, s3_server)
+        bucket = s3_server.make_bucket()
+        config["staging.path"] = f"s3a://{bucket}/staging"
+        config["state.store"] = str(tmp_path / "state")  # required beside object-store staging
+        target = f"s3a://{bucket}/delta"
     runs = 0
     with Writers(pg_db.dsn) as writers:
         while snapshot_pending(config) or runs < 3:
@@ -43,7 +66,7 @@ def test_concurrent_capture_replayed_through_spark(spark, pg_db, tmp_path):
     run_capture(config)
     batches = list_batches(config["staging.path"], config["name"])
     assert len(batches) >= 5
-    target = str(tmp_path / "delta")
+    assert s3_server is None or str(batches[0].path).startswith("s3://")
     apply_backlog(spark, batches, target)
     assert_silver_matches(spark, config, target, TABLES[0], ["id"])
     assert_silver_matches(spark, config, target, TABLES[1], ["k1", "k 2"])

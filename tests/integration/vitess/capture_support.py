@@ -44,24 +44,29 @@ def order_values(i: int, version: int = 0) -> tuple:
     )
 
 
+ORDER_COLUMNS = "id, item, qty, price, at, note, raw"
+
+
+def encode_order(r: tuple) -> dict[str, Any]:
+    """One ``orders`` row as read with pymysql (``ORDER_COLUMNS``), encoded as staged events encode it."""
+    at = r[4]
+    return {
+        "id": r[0],
+        "item": r[1],
+        "qty": r[2],
+        "price": None if r[3] is None else str(r[3]),
+        "at": None if at is None else int((at - _EPOCH) / dt.timedelta(microseconds=1)),
+        "note": r[5],
+        "raw": None if r[6] is None else bytes(r[6]),
+    }
+
+
 def shard_rows(vtgate: VtgateEmulator, keyspace: str) -> dict[tuple, dict[str, Any]]:
     """Every shard's ``orders`` rows, encoded as the staged events encode them."""
     out: dict[tuple, dict[str, Any]] = {}
     for shard in vtgate.keyspace_shards(keyspace):
-        for r in shard.server.execute(
-            "SELECT id, item, qty, price, at, note, raw FROM orders", database=shard.database
-        ):
-            at = r[4]
-            micros = None if at is None else int((at - _EPOCH) / dt.timedelta(microseconds=1))
+        for r in shard.server.execute(f"SELECT {ORDER_COLUMNS} FROM orders", database=shard.database):
             key = (r[0],)
             assert key not in out, f"key {key} on two shards"
-            out[key] = {
-                "id": r[0],
-                "item": r[1],
-                "qty": r[2],
-                "price": None if r[3] is None else str(r[3]),
-                "at": micros,
-                "note": r[5],
-                "raw": None if r[6] is None else bytes(r[6]),
-            }
+            out[key] = encode_order(r)
     return out

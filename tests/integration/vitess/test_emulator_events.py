@@ -31,6 +31,9 @@ TYPES = [
     ("vc", "VARCHAR(20)", "'h\u00e9llo \u2603'", q.VARCHAR, "h\u00e9llo \u2603".encode(), "h\u00e9llo \u2603".encode()),
     ("bn", "BINARY(4)", "X'6162'", q.BINARY, b"ab\x00\x00", b"ab\x00\x00"),
     ("vb", "VARBINARY(8)", "X'00ff10'", q.VARBINARY, b"\x00\xff\x10", b"\x00\xff\x10"),
+    # a binary collation sets MySQL's BINARY flag: Vitess sends VARBINARY/BLOB, column_type varchar/text
+    ("cbin", "VARCHAR(10) COLLATE utf8mb4_bin", "'B\u00efn'", q.VARBINARY, "B\u00efn".encode(), "B\u00efn".encode()),
+    ("tbin", "TEXT COLLATE utf8mb4_bin", "'t\u00e9xt'", q.BLOB, "t\u00e9xt".encode(), "t\u00e9xt".encode()),
     ("tb", "TINYBLOB", "X'01'", q.BLOB, b"\x01", b"\x01"),
     ("tt", "TINYTEXT", "'tiny'", q.TEXT, b"tiny", b"tiny"),
     ("bl", "BLOB", "X'0203'", q.BLOB, b"\x02\x03", b"\x02\x03"),

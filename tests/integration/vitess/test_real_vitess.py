@@ -3,7 +3,7 @@ MariaDB shards): an empty start, the copy phase spread over several runs (copy c
 an empty table), then streamed changes; the replay equals the rows read back through vtgate and
 every copied row is staged as a snapshot read (``op=r``).
 
-Skipped unless the Vitess binaries are in ``.local/vitess/bin`` (or ``AIRFLOW_CDC_VITESS_BIN``); see
+Skipped unless the Vitess binaries are built (``make vitess``, part of ``make setup``); see
 :mod:`airflow_cdc.testing.vitess_real`.
 """
 
@@ -26,6 +26,7 @@ pytestmark = pytest.mark.skipif(bool(vitess_real.missing()), reason=str(vitess_r
 TABLES = {
     "customer": "id BIGINT NOT NULL PRIMARY KEY, name VARCHAR(64)",
     "empty_t": "id BIGINT NOT NULL PRIMARY KEY, v INT",
+    "uneven": "id BIGINT NOT NULL PRIMARY KEY, v INT",
 }
 ROWS = 60
 
@@ -110,3 +111,39 @@ def test_copy_over_several_runs_then_stream(cluster: vitess_real.RealVitessClust
     oracle = replay(props)
     assert_rows_equal("customer", _through_vtgate(cluster), oracle.rows(f"{ks}.customer"))
     assert oracle.rows(f"{ks}.empty_t") == {(1,): {"id": 1, "v": 10}}
+
+
+def test_copy_resumed_on_one_shard_finishes_with_default_settings(
+    cluster: vitess_real.RealVitessCluster, tmp_path: Path
+) -> None:
+    """Issue 32 item 1 against real vtgate: ``-80`` holds 2 rows (done in the first run), ``80-``
+    30 (copying on); vtgate sends the keyspace-wide COPY_COMPLETED only after every shard of the
+    call sent its own, so a copy resumed on ``80-`` alone never gets it.  The runs after the first
+    finish on ``80-``'s own COPY_COMPLETED (before: every run ran to its limit or failed idle)."""
+    from tests.integration.vitess.test_vtgate_shapes import keys_of
+
+    ks = cluster.keyspace
+    low, high = keys_of("-80", 2), keys_of("80-", 30)
+    cluster.execute("INSERT INTO uneven (id, v) VALUES " + ",".join(f"({k}, {k})" for k in low + high))
+    props = _props(
+        cluster, tmp_path, **{"table.include.list": f"{ks}.uneven", "vitess.window.idle.timeout": 10}
+    )
+    # short runs until -80 (one chunk) is copied; vtgate streams the shards side by side
+    for _ in range(10):
+        first = run_capture(dict(props, **{"run.max.events": 3}))
+        copying = sorted(g["shard"] for g in first.to_offset["vgtid"] if g.get("table_p_ks"))
+        if "-80" not in copying:
+            break
+    assert copying == ["80-"], first.to_offset
+    cluster.execute("UPDATE uneven SET v = -1 WHERE id = %s", (low[0],))
+    cluster.execute("DELETE FROM uneven WHERE id = %s", (high[-1],))
+    runs = []
+    for _ in range(4):
+        began = time.monotonic()
+        runs.append(run_capture(props))
+        assert time.monotonic() - began < 8, "the run waited for a COPY_COMPLETED that never comes"
+        if not any(g.get("table_p_ks") for g in runs[-1].to_offset["vgtid"]) and not runs[-1].events:
+            break
+    assert len(runs) <= 3, [r.to_offset for r in runs]
+    expected = {(r[0],): {"id": r[0], "v": r[1]} for r in cluster.execute("SELECT id, v FROM uneven")}
+    assert_rows_equal("uneven", expected, replay(props).rows(f"{ks}.uneven"))

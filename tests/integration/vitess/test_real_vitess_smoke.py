@@ -1,6 +1,6 @@
 """Our client against real Vitess (vtgate + unmanaged vttablets over two MariaDB shards).
 
-Skipped unless the Vitess binaries are in ``.local/vitess/bin`` (or ``AIRFLOW_CDC_VITESS_BIN``); see
+Skipped unless the Vitess binaries are built (``make vitess``, part of ``make setup``); see
 :mod:`airflow_cdc.testing.vitess_real`.  The shards are MariaDB, so vtgate's positions read
 ``MariaDB/<domain>-<server>-<seq>``, which :class:`~airflow_cdc.sources.vitess.offsets.GtidSet`
 orders per domain by sequence number.

@@ -7,12 +7,14 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+from airflow_cdc.core.batch import list_batches
 from airflow_cdc.core.errors import UnsupportedType
 from airflow_cdc.sources.vitess.client import VtgateClient
 from airflow_cdc.sources.vitess.config import vitess_config
 from airflow_cdc.sources.vitess.offsets import start_vgtid
 from airflow_cdc.sources.vitess.types import column_codec
 from airflow_cdc.sources.vitess.window import read_window
+from airflow_cdc.testing.vitess_emulator import VtgateEmulator
 from tests.integration.vitess.test_emulator_events import DDL, INSERT
 
 DAYS_2024_02_29 = 19782
@@ -36,6 +38,9 @@ EXPECTED = {
     "vc": (pa.string(), None, "h\u00e9llo \u2603", "h\u00e9llo \u2603"),
     "bn": (pa.binary(), None, b"ab\x00\x00", b"ab\x00\x00"),
     "vb": (pa.binary(), None, b"\x00\xff\x10", b"\x00\xff\x10"),
+    # strings, as Debezium's Vitess connector resolves them by column_type (DBZ-6748, DBZ-8679)
+    "cbin": (pa.string(), None, "B\u00efn", "B\u00efn"),
+    "tbin": (pa.string(), None, "t\u00e9xt", "t\u00e9xt"),
     "tb": (pa.binary(), None, b"\x01", b"\x01"),
     "tt": (pa.string(), None, "tiny", "tiny"),
     "bl": (pa.binary(), None, b"\x02\x03", b"\x02\x03"),
@@ -104,3 +109,31 @@ def test_debezium_encoding_per_type(vtgate, typed):
         with pytest.raises(UnsupportedType, match=f"alltypes.{name}"):
             column_codec(described[name], "alltypes")
         assert column_codec(described[name], "alltypes", include_unknown=True).convert(copied.after[name])
+
+
+def test_enum_and_set_indexes_of_a_pre_v20_tablet_are_labels(shard_servers, keyspace, tmp_path):
+    """vttablet before v20 streamed ENUM values as their index and SET values as a bit mask (as
+    text) and sent FIELD events without ``enum_set_string_values``; copied rows came as labels.
+    Issue 32 item 5: the index was staged as the value ("2" for 'y')."""
+    from tests.integration.vitess.capture_support import vitess_props
+    from tests.support.pipeline import run_capture
+
+    ddl = "CREATE TABLE e (id BIGINT PRIMARY KEY, en ENUM('x','y','z','10'), st SET('a','b','c'))"
+    with VtgateEmulator(copy_chunk_rows=4, enum_set_string_values=False) as old:
+        old.add_keyspace(keyspace, {"0": shard_servers[0]}, [ddl])
+        old.execute(keyspace, "INSERT INTO e VALUES (1, 'y', 'a,c')")
+        props = vitess_props(old, keyspace, tmp_path)
+        assert run_capture(props).snapshot_rows == 1
+        old.execute(keyspace, "INSERT INTO e VALUES (2, 'z', 'b')")
+        old.execute(keyspace, "UPDATE e SET en = '10', st = '' WHERE id = 1")
+        old.execute(keyspace, "INSERT INTO e VALUES (3, NULL, 'a,b,c')")
+        assert run_capture(props).events == 3
+    rows = [
+        (r["op"], r["after"]["id"], r["after"]["en"], r["after"]["st"])
+        for batch in list_batches(props["staging.path"], props["name"])
+        for rb in batch.iter_events(f"{keyspace}.e")
+        for r in rb.to_pylist()
+    ]
+    assert rows == [
+        ("r", 1, "y", "a,c"), ("c", 2, "z", "b"), ("u", 1, "10", ""), ("c", 3, None, "a,b,c")
+    ]  # fmt: skip

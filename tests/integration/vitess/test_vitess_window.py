@@ -158,9 +158,11 @@ def test_reshard_during_an_unfinished_copy(vtgate, shard_servers, ks):
                 break
     finally:
         client.close()
-    assert sorted(r["id"] for r in recopy) == sorted(table_rows(vtgate, ks)) == [
-        *[i for i in range(1, 21) if i not in (2, 15)], 30, 31, 32
-    ]
+    assert (
+        sorted(r["id"] for r in recopy)
+        == sorted(table_rows(vtgate, ks))
+        == [*[i for i in range(1, 21) if i not in (2, 15)], 30, 31, 32]
+    )
 
 
 def test_stop_on_reshard_ends_the_window_at_the_journal(vtgate, shard_servers, ks):

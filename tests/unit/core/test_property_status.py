@@ -1,5 +1,5 @@
 """Every property the Debezium docs document is supported, ignored with a reason, or refused with
-what to use instead; the README's generated table is current."""
+what to use instead; the generated tables of the docs site (``docs/reference/properties/``) are current."""
 
 from __future__ import annotations
 
@@ -59,19 +59,26 @@ def test_every_documented_property_has_a_row_and_behaves_as_it_says(connector, n
         assert row.text, "a refusal says what to use instead"
 
 
-def test_readme_table_is_current():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert script.rendered_readme(readme) == readme, "run: python scripts/property_table.py"
+@pytest.mark.parametrize("connector", list(BASE_CONFIGS))
+def test_docs_property_table_is_current(connector):
+    page = (ROOT / script.page_path(connector)).read_text(encoding="utf-8")
+    assert script.rendered(connector, page) == page, "run: python scripts/property_table.py"
 
 
-def test_readme_check_fails_when_stale(tmp_path, monkeypatch):
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    stale = readme.replace("| `slot.name` | supported |", "| `slot.name` | refused |", 1)
-    assert stale != readme
-    (tmp_path / "README.md").write_text(stale, encoding="utf-8")
+def test_docs_check_fails_when_stale(tmp_path, monkeypatch):
+    path = script.page_path("postgresql")
+    page = (ROOT / path).read_text(encoding="utf-8")
+    stale = page.replace("| `slot.name` | supported |", "| `slot.name` | refused |", 1)
+    assert stale != page
+    for connector in BASE_CONFIGS:
+        copy = tmp_path / script.page_path(connector)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text((ROOT / script.page_path(connector)).read_text(encoding="utf-8"), encoding="utf-8")
+    (tmp_path / path).write_text(stale, encoding="utf-8")
+    (tmp_path / "docs" / "seed_properties").symlink_to(ROOT / "docs" / "seed_properties")
     monkeypatch.setattr(script, "ROOT", tmp_path)
-    (tmp_path / "docs").symlink_to(ROOT / "docs")
     assert script.main(["--check"]) == 1
+    assert (tmp_path / path).read_text(encoding="utf-8") == stale  # --check writes nothing
 
 
 @pytest.mark.parametrize(

@@ -25,17 +25,17 @@ _sym_db = _symbol_database.Default()
 from airflow_cdc.sources.vitess.proto import query_pb2 as airflow__cdc_dot_sources_dot_vitess_dot_proto_dot_query__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n1airflow_cdc/sources/vitess/proto/binlogdata.proto\x12\nbinlogdata\x1a,airflow_cdc/sources/vitess/proto/query.proto\"%\n\x04Rule\x12\r\n\x05match\x18\x01 \x01(\t\x12\x0e\n\x06\x66ilter\x18\x02 \x01(\t\"\xcc\x01\n\x06\x46ilter\x12\x1f\n\x05rules\x18\x01 \x03(\x0b\x32\x10.binlogdata.Rule\x12;\n\x10\x66ield_event_mode\x18\x02 \x01(\x0e\x32!.binlogdata.Filter.FieldEventMode\x12\x15\n\rworkflow_type\x18\x03 \x01(\x03\x12\x15\n\rworkflow_name\x18\x04 \x01(\t\"6\n\x0e\x46ieldEventMode\x12\x13\n\x0f\x45RR_ON_MISMATCH\x10\x00\x12\x0f\n\x0b\x42\x45ST_EFFORT\x10\x01\"\x9d\x01\n\tRowChange\x12\x1a\n\x06\x62\x65\x66ore\x18\x01 \x01(\x0b\x32\n.query.Row\x12\x19\n\x05\x61\x66ter\x18\x02 \x01(\x0b\x32\n.query.Row\x12\x32\n\x0c\x64\x61ta_columns\x18\x03 \x01(\x0b\x32\x1c.binlogdata.RowChange.Bitmap\x1a%\n\x06\x42itmap\x12\r\n\x05\x63ount\x18\x01 \x01(\x03\x12\x0c\n\x04\x63ols\x18\x02 \x01(\x0c\"z\n\x08RowEvent\x12\x12\n\ntable_name\x18\x01 \x01(\t\x12*\n\x0brow_changes\x18\x02 \x03(\x0b\x32\x15.binlogdata.RowChange\x12\x10\n\x08keyspace\x18\x03 \x01(\t\x12\r\n\x05shard\x18\x04 \x01(\t\x12\r\n\x05\x66lags\x18\x05 \x01(\r\"_\n\nFieldEvent\x12\x12\n\ntable_name\x18\x01 \x01(\t\x12\x1c\n\x06\x66ields\x18\x02 \x03(\x0b\x32\x0c.query.Field\x12\x10\n\x08keyspace\x18\x03 \x01(\t\x12\r\n\x05shard\x18\x04 \x01(\t\"g\n\tShardGtid\x12\x10\n\x08keyspace\x18\x01 \x01(\t\x12\r\n\x05shard\x18\x02 \x01(\t\x12\x0c\n\x04gtid\x18\x03 \x01(\t\x12+\n\ntable_p_ks\x18\x04 \x03(\x0b\x32\x17.binlogdata.TableLastPK\"3\n\x05VGtid\x12*\n\x0bshard_gtids\x18\x01 \x03(\x0b\x32\x15.binlogdata.ShardGtid\"0\n\rKeyspaceShard\x12\x10\n\x08keyspace\x18\x01 \x01(\t\x12\r\n\x05shard\x18\x02 \x01(\t\"\xe7\x01\n\x07Journal\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x31\n\x0emigration_type\x18\x02 \x01(\x0e\x32\x19.binlogdata.MigrationType\x12\x0e\n\x06tables\x18\x03 \x03(\t\x12\x16\n\x0elocal_position\x18\x04 \x01(\t\x12*\n\x0bshard_gtids\x18\x05 \x03(\x0b\x32\x15.binlogdata.ShardGtid\x12/\n\x0cparticipants\x18\x06 \x03(\x0b\x32\x19.binlogdata.KeyspaceShard\x12\x18\n\x10source_workflows\x18\x07 \x03(\t\"\x88\x03\n\x06VEvent\x12$\n\x04type\x18\x01 \x01(\x0e\x32\x16.binlogdata.VEventType\x12\x11\n\ttimestamp\x18\x02 \x01(\x03\x12\x0c\n\x04gtid\x18\x03 \x01(\t\x12\x11\n\tstatement\x18\x04 \x01(\t\x12\'\n\trow_event\x18\x05 \x01(\x0b\x32\x14.binlogdata.RowEvent\x12+\n\x0b\x66ield_event\x18\x06 \x01(\x0b\x32\x16.binlogdata.FieldEvent\x12 \n\x05vgtid\x18\x07 \x01(\x0b\x32\x11.binlogdata.VGtid\x12$\n\x07journal\x18\x08 \x01(\x0b\x32\x13.binlogdata.Journal\x12\x0b\n\x03\x64ml\x18\t \x01(\t\x12\x14\n\x0c\x63urrent_time\x18\x14 \x01(\x03\x12/\n\x0elast_p_k_event\x18\x15 \x01(\x0b\x32\x17.binlogdata.LastPKEvent\x12\x10\n\x08keyspace\x18\x16 \x01(\t\x12\r\n\x05shard\x18\x17 \x01(\t\x12\x11\n\tthrottled\x18\x18 \x01(\x08\"O\n\x0cMinimalTable\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1c\n\x06\x66ields\x18\x02 \x03(\x0b\x32\x0c.query.Field\x12\x13\n\x0bp_k_columns\x18\x03 \x03(\x03\"Q\n\x0bLastPKEvent\x12/\n\x0etable_last_p_k\x18\x01 \x01(\x0b\x32\x17.binlogdata.TableLastPK\x12\x11\n\tcompleted\x18\x02 \x01(\x08\"E\n\x0bTableLastPK\x12\x12\n\ntable_name\x18\x01 \x01(\t\x12\"\n\x06lastpk\x18\x03 \x01(\x0b\x32\x12.query.QueryResult*\x8d\x02\n\nVEventType\x12\x0b\n\x07UNKNOWN\x10\x00\x12\x08\n\x04GTID\x10\x01\x12\t\n\x05\x42\x45GIN\x10\x02\x12\n\n\x06\x43OMMIT\x10\x03\x12\x0c\n\x08ROLLBACK\x10\x04\x12\x07\n\x03\x44\x44L\x10\x05\x12\n\n\x06INSERT\x10\x06\x12\x0b\n\x07REPLACE\x10\x07\x12\n\n\x06UPDATE\x10\x08\x12\n\n\x06\x44\x45LETE\x10\t\x12\x07\n\x03SET\x10\n\x12\t\n\x05OTHER\x10\x0b\x12\x07\n\x03ROW\x10\x0c\x12\t\n\x05\x46IELD\x10\r\x12\r\n\tHEARTBEAT\x10\x0e\x12\t\n\x05VGTID\x10\x0f\x12\x0b\n\x07JOURNAL\x10\x10\x12\x0b\n\x07VERSION\x10\x11\x12\n\n\x06LASTPK\x10\x12\x12\r\n\tSAVEPOINT\x10\x13\x12\x12\n\x0e\x43OPY_COMPLETED\x10\x14*\'\n\rMigrationType\x12\n\n\x06TABLES\x10\x00\x12\n\n\x06SHARDS\x10\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n1airflow_cdc/sources/vitess/proto/binlogdata.proto\x12\nbinlogdata\x1a,airflow_cdc/sources/vitess/proto/query.proto\"%\n\x04Rule\x12\r\n\x05match\x18\x01 \x01(\t\x12\x0e\n\x06\x66ilter\x18\x02 \x01(\t\"\xcc\x01\n\x06\x46ilter\x12\x1f\n\x05rules\x18\x01 \x03(\x0b\x32\x10.binlogdata.Rule\x12;\n\x10\x66ield_event_mode\x18\x02 \x01(\x0e\x32!.binlogdata.Filter.FieldEventMode\x12\x15\n\rworkflow_type\x18\x03 \x01(\x03\x12\x15\n\rworkflow_name\x18\x04 \x01(\t\"6\n\x0e\x46ieldEventMode\x12\x13\n\x0f\x45RR_ON_MISMATCH\x10\x00\x12\x0f\n\x0b\x42\x45ST_EFFORT\x10\x01\"\xd8\x01\n\tRowChange\x12\x1a\n\x06\x62\x65\x66ore\x18\x01 \x01(\x0b\x32\n.query.Row\x12\x19\n\x05\x61\x66ter\x18\x02 \x01(\x0b\x32\n.query.Row\x12\x32\n\x0c\x64\x61ta_columns\x18\x03 \x01(\x0b\x32\x1c.binlogdata.RowChange.Bitmap\x12\x39\n\x13json_partial_values\x18\x04 \x01(\x0b\x32\x1c.binlogdata.RowChange.Bitmap\x1a%\n\x06\x42itmap\x12\r\n\x05\x63ount\x18\x01 \x01(\x03\x12\x0c\n\x04\x63ols\x18\x02 \x01(\x0c\"z\n\x08RowEvent\x12\x12\n\ntable_name\x18\x01 \x01(\t\x12*\n\x0brow_changes\x18\x02 \x03(\x0b\x32\x15.binlogdata.RowChange\x12\x10\n\x08keyspace\x18\x03 \x01(\t\x12\r\n\x05shard\x18\x04 \x01(\t\x12\r\n\x05\x66lags\x18\x05 \x01(\r\"\x7f\n\nFieldEvent\x12\x12\n\ntable_name\x18\x01 \x01(\t\x12\x1c\n\x06\x66ields\x18\x02 \x03(\x0b\x32\x0c.query.Field\x12\x10\n\x08keyspace\x18\x03 \x01(\t\x12\r\n\x05shard\x18\x04 \x01(\t\x12\x1e\n\x16\x65num_set_string_values\x18\x19 \x01(\x08\"g\n\tShardGtid\x12\x10\n\x08keyspace\x18\x01 \x01(\t\x12\r\n\x05shard\x18\x02 \x01(\t\x12\x0c\n\x04gtid\x18\x03 \x01(\t\x12+\n\ntable_p_ks\x18\x04 \x03(\x0b\x32\x17.binlogdata.TableLastPK\"3\n\x05VGtid\x12*\n\x0bshard_gtids\x18\x01 \x03(\x0b\x32\x15.binlogdata.ShardGtid\"0\n\rKeyspaceShard\x12\x10\n\x08keyspace\x18\x01 \x01(\t\x12\r\n\x05shard\x18\x02 \x01(\t\"\xe7\x01\n\x07Journal\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x31\n\x0emigration_type\x18\x02 \x01(\x0e\x32\x19.binlogdata.MigrationType\x12\x0e\n\x06tables\x18\x03 \x03(\t\x12\x16\n\x0elocal_position\x18\x04 \x01(\t\x12*\n\x0bshard_gtids\x18\x05 \x03(\x0b\x32\x15.binlogdata.ShardGtid\x12/\n\x0cparticipants\x18\x06 \x03(\x0b\x32\x19.binlogdata.KeyspaceShard\x12\x18\n\x10source_workflows\x18\x07 \x03(\t\"\x88\x03\n\x06VEvent\x12$\n\x04type\x18\x01 \x01(\x0e\x32\x16.binlogdata.VEventType\x12\x11\n\ttimestamp\x18\x02 \x01(\x03\x12\x0c\n\x04gtid\x18\x03 \x01(\t\x12\x11\n\tstatement\x18\x04 \x01(\t\x12\'\n\trow_event\x18\x05 \x01(\x0b\x32\x14.binlogdata.RowEvent\x12+\n\x0b\x66ield_event\x18\x06 \x01(\x0b\x32\x16.binlogdata.FieldEvent\x12 \n\x05vgtid\x18\x07 \x01(\x0b\x32\x11.binlogdata.VGtid\x12$\n\x07journal\x18\x08 \x01(\x0b\x32\x13.binlogdata.Journal\x12\x0b\n\x03\x64ml\x18\t \x01(\t\x12\x14\n\x0c\x63urrent_time\x18\x14 \x01(\x03\x12/\n\x0elast_p_k_event\x18\x15 \x01(\x0b\x32\x17.binlogdata.LastPKEvent\x12\x10\n\x08keyspace\x18\x16 \x01(\t\x12\r\n\x05shard\x18\x17 \x01(\t\x12\x11\n\tthrottled\x18\x18 \x01(\x08\"O\n\x0cMinimalTable\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1c\n\x06\x66ields\x18\x02 \x03(\x0b\x32\x0c.query.Field\x12\x13\n\x0bp_k_columns\x18\x03 \x03(\x03\"Q\n\x0bLastPKEvent\x12/\n\x0etable_last_p_k\x18\x01 \x01(\x0b\x32\x17.binlogdata.TableLastPK\x12\x11\n\tcompleted\x18\x02 \x01(\x08\"E\n\x0bTableLastPK\x12\x12\n\ntable_name\x18\x01 \x01(\t\x12\"\n\x06lastpk\x18\x03 \x01(\x0b\x32\x12.query.QueryResult*\x8d\x02\n\nVEventType\x12\x0b\n\x07UNKNOWN\x10\x00\x12\x08\n\x04GTID\x10\x01\x12\t\n\x05\x42\x45GIN\x10\x02\x12\n\n\x06\x43OMMIT\x10\x03\x12\x0c\n\x08ROLLBACK\x10\x04\x12\x07\n\x03\x44\x44L\x10\x05\x12\n\n\x06INSERT\x10\x06\x12\x0b\n\x07REPLACE\x10\x07\x12\n\n\x06UPDATE\x10\x08\x12\n\n\x06\x44\x45LETE\x10\t\x12\x07\n\x03SET\x10\n\x12\t\n\x05OTHER\x10\x0b\x12\x07\n\x03ROW\x10\x0c\x12\t\n\x05\x46IELD\x10\r\x12\r\n\tHEARTBEAT\x10\x0e\x12\t\n\x05VGTID\x10\x0f\x12\x0b\n\x07JOURNAL\x10\x10\x12\x0b\n\x07VERSION\x10\x11\x12\n\n\x06LASTPK\x10\x12\x12\r\n\tSAVEPOINT\x10\x13\x12\x12\n\x0e\x43OPY_COMPLETED\x10\x14*\'\n\rMigrationType\x12\n\n\x06TABLES\x10\x00\x12\n\n\x06SHARDS\x10\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'airflow_cdc.sources.vitess.proto.binlogdata_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_VEVENTTYPE']._serialized_start=1811
-  _globals['_VEVENTTYPE']._serialized_end=2080
-  _globals['_MIGRATIONTYPE']._serialized_start=2082
-  _globals['_MIGRATIONTYPE']._serialized_end=2121
+  _globals['_VEVENTTYPE']._serialized_start=1902
+  _globals['_VEVENTTYPE']._serialized_end=2171
+  _globals['_MIGRATIONTYPE']._serialized_start=2173
+  _globals['_MIGRATIONTYPE']._serialized_end=2212
   _globals['_RULE']._serialized_start=111
   _globals['_RULE']._serialized_end=148
   _globals['_FILTER']._serialized_start=151
@@ -43,27 +43,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FILTER_FIELDEVENTMODE']._serialized_start=301
   _globals['_FILTER_FIELDEVENTMODE']._serialized_end=355
   _globals['_ROWCHANGE']._serialized_start=358
-  _globals['_ROWCHANGE']._serialized_end=515
-  _globals['_ROWCHANGE_BITMAP']._serialized_start=478
-  _globals['_ROWCHANGE_BITMAP']._serialized_end=515
-  _globals['_ROWEVENT']._serialized_start=517
-  _globals['_ROWEVENT']._serialized_end=639
-  _globals['_FIELDEVENT']._serialized_start=641
-  _globals['_FIELDEVENT']._serialized_end=736
-  _globals['_SHARDGTID']._serialized_start=738
-  _globals['_SHARDGTID']._serialized_end=841
-  _globals['_VGTID']._serialized_start=843
-  _globals['_VGTID']._serialized_end=894
-  _globals['_KEYSPACESHARD']._serialized_start=896
-  _globals['_KEYSPACESHARD']._serialized_end=944
-  _globals['_JOURNAL']._serialized_start=947
-  _globals['_JOURNAL']._serialized_end=1178
-  _globals['_VEVENT']._serialized_start=1181
-  _globals['_VEVENT']._serialized_end=1573
-  _globals['_MINIMALTABLE']._serialized_start=1575
-  _globals['_MINIMALTABLE']._serialized_end=1654
-  _globals['_LASTPKEVENT']._serialized_start=1656
-  _globals['_LASTPKEVENT']._serialized_end=1737
-  _globals['_TABLELASTPK']._serialized_start=1739
-  _globals['_TABLELASTPK']._serialized_end=1808
+  _globals['_ROWCHANGE']._serialized_end=574
+  _globals['_ROWCHANGE_BITMAP']._serialized_start=537
+  _globals['_ROWCHANGE_BITMAP']._serialized_end=574
+  _globals['_ROWEVENT']._serialized_start=576
+  _globals['_ROWEVENT']._serialized_end=698
+  _globals['_FIELDEVENT']._serialized_start=700
+  _globals['_FIELDEVENT']._serialized_end=827
+  _globals['_SHARDGTID']._serialized_start=829
+  _globals['_SHARDGTID']._serialized_end=932
+  _globals['_VGTID']._serialized_start=934
+  _globals['_VGTID']._serialized_end=985
+  _globals['_KEYSPACESHARD']._serialized_start=987
+  _globals['_KEYSPACESHARD']._serialized_end=1035
+  _globals['_JOURNAL']._serialized_start=1038
+  _globals['_JOURNAL']._serialized_end=1269
+  _globals['_VEVENT']._serialized_start=1272
+  _globals['_VEVENT']._serialized_end=1664
+  _globals['_MINIMALTABLE']._serialized_start=1666
+  _globals['_MINIMALTABLE']._serialized_end=1745
+  _globals['_LASTPKEVENT']._serialized_start=1747
+  _globals['_LASTPKEVENT']._serialized_end=1828
+  _globals['_TABLELASTPK']._serialized_start=1830
+  _globals['_TABLELASTPK']._serialized_end=1899
 # @@protoc_insertion_point(module_scope)

@@ -87,7 +87,7 @@ class Filter(_message.Message):
     def __init__(self, rules: _Optional[_Iterable[_Union[Rule, _Mapping]]] = ..., field_event_mode: _Optional[_Union[Filter.FieldEventMode, str]] = ..., workflow_type: _Optional[int] = ..., workflow_name: _Optional[str] = ...) -> None: ...
 
 class RowChange(_message.Message):
-    __slots__ = ("before", "after", "data_columns")
+    __slots__ = ("before", "after", "data_columns", "json_partial_values")
     class Bitmap(_message.Message):
         __slots__ = ("count", "cols")
         COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -98,10 +98,12 @@ class RowChange(_message.Message):
     BEFORE_FIELD_NUMBER: _ClassVar[int]
     AFTER_FIELD_NUMBER: _ClassVar[int]
     DATA_COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    JSON_PARTIAL_VALUES_FIELD_NUMBER: _ClassVar[int]
     before: _query_pb2.Row
     after: _query_pb2.Row
     data_columns: RowChange.Bitmap
-    def __init__(self, before: _Optional[_Union[_query_pb2.Row, _Mapping]] = ..., after: _Optional[_Union[_query_pb2.Row, _Mapping]] = ..., data_columns: _Optional[_Union[RowChange.Bitmap, _Mapping]] = ...) -> None: ...
+    json_partial_values: RowChange.Bitmap
+    def __init__(self, before: _Optional[_Union[_query_pb2.Row, _Mapping]] = ..., after: _Optional[_Union[_query_pb2.Row, _Mapping]] = ..., data_columns: _Optional[_Union[RowChange.Bitmap, _Mapping]] = ..., json_partial_values: _Optional[_Union[RowChange.Bitmap, _Mapping]] = ...) -> None: ...
 
 class RowEvent(_message.Message):
     __slots__ = ("table_name", "row_changes", "keyspace", "shard", "flags")
@@ -118,16 +120,18 @@ class RowEvent(_message.Message):
     def __init__(self, table_name: _Optional[str] = ..., row_changes: _Optional[_Iterable[_Union[RowChange, _Mapping]]] = ..., keyspace: _Optional[str] = ..., shard: _Optional[str] = ..., flags: _Optional[int] = ...) -> None: ...
 
 class FieldEvent(_message.Message):
-    __slots__ = ("table_name", "fields", "keyspace", "shard")
+    __slots__ = ("table_name", "fields", "keyspace", "shard", "enum_set_string_values")
     TABLE_NAME_FIELD_NUMBER: _ClassVar[int]
     FIELDS_FIELD_NUMBER: _ClassVar[int]
     KEYSPACE_FIELD_NUMBER: _ClassVar[int]
     SHARD_FIELD_NUMBER: _ClassVar[int]
+    ENUM_SET_STRING_VALUES_FIELD_NUMBER: _ClassVar[int]
     table_name: str
     fields: _containers.RepeatedCompositeFieldContainer[_query_pb2.Field]
     keyspace: str
     shard: str
-    def __init__(self, table_name: _Optional[str] = ..., fields: _Optional[_Iterable[_Union[_query_pb2.Field, _Mapping]]] = ..., keyspace: _Optional[str] = ..., shard: _Optional[str] = ...) -> None: ...
+    enum_set_string_values: bool
+    def __init__(self, table_name: _Optional[str] = ..., fields: _Optional[_Iterable[_Union[_query_pb2.Field, _Mapping]]] = ..., keyspace: _Optional[str] = ..., shard: _Optional[str] = ..., enum_set_string_values: _Optional[bool] = ...) -> None: ...
 
 class ShardGtid(_message.Message):
     __slots__ = ("keyspace", "shard", "gtid", "table_p_ks")

@@ -190,8 +190,39 @@ class QueryResult(_message.Message):
     session_state_changes: str
     def __init__(self, fields: _Optional[_Iterable[_Union[Field, _Mapping]]] = ..., rows_affected: _Optional[int] = ..., insert_id: _Optional[int] = ..., rows: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., info: _Optional[str] = ..., session_state_changes: _Optional[str] = ...) -> None: ...
 
+class BindVariable(_message.Message):
+    __slots__ = ("type", "value")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    type: Type
+    value: bytes
+    def __init__(self, type: _Optional[_Union[Type, str]] = ..., value: _Optional[bytes] = ...) -> None: ...
+
 class BoundQuery(_message.Message):
-    __slots__ = ("sql",)
+    __slots__ = ("sql", "bind_variables")
+    class BindVariablesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: BindVariable
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[BindVariable, _Mapping]] = ...) -> None: ...
     SQL_FIELD_NUMBER: _ClassVar[int]
+    BIND_VARIABLES_FIELD_NUMBER: _ClassVar[int]
     sql: str
-    def __init__(self, sql: _Optional[str] = ...) -> None: ...
+    bind_variables: _containers.MessageMap[str, BindVariable]
+    def __init__(self, sql: _Optional[str] = ..., bind_variables: _Optional[_Mapping[str, BindVariable]] = ...) -> None: ...
+
+class ExecuteOptions(_message.Message):
+    __slots__ = ("included_fields",)
+    class IncludedFields(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        TYPE_AND_NAME: _ClassVar[ExecuteOptions.IncludedFields]
+        TYPE_ONLY: _ClassVar[ExecuteOptions.IncludedFields]
+        ALL: _ClassVar[ExecuteOptions.IncludedFields]
+    TYPE_AND_NAME: ExecuteOptions.IncludedFields
+    TYPE_ONLY: ExecuteOptions.IncludedFields
+    ALL: ExecuteOptions.IncludedFields
+    INCLUDED_FIELDS_FIELD_NUMBER: _ClassVar[int]
+    included_fields: ExecuteOptions.IncludedFields
+    def __init__(self, included_fields: _Optional[_Union[ExecuteOptions.IncludedFields, str]] = ...) -> None: ...

@@ -47,12 +47,14 @@ class VStreamResponse(_message.Message):
     def __init__(self, events: _Optional[_Iterable[_Union[_binlogdata_pb2.VEvent, _Mapping]]] = ...) -> None: ...
 
 class Session(_message.Message):
-    __slots__ = ("autocommit", "target_string")
+    __slots__ = ("autocommit", "target_string", "options")
     AUTOCOMMIT_FIELD_NUMBER: _ClassVar[int]
     TARGET_STRING_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
     autocommit: bool
     target_string: str
-    def __init__(self, autocommit: _Optional[bool] = ..., target_string: _Optional[str] = ...) -> None: ...
+    options: _query_pb2.ExecuteOptions
+    def __init__(self, autocommit: _Optional[bool] = ..., target_string: _Optional[str] = ..., options: _Optional[_Union[_query_pb2.ExecuteOptions, _Mapping]] = ...) -> None: ...
 
 class ExecuteRequest(_message.Message):
     __slots__ = ("caller_id", "session", "query")
