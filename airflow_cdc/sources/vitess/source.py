@@ -405,26 +405,8 @@ class VitessSource(ChangeSource):
                 f"table {table} is not captured by connector {self.name} (check the table filters)"
             )
         client = self._client()
-        name = table.split(".", 1)[1]
-        quoted = "`" + name.replace("`", "``") + "`"
-        fields = list(client.execute(self.keyspace, f"SELECT * FROM {quoted} WHERE 1 != 1").fields)  # noqa: S608
-        # Execute's fields carry no column type (a FIELD event's do): information_schema has them
-        types = client.execute(
-            self.keyspace,
-            "SELECT column_name, column_type FROM information_schema.columns"
-            " WHERE table_schema = :ks AND table_name = :t",
-            {"ks": q.BindVariable(type=q.VARCHAR, value=self.keyspace.encode()),
-             "t": q.BindVariable(type=q.VARCHAR, value=name.encode())},
-        )  # fmt: skip
-        column_types = {}
-        for row in types.rows:
-            cut = row.lengths[0]
-            column_types[bytes(row.values[:cut]).decode()] = bytes(row.values[cut:]).decode()
-        for f in fields:
-            f.column_type = column_types.get(f.name, f.column_type)
-        described = Table.from_event(
-            b.FieldEvent(table_name=table, fields=fields, enum_set_string_values=True)
-        )
+        quoted = "`" + table.split(".", 1)[1].replace("`", "``") + "`"
+        described = self._described(table)
         state = self.table_state(described)
         slots = [described.names.index(k) for k in state.key]
         keys = ", ".join("`" + k.replace("`", "``") + "`" for k in state.key)
@@ -450,7 +432,33 @@ class VitessSource(ChangeSource):
                 return
             last = [_bind(described.fields[i], result.rows[-1], i) for i in slots]
 
-    def table_state(self, table: Table) -> TableState:
+    def _described(self, table: str) -> Table:
+        """``keyspace.table`` as vtgate describes it now (``Execute``), as a FIELD event would."""
+        client = self._client()
+        name = table.split(".", 1)[1]
+        quoted = "`" + name.replace("`", "``") + "`"
+        fields = list(client.execute(self.keyspace, f"SELECT * FROM {quoted} WHERE 1 != 1").fields)  # noqa: S608
+        # Execute's fields carry no column type (a FIELD event's do): information_schema has them
+        types = client.execute(
+            self.keyspace,
+            "SELECT column_name, column_type FROM information_schema.columns"
+            " WHERE table_schema = :ks AND table_name = :t",
+            {"ks": q.BindVariable(type=q.VARCHAR, value=self.keyspace.encode()),
+             "t": q.BindVariable(type=q.VARCHAR, value=name.encode())},
+        )  # fmt: skip
+        column_types = {}
+        for row in types.rows:
+            cut = row.lengths[0]
+            column_types[bytes(row.values[:cut]).decode()] = bytes(row.values[cut:]).decode()
+        for f in fields:
+            f.column_type = column_types.get(f.name, f.column_type)
+        return Table.from_event(b.FieldEvent(table_name=table, fields=fields, enum_set_string_values=True))
+
+    def table_state(self, table: Table | str) -> TableState:
+        """How ``table`` (a FIELD event's description, or a name: described through vtgate now)
+        is encoded."""
+        if isinstance(table, str):
+            table = self._described(table)
         cached = self._states.get(id(table))
         if cached is not None and cached[0] is table:
             return cached[1]
