@@ -24,6 +24,7 @@ values (integers, floats, text for DECIMAL and temporal types, ``str`` for chara
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -208,10 +209,16 @@ class Marker:
 class Assembler:
     """Feeds VStream events, returns whole transactions and markers in stream order."""
 
-    def __init__(self, start: b.VGtid | None = None) -> None:
+    def __init__(
+        self, start: b.VGtid | None = None, columns: dict[str, dict[str, str]] | None = None
+    ) -> None:
         """:param start: the VGTID the stream starts from (so a resumed copy's first chunk is
-        recognised as one)."""
+        recognised as one).
+        :param columns: per shard, per table, the :func:`column_digest` of the columns its last FIELD
+        event named as of ``start`` (see :meth:`_check_columns`); kept up to date in
+        :attr:`columns`."""
         self.tables: dict[str, Table] = {}
+        self.columns: dict[str, dict[str, str]] = {shard: dict(t) for shard, t in (columns or {}).items()}
         self.position: dict[tuple[str, str], str] = {}  # shard -> gtid as of the last VGTID
         self._txn: Transaction | None = None
         self._pending_vgtid: b.VGtid | None = None
@@ -227,7 +234,9 @@ class Assembler:
             self._txn_base = None
             return []
         if kind == b.FIELD:
-            self.tables[event.field_event.table_name] = Table.from_event(event.field_event)
+            table = Table.from_event(event.field_event)
+            self._check_columns(event)
+            self.tables[table.name] = table
             return []
         if kind == b.ROW:
             self._row(event)
@@ -237,6 +246,8 @@ class Assembler:
         if kind == b.COMMIT:
             return self._commit()
         if kind in (b.DDL, b.OTHER):
+            if kind == b.DDL:
+                self.columns.pop(event.shard, None)  # any table's columns may change from here
             vgtid, self._pending_vgtid = self._pending_vgtid, None
             name = "ddl" if kind == b.DDL else "other"
             return [
@@ -256,6 +267,30 @@ class Assembler:
         if kind == b.HEARTBEAT:
             return [Marker("heartbeat")]
         return []
+
+    def _check_columns(self, event: b.VEvent) -> None:
+        """A table's columns change only at a DDL of its shard's stream.  vttablet without schema
+        history describes old rows with the table's *current* columns cut to the row's width
+        (v24 ``vstreamer.go`` ``buildTableColumns``): rows written before a column was added in
+        the middle (or columns reordered) come named wrongly, silently, when the types still
+        match.  So a FIELD event naming other columns than the last one of this table on this
+        shard, with no DDL in between (this window or, through the offset, the runs before), is
+        refused before any row under it is staged.
+
+        :raises SchemaError: see :func:`schema_drift`."""
+        fe = event.field_event
+        shard = event.shard or fe.shard
+        digest = column_digest(fe)
+        known = self.columns.setdefault(shard, {})
+        if known.get(fe.table_name, digest) != digest:
+            names = ", ".join(f.name for f in fe.fields)
+            raise schema_drift(
+                fe.table_name,
+                f"on shard {shard} its rows arrive as ({names}), other columns than the last rows read "
+                "of it, with no DDL in between (a column added other than at the end, read with the "
+                "table's current columns)",
+            )
+        known[fe.table_name] = digest
 
     def _row(self, event: b.VEvent) -> None:
         if self._txn is None:
@@ -333,6 +368,12 @@ def _mark_partial(table: Table, change: b.RowChange, after: dict[str, Any]) -> N
             "written that way cannot be applied: exclude the table for the run that passes them "
             "(table.exclude.list), then include it again with an execute-snapshot signal",
         )
+
+
+def column_digest(event: b.FieldEvent) -> str:
+    """A short digest of the column names and types a FIELD event describes (kept in offsets)."""
+    described = "|".join(f"{f.name}:{f.type}" for f in event.fields)
+    return hashlib.sha256(described.encode()).hexdigest()[:16]
 
 
 def _gtid_of(vgtid: b.VGtid, key: tuple[str, str]) -> str | None:

@@ -1,7 +1,8 @@
 """The Vitess change source: one keyspace read through vtgate's VStream, snapshots as its copy phase.
 
-Offsets are Debezium's ``{"vgtid": [{keyspace, shard, gtid, table_p_ks?}]}`` plus our ``epoch`` and
-shard ``generation`` (:mod:`.position`).  A window streams from the committed VGTID up to the shard
+Offsets are Debezium's ``{"vgtid": [{keyspace, shard, gtid, table_p_ks?}]}`` plus our ``epoch``,
+shard ``generation`` (:mod:`.position`) and ``columns`` (per shard and captured table, the digest of
+the columns its last FIELD event named: :meth:`.protocol.Assembler._check_columns`).  A window streams from the committed VGTID up to the shard
 positions read at the run's start (:mod:`.window`), whole transactions, each shard stopping once it
 passed its target.  Nothing is acknowledged: the shards' binlog retention decides how far back a
 VGTID stays readable.
@@ -94,6 +95,10 @@ class VitessSource(ChangeSource):
         self._fields: dict[str, Table] = {}
         self._last_batch: str | None = None
         self._resumed = False  # a stored offset: rows may have been captured before this run
+        # per shard, per table: the digest of the columns the last FIELD event named (protocol's
+        # Assembler._check_columns), as of the window's start and end
+        self._columns_at_start: dict[str, dict[str, str]] = {}
+        self._columns_at_end: dict[str, dict[str, str]] = {}
         self._epoch_raised = False
         self._orphan_cache: orphans.Orphans | None = None
 
@@ -167,6 +172,8 @@ class VitessSource(ChangeSource):
                 )
             return self._configured_start(), "no stored offset"
         self.epoch = int(offset.get("epoch", 0))
+        self._columns_at_start = offset.get("columns") or {}
+        self._columns_at_end = self._columns_at_start
         self._resumed = True
         self.generation = int(offset.get("generation", 0))
         vgtid = offsets.from_offset(offset)
@@ -263,6 +270,8 @@ class VitessSource(ChangeSource):
     def offset_at(self, end: VitessCoord, window: Any, previous: dict[str, Any] | None) -> dict[str, Any]:
         out = offsets.to_offset(end.vgtid)
         out["epoch"], out["generation"] = self.epoch, end.generation
+        if self._columns_at_end:
+            out["columns"] = self._columns_at_end
         return out
 
     def describe_offset(self, offset: Any) -> str:
@@ -323,8 +332,17 @@ class VitessSource(ChangeSource):
             self.config["vitess.window.idle.timeout"],
             on_transaction=stager.stage,
             min_end=found.end,
+            columns=self._columns_at_start,
         )
         self._fields.update(win.tables)
+        # kept for the captured tables only: DDLs of a table left out are not streamed, so its
+        # columns may change unseen before it is captured again
+        captured = set(self.captured)
+        self._columns_at_end = {
+            shard: kept
+            for shard, tables in win.columns.items()
+            if (kept := {t: d for t, d in tables.items() if t in captured})
+        }
         if found.batches:
             voided = self._void_orphans(writer, found, stager)
             notes.append(f"{voided} delete(s) void rows only uncommitted batches held")

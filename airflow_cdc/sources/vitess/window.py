@@ -53,6 +53,7 @@ class Window:
     tables: dict[str, Table] = field(default_factory=dict)  # keyspace.table -> last FIELD seen
     copy_chunks: int = 0
     shards_copied: set[tuple[str, str]] = field(default_factory=set)  # COPY_COMPLETED per shard
+    columns: dict[str, dict[str, str]] = field(default_factory=dict)  # shard -> table -> digest
 
 
 def _copy(vgtid: b.VGtid) -> b.VGtid:
@@ -134,6 +135,7 @@ def read_window(
     idle_timeout: float = 30.0,
     on_transaction: Callable[[Transaction, dict[str, Table]], None] | None = None,
     min_end: b.VGtid | None = None,
+    columns: dict[str, dict[str, str]] | None = None,
 ) -> Window:
     """Read the changes from ``start`` up to ``target`` (see the module docstring).
 
@@ -144,6 +146,7 @@ def read_window(
     :param on_transaction: called with each whole transaction (and the tables as FIELD events
         described them so far) instead of keeping it in ``window.transactions``.
     :param min_end: ``max_events`` does not end the window before every shard reached this VGTID.
+    :param columns: the tables' column digests as of ``start`` (:class:`~.protocol.Assembler`).
     :raises ProtocolError: no event for ``idle_timeout`` seconds before the target was reached,
         or a malformed stream.
     :raises OffsetUnavailable / ConnectionFailed / AuthenticationFailed: from vtgate's answer.
@@ -161,7 +164,7 @@ def read_window(
     copy_shards = {offsets.shard_key(g) for g in start.shard_gtids if not g.gtid or g.table_p_ks}
     copying = bool(copy_shards)
     journals = _Journals()
-    assembler = Assembler(start)
+    assembler = Assembler(start, columns)
     call = client.vstream(request)
     last_progress = last_report = started = time.monotonic()
     try:
@@ -236,6 +239,7 @@ def read_window(
             f"{', '.join('/'.join(k) for k in journals.pending())} sent it"
         )
     window.tables = dict(assembler.tables)
+    window.columns = assembler.columns  # as of window.end: the loop stops between transactions
     return window
 
 

@@ -168,3 +168,26 @@ def test_rows_from_before_a_dropped_column_fail_clearly_and_recover(cluster, tmp
         for r in cluster.execute("SELECT id, mid, a, b FROM drift")
     }
     assert_rows_equal("drift", expected, replay(props).rows(f"{ks}.drift"), lenient_columns=True)
+
+
+def test_rows_from_before_a_column_added_in_the_middle_are_refused(cluster, tmp_path: Path) -> None:
+    """vttablet without schema history names old rows by the table's current columns cut to the
+    row's width: after ``ADD COLUMN x ... AFTER id`` the rows written before it would arrive as
+    (id, x, a) holding (id, a, b), silently, since the types match.  The last columns a run read
+    are kept in the offset: a FIELD event naming others with no DDL in between is a SchemaError."""
+    from airflow_cdc.core.errors import SchemaError
+
+    ks = cluster.keyspace
+    cluster.execute("CREATE TABLE shifted (id BIGINT NOT NULL PRIMARY KEY, a INT, b INT)")
+    cluster.execute("INSERT INTO shifted (id, a, b) VALUES (1, 10, 100)")
+    props = _props(cluster, tmp_path, **{"table.exclude.list": f"{ks}.alltypes,{ks}.docs,{ks}.drift"})
+    assert run_capture(props).snapshot_rows == 1
+    cluster.execute("INSERT INTO shifted (id, a, b) VALUES (2, 20, 200)")
+    assert run_capture(props).events == 1  # read with the columns as they are
+    cluster.execute("INSERT INTO shifted (id, a, b) VALUES (3, 30, 300)")
+    cluster.execute("ALTER TABLE shifted ADD COLUMN x INT DEFAULT 7 AFTER id")
+    cluster.execute("INSERT INTO shifted (id, x, a, b) VALUES (4, 4, 40, 400)")
+    batches = len(list_batches(props["staging.path"], props["name"]))
+    with pytest.raises(SchemaError, match=rf"table {ks}\.shifted: .*arrive as \(id, x, a\)"):
+        run_capture(props)
+    assert len(list_batches(props["staging.path"], props["name"])) == batches, "something was staged"

@@ -1,10 +1,12 @@
-"""The client against a real vtgate, when one is given: ``AIRFLOW_CDC_VTGATE_ADDR=host:port`` and
-``AIRFLOW_CDC_VTGATE_KEYSPACE`` (optional ``AIRFLOW_CDC_VTGATE_USER`` / ``_PASSWORD``).  Read-only:
+"""The client against a real vtgate: the one given by ``AIRFLOW_CDC_VTGATE_ADDR=host:port`` and
+``AIRFLOW_CDC_VTGATE_KEYSPACE`` (optional ``AIRFLOW_CDC_VTGATE_USER`` / ``_PASSWORD``), else a
+throwaway real Vitess (:mod:`airflow_cdc.testing.vitess_real`, built by ``make setup``).  Read-only:
 it reads the current VGTID, a copy-phase window and an empty streaming window."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -12,19 +14,40 @@ from airflow_cdc.sources.vitess import offsets
 from airflow_cdc.sources.vitess.client import VtgateClient
 from airflow_cdc.sources.vitess.config import vitess_config
 from airflow_cdc.sources.vitess.window import changes_after, read_window
+from airflow_cdc.testing import vitess_real
 
 ADDR = os.environ.get("AIRFLOW_CDC_VTGATE_ADDR")
-pytestmark = pytest.mark.skipif(not ADDR, reason="no real vtgate (set AIRFLOW_CDC_VTGATE_ADDR)")
+pytestmark = pytest.mark.skipif(
+    not ADDR and bool(vitess_real.missing()),
+    reason=f"no real vtgate (set AIRFLOW_CDC_VTGATE_ADDR): {vitess_real.missing()}",
+)
+
+
+@pytest.fixture(scope="module")
+def target() -> Iterator[dict[str, str]]:
+    """Where the real vtgate is: the given one, or a throwaway two-shard cluster with some rows."""
+    if ADDR:
+        yield {
+            "addr": ADDR, "keyspace": os.environ["AIRFLOW_CDC_VTGATE_KEYSPACE"],
+            "user": os.environ.get("AIRFLOW_CDC_VTGATE_USER", ""),
+            "password": os.environ.get("AIRFLOW_CDC_VTGATE_PASSWORD", ""),
+        }  # fmt: skip
+        return
+    with vitess_real.RealVitessCluster(keyspace="given", shards=("-80", "80-")) as vt:
+        vt.execute(
+            "INSERT INTO customer (id, name) VALUES " + ",".join(f"({i}, 'c{i}')" for i in range(1, 41))
+        )
+        yield {"addr": vt.addr, "keyspace": vt.keyspace, "user": "", "password": ""}
 
 
 @pytest.fixture
-def client():
-    host, _, port = str(ADDR).rpartition(":")
-    raw = {"name": "real", "staging.path": "/unused", "vitess.keyspace": os.environ["AIRFLOW_CDC_VTGATE_KEYSPACE"],
+def client(target):
+    host, _, port = target["addr"].rpartition(":")
+    raw = {"name": "real", "staging.path": "/unused", "vitess.keyspace": target["keyspace"],
            "database.hostname": host, "database.port": int(port)}  # fmt: skip
-    if os.environ.get("AIRFLOW_CDC_VTGATE_USER"):
-        raw["database.user"] = os.environ["AIRFLOW_CDC_VTGATE_USER"]
-        raw["database.password"] = os.environ.get("AIRFLOW_CDC_VTGATE_PASSWORD", "")
+    if target["user"]:
+        raw["database.user"] = target["user"]
+        raw["database.password"] = target["password"]
     c = VtgateClient(vitess_config(raw))
     yield c
     c.close()
