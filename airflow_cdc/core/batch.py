@@ -111,8 +111,9 @@ class BatchWriter:
             the connector's state name (:attr:`ConnectorConfig.state_name`).
         :param owner: who writes the batch (host, pid, lease token): lets a later run tell a
             live writer's directory from a dead one's.
-        :param before_publish: called right before the atomic rename (a lease check); raising
-            there leaves the batch unpublished.
+        :param before_publish: called right before the batch is published, by the atomic rename
+            (local) or the manifest's put-if-absent (object stores): a lease check; raising there
+            leaves the batch unpublished.
         :param target: the connector name its Delta tables are named after (the manifest's
             ``connector``); default ``connector``.  Differs for one partition of a partitioned
             connector, whose batches go to the connector's tables.

@@ -90,8 +90,12 @@ def apply_batches(
 
 
 def s3a_settings(spark: SparkSession) -> dict[str, str]:
-    """The session's Hadoop S3A keys (``fs.s3a.endpoint`` ...) that are set."""
-    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    """The session's Hadoop S3A keys (``fs.s3a.endpoint`` ...) that are set (none without a
+    JVM in this process, e.g. a Spark Connect client: the environment serves then)."""
+    try:
+        conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001 - no sparkContext over Spark Connect
+        return {}
     values = {key: conf.get(key) for key in delta_log.S3A_KEYS}
     return {k: str(v) for k, v in values.items() if v}
 

@@ -2,10 +2,10 @@
 
 Offsets are Debezium's ``{"vgtid": [{keyspace, shard, gtid, table_p_ks?}]}`` plus our ``epoch``,
 shard ``generation`` (:mod:`.position`) and ``columns`` (per shard and captured table, the digest of
-the columns its last FIELD event named: :meth:`.protocol.Assembler._check_columns`).  A window streams from the committed VGTID up to the shard
-positions read at the run's start (:mod:`.window`), whole transactions, each shard stopping once it
-passed its target.  Nothing is acknowledged: the shards' binlog retention decides how far back a
-VGTID stays readable.
+the columns its last FIELD event named: :meth:`.protocol.Assembler._check_columns`).  A window
+streams from the committed VGTID up to the shard positions read at the run's start (:mod:`.window`),
+whole transactions, each shard stopping once it passed its target.  Nothing is acknowledged: the
+shards' binlog retention decides how far back a VGTID stays readable.
 
 Snapshots are native (``chunked_snapshots=False``): the pending table snapshots go into the VGTID's
 ``table_p_ks`` (:mod:`.snapshots`), vtgate copies them inside the window interleaved with the

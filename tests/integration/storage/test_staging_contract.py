@@ -8,6 +8,7 @@ of two publishers of one batch id exactly one wins and the batch is the winner's
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -24,7 +25,7 @@ from airflow_cdc.core.batch import (
     list_batches,
     new_batch_id,
 )
-from airflow_cdc.core.errors import BatchError
+from airflow_cdc.core.errors import BatchError, StorageUnavailable
 from airflow_cdc.core.table_sink import SourceLayout
 
 LAYOUT = SourceLayout(pa.struct([pa.field("lsn", pa.int64())]), {}, ("lsn",))
@@ -47,7 +48,8 @@ def _abort_writers():
     """Close what a failed test left open (an open S3 upload would hold the interpreter's exit)."""
     yield
     while _WRITERS:
-        _WRITERS.pop().abort()
+        with contextlib.suppress(StorageUnavailable):  # a test stopped (and dropped) its server
+            _WRITERS.pop().abort()
 
 
 def _writer(staging, rows=range(30), batch_id=None, owner=None, before_publish=None) -> BatchWriter:

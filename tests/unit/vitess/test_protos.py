@@ -25,7 +25,8 @@ def test_checked_in_modules_match_the_protos(tmp_path):
     assert mismatch == [], f"regenerate with scripts/gen_vitess_protos.sh: {mismatch}"
 
 
-# (message, {field: number}) as in vitessio/vitess proto/ at v18.0.0
+# (message, {field: number}) as in vitessio/vitess proto/ (v18.0.0; json_partial_values,
+# enum_set_string_values, BindVariable, ExecuteOptions.included_fields and Session.options as at v24)
 FIELDS = [
     (vtgate_pb2.VStreamRequest, {"caller_id": 1, "tablet_type": 2, "vgtid": 3, "filter": 4, "flags": 5}),
     (vtgate_pb2.VStreamFlags, {"minimize_skew": 1, "heartbeat_interval": 2, "stop_on_reshard": 3, "cells": 4,
@@ -34,10 +35,11 @@ FIELDS = [
     (binlogdata_pb2.VEvent, {"type": 1, "timestamp": 2, "gtid": 3, "statement": 4, "row_event": 5,
                              "field_event": 6, "vgtid": 7, "journal": 8, "dml": 9, "current_time": 20,
                              "last_p_k_event": 21, "keyspace": 22, "shard": 23, "throttled": 24}),
-    (binlogdata_pb2.RowChange, {"before": 1, "after": 2, "data_columns": 3}),
+    (binlogdata_pb2.RowChange, {"before": 1, "after": 2, "data_columns": 3, "json_partial_values": 4}),
     (binlogdata_pb2.RowChange.Bitmap, {"count": 1, "cols": 2}),
     (binlogdata_pb2.RowEvent, {"table_name": 1, "row_changes": 2, "keyspace": 3, "shard": 4, "flags": 5}),
-    (binlogdata_pb2.FieldEvent, {"table_name": 1, "fields": 2, "keyspace": 3, "shard": 4}),
+    (binlogdata_pb2.FieldEvent, {"table_name": 1, "fields": 2, "keyspace": 3, "shard": 4,
+                                 "enum_set_string_values": 25}),
     (binlogdata_pb2.ShardGtid, {"keyspace": 1, "shard": 2, "gtid": 3, "table_p_ks": 4}),
     (binlogdata_pb2.VGtid, {"shard_gtids": 1}),
     (binlogdata_pb2.TableLastPK, {"table_name": 1, "lastpk": 3}),
@@ -50,6 +52,10 @@ FIELDS = [
     (query_pb2.Field, {"name": 1, "type": 2, "table": 3, "org_table": 4, "database": 5, "org_name": 6,
                        "column_length": 7, "charset": 8, "decimals": 9, "flags": 10, "column_type": 11}),
     (query_pb2.Row, {"lengths": 1, "values": 2}),
+    (query_pb2.BindVariable, {"type": 1, "value": 2}),
+    (query_pb2.BoundQuery, {"sql": 1, "bind_variables": 2}),
+    (query_pb2.ExecuteOptions, {"included_fields": 4}),
+    (vtgate_pb2.Session, {"autocommit": 4, "target_string": 5, "options": 6}),
     (query_pb2.QueryResult, {"fields": 1, "rows_affected": 2, "insert_id": 3, "rows": 4, "info": 6,
                              "session_state_changes": 7}),
     (vtrpc_pb2.CallerID, {"principal": 1, "component": 2, "subcomponent": 3, "groups": 4}),
