@@ -464,6 +464,16 @@ class RealVitessCluster:
 
     # -- data and measurements ---------------------------------------------------------------
 
+    def props(self, name: str, staging: str | os.PathLike[str], **extra: Any) -> dict[str, Any]:
+        """A Vitess connector config against this cluster's vtgate (``extra`` wins); a 20 s window
+        idle timeout and a 5 s lease, as the tests use them."""
+        return {
+            "name": name, "connector": "vitess", "staging.path": str(staging),
+            "database.hostname": self.host, "database.port": self.grpc_port,
+            "vitess.keyspace": self.keyspace, "vitess.window.idle.timeout": 20,
+            "lease.timeout.ms": 5000, **extra,
+        }  # fmt: skip
+
     def connect(self, **kwargs: Any) -> Any:
         """A pymysql connection to vtgate's MySQL port, database = the keyspace (no authentication)."""
         import pymysql

@@ -19,15 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-#: Hadoop S3A keys -> setting names (the values users already give Spark)
-HADOOP_KEYS = {
-    "fs.s3a.endpoint": "endpoint",
-    "fs.s3a.endpoint.region": "region",
-    "fs.s3a.path.style.access": "path_style",
-    "fs.s3a.access.key": "access_key",
-    "fs.s3a.secret.key": "secret_key",
-    "fs.s3a.session.token": "session_token",
-}
+from spark_jobs.cdc_apply.delta_log import S3A_KEYS
+
+#: Hadoop S3A keys -> setting names (the values users already give Spark): the apply job's table
+HADOOP_KEYS = S3A_KEYS
 ENV_KEYS = {
     "AWS_ENDPOINT_URL_S3": "endpoint",
     "AWS_ENDPOINT_URL": "endpoint",

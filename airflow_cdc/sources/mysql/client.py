@@ -265,7 +265,7 @@ class BinlogStream:
         gtid_state: str | None = None,
     ) -> None:
         """:param gtid_state: MariaDB only: start after this GTID position (``domain-server-seq``
-            list) instead of at ``file:pos`` (pass ``""`` and 4 for those)."""
+        list) instead of at ``file:pos`` (pass ``""`` and 4 for those)."""
         self.conn = connect(config, read_timeout=600)
         self.checksum = info.checksum
         with self.conn.cursor() as cur:

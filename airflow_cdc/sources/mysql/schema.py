@@ -23,6 +23,13 @@ SYSTEM_DATABASES = ("mysql", "information_schema", "performance_schema", "sys")
 HISTORY_DDL_KEPT = 200
 
 
+def enum_labels(column_type: str) -> list[str]:
+    """The labels of an ``enum('a','b')`` / ``set(...)`` column type, in declaration order (``''``
+    inside a label is a quote)."""
+    inner = column_type[column_type.find("(") + 1 : column_type.rfind(")")]
+    return [m.replace("''", "'") for m in re.findall(r"'((?:[^']|'')*)'", inner)]
+
+
 @dataclass
 class ColumnDef:
     """One column: ``data_type`` is information_schema's DATA_TYPE, ``column_type`` the full
@@ -49,8 +56,7 @@ class ColumnDef:
     @property
     def values(self) -> list[str]:
         """ENUM / SET labels in declaration order."""
-        inner = self.column_type[self.column_type.index("(") + 1 : self.column_type.rindex(")")]
-        return [m.replace("''", "'") for m in re.findall(r"'((?:[^']|'')*)'", inner)]
+        return enum_labels(self.column_type)
 
 
 @dataclass

@@ -221,9 +221,7 @@ def _chunk(
     ncols = len(names)
     rows = [tuple(neutral(c, v) for c, v in zip(tdef.columns, r[:ncols], strict=True)) for r in raw]
     cols = {c.name: (names.index(c.name), c.data_type == "binary") for c in tdef.columns}
-    data = {
-        c: pa.array([_tracker_text(r[cols[c][0]], cols[c][1]) for r in rows], pa.string()) for c in key
-    }
+    data = {c: pa.array([_tracker_text(r[cols[c][0]], cols[c][1]) for r in rows], pa.string()) for c in key}
     ncursor = len(raw[0]) - ncols if raw else len(snap.max_key or [])
     for i in range(ncursor):
         data[f"__cursor{i}"] = pa.array(

@@ -188,7 +188,8 @@ def _binary(mode: str, pad: int | None) -> tuple[pa.DataType, str, Callable[[lis
     )
 
 
-def _labels(labels: list[str], is_set: bool) -> Callable[[int], str]:
+def label_of(labels: list[str], is_set: bool) -> Callable[[int], str]:
+    """An ENUM's 1-based index (0: the invalid value '') or a SET's bit mask -> its label(s)."""
     if not is_set:
         return lambda i: labels[i - 1] if 0 < i <= len(labels) else ""
     return lambda mask: ",".join(label for k, label in enumerate(labels) if mask >> k & 1)
@@ -339,7 +340,7 @@ def encoding(
     if t in ("enum", "set"):
         values = labels if labels is not None else col.values
         name = DATA + ("Enum" if t == "enum" else "EnumSet")
-        fn = _labels(values, t == "set")
+        fn = label_of(values, t == "set")
         return (
             pa.string(),
             "string",

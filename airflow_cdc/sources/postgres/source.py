@@ -505,8 +505,15 @@ class PostgresSource(ChangeSource):
         return Watermark(data["xmin"], data["xmax"], frozenset(data["xip"]), data["lsn_after"])
 
     def _copy_chunk(
-        self, tid: TableId, cols: list[str], order: list[str], after: list | None, upto: list,
-        condition: Any, limit: int | None, nullable: list[bool],
+        self,
+        tid: TableId,
+        cols: list[str],
+        order: list[str],
+        after: list | None,
+        upto: list,
+        condition: Any,
+        limit: int | None,
+        nullable: list[bool],
     ) -> pa.Table:
         """One chunk's rows as string columns (:func:`copyread.read_table`)."""
         assert self.conn is not None
@@ -614,4 +621,3 @@ def changes_query(check: str, slot: str, publication: str, lsn: str) -> tuple[st
     if check == "slot":
         return q.CHANGES_SLOT, (slot, publication, lsn)
     return q.CHANGES_WAL, (lsn,)
-

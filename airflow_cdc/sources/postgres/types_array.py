@@ -118,7 +118,8 @@ def _convert_list(element: Encoding, list_type: pa.DataType):
         if nested:
             log.warning(
                 "%d multi-dimensional array value(s) captured as one null element per sub-array, "
-                "as Debezium does", nested
+                "as Debezium does",
+                nested,
             )
         values = element.convert(pa.array(flat, pa.string()))
         return pa.ListArray.from_arrays(

@@ -169,8 +169,14 @@ class ReplicationStream:
         """Start the stream on socket ``fd`` (authenticated, idle, unencrypted) with the compiled
         reader: it sends ``command`` itself and reads every frame from then on."""
         reader = _walstream.Reader(
-            fd, self.from_lsn, self.upto_lsn, self.max_events, self.batch_rows,
-            IDLE_PROBE, STATUS_INTERVAL, self._on_status,
+            fd,
+            self.from_lsn,
+            self.upto_lsn,
+            self.max_events,
+            self.batch_rows,
+            IDLE_PROBE,
+            STATUS_INTERVAL,
+            self._on_status,
         )
         try:
             reader.start(command.encode())

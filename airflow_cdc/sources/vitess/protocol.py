@@ -32,6 +32,8 @@ from typing import Any
 
 from airflow_cdc.core.errors import ProtocolError, SchemaError, UnsupportedType
 from airflow_cdc.core.table_sink import NOT_SENT
+from airflow_cdc.sources.mysql.schema import enum_labels
+from airflow_cdc.sources.mysql.types import label_of
 from airflow_cdc.sources.vitess.offsets import shard_key
 from airflow_cdc.sources.vitess.proto import binlogdata_pb2 as b
 from airflow_cdc.sources.vitess.proto import query_pb2 as q
@@ -149,16 +151,10 @@ def _character_type(f: q.Field) -> q.Field:
 def _label_decoder(f: q.Field) -> Callable[[bytes], str]:
     """An ENUM index / SET bit mask (text) -> its label(s), from the column type's labels.  A value
     that is not a number is already a label (a FIELD event without the flag from a v20+ tablet)."""
-    labels = [v.replace("''", "'") for v in re.findall(r"'((?:[^']|'')*)'", f.column_type)]
-    is_set = f.type == q.SET
+    label = label_of(enum_labels(f.column_type), f.type == q.SET)
 
     def decode(value: bytes) -> str:
-        if not value.isdigit():
-            return value.decode()
-        n = int(value)
-        if is_set:
-            return ",".join(label for k, label in enumerate(labels) if n >> k & 1)
-        return labels[n - 1] if 0 < n <= len(labels) else ""  # 0: the invalid value ''
+        return label(int(value)) if value.isdigit() else value.decode()
 
     return decode
 

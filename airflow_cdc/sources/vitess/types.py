@@ -35,7 +35,6 @@ the temporal values as strings.  Zero dates (``0000-00-00``) become NULL.
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -44,6 +43,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_cdc.core.errors import UnsupportedType
+from airflow_cdc.sources.mysql.schema import enum_labels
 from airflow_cdc.sources.vitess.proto import query_pb2 as q
 
 DBZ, KAFKA, DATA = "io.debezium.time.", "org.apache.kafka.connect.data.", "io.debezium.data."
@@ -96,8 +96,7 @@ def _zoned(text: str) -> str | None:
 
 
 def _labels(column_type: str) -> str:
-    inner = column_type[column_type.find("(") + 1 : column_type.rfind(")")]
-    return ",".join(v.replace("''", "'") for v in re.findall(r"'((?:[^']|'')*)'", inner))
+    return ",".join(enum_labels(column_type))
 
 
 def _unsigned_bigint(mode: str) -> VitessCodec:

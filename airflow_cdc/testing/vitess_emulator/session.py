@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from airflow_cdc.core.errors import ProtocolError
+from airflow_cdc.sources.mysql.schema import enum_labels
 from airflow_cdc.sources.vitess.proto import binlogdata_pb2 as b
 from airflow_cdc.sources.vitess.proto import query_pb2 as q
 from airflow_cdc.sources.vitess.proto import vtgate_pb2 as vt
@@ -374,7 +375,7 @@ def _enum_set_indexes(fields: list[q.Field], changes: list) -> list:
     maps: dict[int, tuple[bool, list[bytes]]] = {}
     for i, f in enumerate(fields):
         if f.type in (q.ENUM, q.SET):
-            labels = [v.replace("''", "'").encode() for v in re.findall(r"'((?:[^']|'')*)'", f.column_type)]
+            labels = [v.encode() for v in enum_labels(f.column_type)]
             maps[i] = (f.type == q.SET, labels)
     if not maps:
         return changes

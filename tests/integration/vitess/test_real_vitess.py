@@ -47,12 +47,7 @@ def cluster() -> Iterator[vitess_real.RealVitessCluster]:
 
 
 def _props(cluster: vitess_real.RealVitessCluster, staging: Path, **extra: Any) -> dict[str, Any]:
-    return {
-        "name": "real_vt", "connector": "vitess", "staging.path": str(staging),
-        "database.hostname": cluster.host, "database.port": cluster.grpc_port,
-        "vitess.keyspace": cluster.keyspace, "vitess.window.idle.timeout": 30,
-        "lease.timeout.ms": 5000, **extra,
-    }  # fmt: skip
+    return cluster.props("real_vt", staging, **{"vitess.window.idle.timeout": 30, **extra})
 
 
 def _through_vtgate(cluster: vitess_real.RealVitessCluster) -> dict[tuple, dict[str, Any]]:

@@ -100,12 +100,7 @@ def test_real_vitess_converges_with_sigkills_through_spark(cluster, spark, tmp_p
     ks = cluster.keyspace
     with cluster.connect() as conn, conn.cursor() as cur:
         cur.executemany(INSERT, [order_values(i) for i in range(1, 301)])
-    props = {
-        "name": "real_conv", "connector": "vitess", "staging.path": str(tmp_path / "staging"),
-        "database.hostname": cluster.host, "database.port": cluster.grpc_port,
-        "vitess.keyspace": ks, "vitess.window.idle.timeout": 20, "lease.timeout.ms": 5000,
-        "run.max.events": 60,
-    }  # fmt: skip
+    props = cluster.props("real_conv", tmp_path / "staging", **{"run.max.events": 60})
     config_path = tmp_path / "pipeline.json"
     config_path.write_text(json.dumps(props))
     rng = random.Random(11)

@@ -46,12 +46,7 @@ def cluster() -> Iterator[vitess_real.RealVitessCluster]:
 
 
 def _props(cluster: vitess_real.RealVitessCluster, staging: Path, **extra: Any) -> dict[str, Any]:
-    return {
-        "name": "real_types", "connector": "vitess", "staging.path": str(staging),
-        "database.hostname": cluster.host, "database.port": cluster.grpc_port,
-        "vitess.keyspace": cluster.keyspace, "vitess.window.idle.timeout": 20,
-        "lease.timeout.ms": 5000, **extra,
-    }  # fmt: skip
+    return cluster.props("real_types", staging, **extra)
 
 
 def _events(props: dict[str, Any], table: str) -> list[list[dict[str, Any]]]:
