@@ -147,6 +147,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
                         conf=conf,
                         fence=lease.token,
                         master=args.master,
+                        remote=args.remote or config["spark.remote"] or None,
                     )
                     run_apply_job(job, master=args.master, lease=lease)
                 for batch in run:
@@ -219,11 +220,18 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--config", required=True)
     s.add_argument("--partition", help=_PARTITION_HELP)
     s.set_defaults(func=cmd_status)
-    a = sub.add_parser("apply", help="apply staged batches to Delta with a local spark-submit")
+    a = sub.add_parser(
+        "apply", help="apply staged batches to Delta with spark-submit, or through a Spark Connect server"
+    )
     a.add_argument("--config", required=True)
     a.add_argument("--batch", action="append", default=[], help="batch directory (default: all staged)")
     a.add_argument("--target", help="Delta root (default: delta.root)")
     a.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    a.add_argument(
+        "--remote",
+        help="Spark Connect server sc://host:port to apply through as its client (default: spark.remote; "
+        "neither: spark-submit to --master)",
+    )
     a.add_argument("--commit", action="store_true", help="commit each batch after it is applied")
     a.add_argument(
         "--batches-per-job",

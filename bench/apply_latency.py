@@ -1,21 +1,27 @@
 """Benchmark: the latency of one small apply -- ``airflow-cdc apply --commit`` of a 1,000-event
-batch (500 inserts, 500 updates of a 20,000-row PostgreSQL table), from process start to commit,
-with ``spark-submit`` on ``local[2]`` (what the CLI and the Airflow operator run) -- and its parts.
+batch (500 inserts, 500 updates of a 20,000-row PostgreSQL table), from process start to commit --
+through a warm **Spark Connect** server (``spark.remote``: the job runs as its client, no JVM on
+this side), and beside it with ``spark-submit`` on ``local[2]`` (a JVM and session per apply).
+
+Two pipelines (two slots) capture the same changes each round, so both engines apply batches of
+the same 1,000 events; the Connect server is started once and warmed by the untimed first batch
+(the initial snapshot, which creates the tables).
 
 Parts, from the job's JSON report (``timings``, ``plan_seconds``, per table ``seconds`` and
 ``log_replay_seconds``) and the wall clock around the CLI process:
 
-* start: CLI start-up, lease, ``spark-submit`` and the JVM until the job's Python starts;
-* session: ``SparkSession`` creation in the driver (SparkContext, Delta extensions);
+* start: CLI start-up, lease, and the job process (``spark-submit`` + JVM, or the Connect client)
+  until the job's Python starts;
+* session: ``SparkSession`` creation (a SparkContext with Delta; or a Connect client session);
 * plan: reading the staged parts' schemas and the silver tables' schemas;
 * per table: bronze, silver (and its Delta log replay);
-* end: the driver's shutdown, then the commit of the batch (state store and slot).
+* end: the job's shutdown, then the commit of the batch (state store and slot).
 
-Baseline, same run: ``spark-submit`` of a script that builds the same session (same jars and
-conf) and counts one row -- the fixed cost of any Spark job started this way.  The first batch
-(initial snapshot; creates the tables) is applied untimed.
+Also measured: ``spark-submit`` of a script that builds the same session and counts one row (the
+fixed cost of any Spark job started that way).
 
-Last line: ``apply_latency: <median s> s; ratio <x> vs bare spark-submit session``.
+Last line: ``apply_latency: <median s> s; ratio <x> vs spark-submit apply`` (Connect's median over
+spark-submit's, same run).
 """
 
 from __future__ import annotations
@@ -118,8 +124,13 @@ def main() -> None:
     from airflow_cdc.apply.submit import build_apply_job
     from airflow_cdc.core.batch import list_batches
     from airflow_cdc.testing.servers import PostgresServer
+    from airflow_cdc.testing.spark_connect import SparkConnectServer
 
-    with PostgresServer() as server, tempfile.TemporaryDirectory(prefix="bench_latency_") as tmp:
+    with (
+        PostgresServer() as server,
+        tempfile.TemporaryDirectory(prefix="bench_latency_") as tmp,
+        SparkConnectServer(env={"PYSPARK_PYTHON": sys.executable}) as connect,
+    ):
         server.start()
         work = Path(tmp)
         dsn = server.create_database(DB)
@@ -127,17 +138,23 @@ def main() -> None:
             conn.execute(TABLE_DDL.format(name=TABLE))
             conn.commit()
             insert_range(conn, TABLE, 1, args.rows)
-        config = pipeline_config(
-            server, DB, work / "staging", "bench_latency", "bench_latency_slot", "bench_latency_pub",
-            **{"delta.root": str(work / "delta")},
-        )  # fmt: skip
-        path = work / "pipeline.json"
-        path.write_text(json.dumps(config))
-        cli = ["--config", str(path)]
+        engines: dict[str, tuple[dict[str, Any], list[str]]] = {}
+        for engine, extra in (("spark-submit", []), ("connect", ["--remote", connect.url])):
+            name = f"bench_latency_{engine.replace('-', '_')}"
+            config = pipeline_config(
+                server, DB, work / engine / "staging", name, f"{name}_slot", f"{name}_pub",
+                **{"delta.root": str(work / engine / "delta")},
+            )  # fmt: skip
+            path = work / f"{engine}.json"
+            path.write_text(json.dumps(config))
+            engines[engine] = (config, ["--config", str(path), *extra])
         log(f"initial snapshot of {args.rows:,} rows, applied untimed (creates the Delta tables)")
-        _cli(["capture", *cli])
-        _cli(["apply", "--commit", *cli])
-        walls, bares, all_parts = [], [], []
+        for _config, cli in engines.values():
+            _cli(["capture", *cli[:2]])
+            _cli(["apply", "--commit", *cli])
+        walls: dict[str, list[float]] = {e: [] for e in engines}
+        all_parts: dict[str, list[dict[str, float]]] = {e: [] for e in engines}
+        bares = []
         next_id = args.rows + 1
         for i in range(args.repeats):
             half = args.events // 2
@@ -146,24 +163,29 @@ def main() -> None:
                 conn.execute(f"UPDATE {TABLE} SET qty = qty + 1 WHERE id <= %s", (args.events - half,))  # noqa: S608
                 conn.commit()
             next_id += half
-            _cli(["capture", *cli])
-            batch = list_batches(config["staging.path"], config["name"])[-1]
-            events = sum(t["rows"] for t in batch.manifest["tables"].values())
-            started, wall, output = _cli(["apply", "--commit", "--batch", str(batch.path), *cli])
-            report = _report(output)
-            split = parts(started, wall, report)
-            walls.append(wall)
-            all_parts.append(split)
-            bares.append(bare_session(build_apply_job(batch.path, config["delta.root"]), work))
-            detail = ", ".join(f"{k.strip()} {v:.1f}s" for k, v in split.items())
-            log(
-                f"round {i + 1}: {events} events, apply --commit {wall:.1f}s ({detail}); bare session {bares[-1]:.1f}s"
-            )
-        log(f"apply --commit walls {fmt(walls, 1)} s; bare spark-submit sessions {fmt(bares, 1)} s")
-        for key in all_parts[0]:
-            log(f"  median {key.strip()}: {median([s[key] for s in all_parts]):.2f}s")
-        wall = median(walls)
-        print(f"apply_latency: {wall:.1f} s; ratio {wall / median(bares):.2f} vs bare spark-submit session")
+            for engine, (config, cli) in engines.items():
+                _cli(["capture", *cli[:2]])
+                batch = list_batches(config["staging.path"], config["name"])[-1]
+                events = sum(t["rows"] for t in batch.manifest["tables"].values())
+                if events != args.events:
+                    raise RuntimeError(f"{engine}: batch has {events} events, not {args.events}")
+                started, wall, output = _cli(["apply", "--commit", "--batch", str(batch.path), *cli])
+                split = parts(started, wall, _report(output))
+                walls[engine].append(wall)
+                all_parts[engine].append(split)
+                detail = ", ".join(f"{k.strip()} {v:.2f}s" for k, v in split.items())
+                log(f"round {i + 1} {engine}: {events} events, apply --commit {wall:.2f}s ({detail})")
+            submit_config = engines["spark-submit"][0]
+            last = list_batches(submit_config["staging.path"], submit_config["name"])[-1]
+            bares.append(bare_session(build_apply_job(last.path, submit_config["delta.root"]), work))
+            log(f"round {i + 1}: bare spark-submit session {bares[-1]:.1f}s")
+        for engine in engines:
+            log(f"{engine}: apply --commit walls {fmt(walls[engine], 2)} s")
+            for key in all_parts[engine][0]:
+                log(f"  median {key.strip()}: {median([s[key] for s in all_parts[engine]]):.2f}s")
+        log(f"bare spark-submit sessions {fmt(bares, 1)} s")
+        remote, submit = median(walls["connect"]), median(walls["spark-submit"])
+        print(f"apply_latency: {remote:.2f} s; ratio {remote / submit:.2f} vs spark-submit apply")
 
 
 if __name__ == "__main__":

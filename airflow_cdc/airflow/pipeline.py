@@ -40,6 +40,8 @@ OPTIONS: dict[str, Any] = {
     "target": None,
     "cdc_conn_id": None,
     "spark_conn_id": "spark_default",
+    # an Airflow aws Connection for s3:// staging and Delta (None: the environment / instance role)
+    "aws_conn_id": None,
     "spark_conf": {},
     "delete_mode": None,
     "bronze": None,

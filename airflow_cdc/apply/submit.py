@@ -36,12 +36,15 @@ from airflow_cdc.core.errors import (
 )
 from airflow_cdc.core.lease import Lease
 from airflow_cdc.core.storage import StorageSettings, is_remote, open_location
+from airflow_cdc.core.storage.settings import AzureSettings, GcsSettings
 from spark_jobs.cdc_apply.layout import (
     DELTA_CONF,
     DELTA_PACKAGE,
+    EXIT_CATALOG,
     EXIT_DAMAGED,
     EXIT_FENCED,
     EXIT_MEMORY,
+    EXIT_REMOTE,
     EXIT_SCHEMA,
     EXIT_STORAGE,
     JARS_ENV,
@@ -74,6 +77,9 @@ class ApplyOptions:
         ``("true",)`` for all, ``()`` or ``("false",)`` for none).
     :param history_except: regexes of ``<table>.<column>`` names whose changes update the current
         version in place (``delta.history.except.columns``).
+    :param catalog: register bronze, silver and history in this catalog namespace
+        (``delta.catalog``: ``catalog.schema`` or ``schema``); None: locations only.
+    :param catalog_format: the registered names (``delta.catalog.table.format``).
     """
 
     #: the pipeline properties these options come from, in field order
@@ -86,6 +92,8 @@ class ApplyOptions:
         "delta.history.except.columns",
         "delta.bronze.file.copy",
         "delta.deletion.vectors.enabled",
+        "delta.catalog",
+        "delta.catalog.table.format",
     )
 
     delete_mode: str = "delete"
@@ -96,6 +104,8 @@ class ApplyOptions:
     history_except: tuple[str, ...] = ()
     bronze_copy: bool = True
     deletion_vectors: bool = False
+    catalog: str | None = None
+    catalog_format: str = "{layer}_{table}"
 
     @classmethod
     def from_config(cls, config: ConnectorConfig) -> ApplyOptions:
@@ -108,6 +118,14 @@ class ApplyOptions:
             raise ConfigError(f"delta.rewrite.ratio must be >= 0, not {self.rewrite_ratio!r}")
         if not self.optimize_interval >= 0:
             raise ConfigError(f"delta.optimize.interval.batches must be >= 0, not {self.optimize_interval!r}")
+        if self.catalog:
+            try:
+                self.catalog_format.format(layer="silver", table="s_t", schema="s", name="t", connector="c")
+            except (KeyError, IndexError, ValueError) as e:
+                raise ConfigError(
+                    f"property 'delta.catalog.table.format': {self.catalog_format!r} is not a name template "
+                    f"({e}); use the fields {{layer}}, {{table}}, {{schema}}, {{name}}, {{connector}}"
+                ) from e
         for prop, patterns in (
             ("delta.history.enabled", self.history_tables()),
             ("delta.history.except.columns", tuple(self.history_except)),
@@ -140,6 +158,8 @@ class ApplyOptions:
             out += ["--history", pattern]
         for pattern in self.history_except:
             out += ["--history-except", pattern]
+        if self.catalog:
+            out += ["--catalog", self.catalog, "--catalog-format", self.catalog_format]
         return out
 
 
@@ -156,6 +176,8 @@ class SparkApplyJob:
     jars: str | None = None
     py_files: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    #: a Spark Connect server: the job runs here as its client (``command`` is then no spark-submit)
+    remote: str | None = None
 
     def batches(self) -> str:
         """The batch ids the job applies, for messages: ``<id>``, or ``<first> .. <last> (N)``."""
@@ -164,7 +186,12 @@ class SparkApplyJob:
         return ids[0] if len(ids) == 1 else f"{ids[0]} .. {ids[-1]} ({len(ids)} batches)"
 
     def command(self, master: str = "local[2]", spark_submit: str | None = None) -> list[str]:
-        """The full ``spark-submit`` command line."""
+        """The full ``spark-submit`` command line; with :attr:`remote`, the Connect client's
+        (this Python, no JVM; the server URL goes by environment, ``SPARK_REMOTE``, as it may hold
+        a token, and runtime conf as ``--conf``)."""
+        if self.remote:
+            conf = [arg for k, v in sorted(remote_conf(self.conf).items()) for arg in ("--conf", f"{k}={v}")]
+            return [sys.executable, self.application, *self.application_args, *conf]
         cmd = [spark_submit or spark_submit_binary(), "--master", master, "--name", self.name]
         if self.packages:
             cmd += ["--packages", self.packages]
@@ -175,6 +202,31 @@ class SparkApplyJob:
         for k, v in sorted(self.conf.items()):
             cmd += ["--conf", f"{k}={v}"]
         return [*cmd, self.application, *self.application_args]
+
+
+#: Spark settings a running Connect server takes per session (the rest are launch settings of the
+#: server: memory, jars, extensions, catalogs, Hadoop's)
+_STATIC_SQL = (
+    "spark.sql.extensions",
+    "spark.sql.catalog.",
+    "spark.sql.warehouse.dir",
+    "spark.sql.catalogImplementation",
+)
+
+
+def remote_conf(conf: Mapping[str, str]) -> dict[str, str]:
+    """The runtime settings of ``conf`` (``spark.sql.*``, ``spark.databricks.delta.*``) that a
+    Spark Connect client sets on its session."""
+    return {
+        k: v
+        for k, v in conf.items()
+        if k.startswith(("spark.sql.", "spark.databricks.delta.")) and not k.startswith(_STATIC_SQL)
+    }
+
+
+def mask_remote(url: str) -> str:
+    """A Spark Connect URL with its ``token`` parameter masked (``sc://h:15002/;token=****``)."""
+    return re.sub(r"(?i)(;token=)[^;]*", r"\1****", url)
 
 
 def spark_jobs_dir() -> Path:
@@ -242,6 +294,7 @@ def build_apply_job(
     fence: int | None = None,
     master: str | None = None,
     storage: StorageSettings | None = None,
+    remote: str | None = None,
 ) -> SparkApplyJob:
     """Describe the Spark job that applies ``batch`` to the Delta root ``target``.
 
@@ -260,6 +313,9 @@ def build_apply_job(
     :param storage: endpoint and credentials of the object store the batches or ``target`` are
         on (default: S3A keys in ``conf``, then the environment).  Credentials go into the job's
         environment, never into its command line.
+    :param remote: a Spark Connect server (``sc://host:port``, ``spark.remote``): the job runs on
+        this host as its client (no JVM, jars or ``spark-submit`` here); the server reads the
+        batches and writes Delta with its own store settings.
     """
     given = [batch] if isinstance(batch, (str, os.PathLike)) else list(batch)
     paths = [open_location(b, storage) for b in given]
@@ -268,15 +324,26 @@ def build_apply_job(
     for path in paths:
         if not (path / "manifest.json").exists():
             raise BatchError(f"{path} is not a published batch (no manifest.json)")
-    packages, jars = delta_jars()
+    packages, jars = (None, None) if remote else delta_jars()
     merged = {**launch_defaults(master), **(conf or {})}
-    env = _python_env()
-    if any(is_remote(p) for p in paths) or is_remote(target):
+    env = {"SPARK_REMOTE": remote} if remote else _python_env()
+    schemes = {str(p.url).split("://", 1)[0] for p in paths if is_remote(p)}
+    if is_remote(target):
+        schemes.add(str(target).split("://", 1)[0])
+    if schemes & {"s3", "s3a"}:
         s3 = s3_launch(storage, merged)
         merged = {**s3.hadoop_conf(), **merged}
         env |= s3.env()  # credentials reach the job (S3A's provider chain, pyarrow) by environment
-        if packages is not None:
+        if packages is not None and not remote:
             packages = ",".join([packages, *S3A_PACKAGES])
+    if schemes & {"gs", "gcs"}:  # the GCS connector jar is the cluster's (Dataproc has it)
+        gcs = GcsSettings.from_hadoop(merged).over(GcsSettings.from_env())
+        merged = {**gcs.hadoop_conf(), **merged}
+        env |= gcs.env()
+    if schemes & {"abfs", "abfss", "az"}:  # hadoop-azure's key or token: the cluster's own conf
+        azure = AzureSettings.from_hadoop(merged).over(AzureSettings.from_env())
+        merged = {**azure.hadoop_conf(), **merged}
+        env |= azure.env()
     return SparkApplyJob(
         application=str(spark_jobs_dir() / "apply_changes.py"),
         application_args=[
@@ -290,8 +357,9 @@ def build_apply_job(
         name=name or f"airflow-cdc-apply-{paths[0].name}" + (f"-{len(paths)}" if len(paths) > 1 else ""),
         packages=packages,
         jars=jars,
-        py_files=job_library_zip(),
+        py_files=None if remote else job_library_zip(),
         env=env,
+        remote=remote,
     )
 
 
@@ -341,7 +409,10 @@ def run_apply_job(
     """
     cmd = job.command(master)
     batch = job.batches()
-    log.info("spark-submit %s (batch %s)", job.application, batch)
+    if job.remote:
+        log.info("applying batch %s through Spark Connect at %s", batch, mask_remote(job.remote))
+    else:
+        log.info("spark-submit %s (batch %s)", job.application, batch)
     proc = subprocess.Popen(cmd, env={**os.environ, **job.env})
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
@@ -410,6 +481,20 @@ def apply_exit_error(code: int, batch: str, target: str | None = None) -> CdcErr
             f"tables{f' ({target})' if target else ''} failed or was unreachable (see the job output)",
             hint=f"check the store's endpoint and credentials, then re-run apply for batch {batch} "
             "(idempotent: a Delta commit is whole or absent)",
+        )
+    if code == EXIT_REMOTE:
+        return ApplyInterrupted(
+            f"apply of batch {batch} was interrupted: the Spark Connect server was unreachable or went "
+            "away (see the job output)",
+            hint=f"check that the server in spark.remote is up, then re-run apply for batch {batch} "
+            "(idempotent: it finishes what is missing)",
+        )
+    if code == EXIT_CATALOG:
+        return ConfigError(
+            f"apply of batch {batch}: a delta.catalog table name is registered at another location "
+            "(see the job output)",
+            hint="choose another delta.catalog or delta.catalog.table.format, or drop that catalog table; "
+            f"then re-run apply for batch {batch} (idempotent)",
         )
     if code == EXIT_FENCED:
         return LeaseLost(

@@ -12,20 +12,23 @@ row groups, never as one in-memory DataFrame.  Needs pyspark with Delta (local m
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-from airflow_cdc.apply.submit import ApplyOptions
+from airflow_cdc.apply.submit import ApplyOptions, remote_conf
 from airflow_cdc.core.config import ConnectorConfig
 from airflow_cdc.core.errors import ConfigError
 from airflow_cdc.core.pipeline import build_source, partitions
+from airflow_cdc.core.storage import open_location
 from spark_jobs.cdc_apply.layout import table_path
 
 log = logging.getLogger(__name__)
@@ -146,6 +149,8 @@ def verify(
     """
     from spark_jobs.cdc_apply import session
 
+    if spark is None and config["spark.remote"]:  # the Connect server compares; nothing runs here
+        spark = session.remote(config["spark.remote"], remote_conf(conf or {}))
     spark = spark or session.build(app_name="airflow-cdc-verify", **(conf or {}))
     started = time.monotonic()
     reports = []
@@ -180,7 +185,7 @@ def _verify_table(
     if keys and _has_history(config, table):
         path = table_path(target, "history", config["name"], table)
         targets.append((TableReport(f"{table} (history)"), compare.load_history_current(spark, path)))
-    with tempfile.TemporaryDirectory(prefix="airflow-cdc-verify-") as scratch:
+    with _scratch(spark, config) as scratch:
         rows_per_chunk = chunk_rows(source, table, chunk, chunk_bytes)
         for i, rows in enumerate(_source_chunks(source, table, rows_per_chunk)):
             for j, (report, frame) in enumerate(targets):
@@ -195,6 +200,24 @@ def _verify_table(
             report.extra_count = count
             report.add_sample("extra", sample)
     return [report for report, _ in targets]
+
+
+@contextlib.contextmanager
+def _scratch(spark: Any, config: ConnectorConfig) -> Iterator[str]:
+    """Where source chunks go for Spark to read them: a local temporary directory, or with a
+    Spark Connect session (whose server may be another host) a folder under ``staging.path``
+    (``<staging>/<connector>/_verify/<id>``), removed afterwards."""
+    from spark_jobs.cdc_apply import deltasql
+
+    if not deltasql.connected(spark):
+        with tempfile.TemporaryDirectory(prefix="airflow-cdc-verify-") as local:
+            yield local
+        return
+    where = open_location(config["staging.path"]) / config["name"] / "_verify" / uuid.uuid4().hex
+    try:
+        yield where.url  # compare gives Spark its Hadoop name (s3a://)
+    finally:
+        where.delete_tree()
 
 
 def _add_chunk(report: TableReport, rows: int, result: Any) -> None:

@@ -499,6 +499,30 @@ COMMON_PROPERTIES: tuple[Property, ...] = (
         "(Delta reader version 3). Existing tables keep their protocol.",
     ),
     Property(
+        "delta.catalog",
+        "str",
+        None,
+        "Register the bronze, silver and history tables in this Spark catalog namespace (`schema` or "
+        "`catalog.schema`, e.g. a Unity Catalog, Glue or Hive schema) as external Delta tables over "
+        "their locations, which stay as they are. Empty: locations only.",
+    ),
+    Property(
+        "delta.catalog.table.format",
+        "str",
+        "{layer}_{table}",
+        "Name of a registered table: `{layer}` (bronze, silver, history), `{table}` (the source "
+        "table, dots as underscores), `{schema}`, `{name}`, `{connector}`.",
+    ),
+    Property(
+        "spark.remote",
+        "str",
+        None,
+        "A Spark Connect server (`sc://host:15002`, Spark's own URL form with `/;token=...` and other "
+        "parameters) to apply batches through: the apply runs here as its client, without Java or "
+        "Delta jars on this host; the server needs the Delta (and S3A/GCS/ABFS) jars and session "
+        "extension. Empty: `spark-submit` to the Spark master. Secrets in the URL are masked in logs.",
+    ),
+    Property(
         "delta.history.enabled",
         "list",
         (),

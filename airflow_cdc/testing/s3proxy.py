@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Self
 
@@ -41,9 +42,15 @@ class S3ProxyServer:
 
     ``start`` waits until it answers; ``stop`` kills it (SIGKILL: like a crash) and keeps the
     data, ``start`` again brings the same objects back on the same port; ``close`` removes all.
+
+    :param bind: the address it listens on and its clients use (default loopback); it must be
+        reachable from this process, which waits for the port and creates the buckets.
+    :param command_prefix: argv put before ``java``, e.g. ``["ip", "netns", "exec", "store"]``.
     """
 
-    def __init__(self, *, start_timeout: float = 60.0) -> None:
+    def __init__(
+        self, *, start_timeout: float = 60.0, bind: str = "127.0.0.1", command_prefix: Sequence[str] = ()
+    ) -> None:
         jar = s3proxy_jar()
         if jar is None:
             raise ServerStartError(f"s3proxy jar or java missing ({DEFAULT_JAR}): run `make setup`")
@@ -54,11 +61,13 @@ class S3ProxyServer:
         self.access_key = "cdc-test-key"
         self.secret_key = f"cdc-test-secret-{uuid.uuid4().hex[:8]}"
         self.start_timeout = start_timeout
+        self.bind = bind
+        self.command_prefix = list(command_prefix)
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.bind}:{self.port}"
 
     @property
     def settings(self) -> StorageSettings:
@@ -95,7 +104,7 @@ class S3ProxyServer:
         if self._proc is not None and self._proc.poll() is None:
             return self
         log = open(self.base_dir / "s3proxy.log", "ab")  # noqa: SIM115 - the child keeps it
-        cmd = ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-jar", str(self.jar)]
+        cmd = [*self.command_prefix, "java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-jar", str(self.jar)]
         self._proc = subprocess.Popen(
             [*cmd, "--properties", str(self._write_conf())],
             stdout=log,
@@ -109,7 +118,7 @@ class S3ProxyServer:
             if self._proc.poll() is not None:
                 break
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                with socket.create_connection((self.bind, self.port), timeout=0.5):
                     return self
             except OSError:
                 time.sleep(0.2)
@@ -140,7 +149,7 @@ class S3ProxyServer:
             access_key=s.access_key,
             secret_key=s.secret_key,
             region=REGION,
-            endpoint_override=f"127.0.0.1:{self.port}",
+            endpoint_override=f"{self.bind}:{self.port}",
             scheme="http",
             allow_bucket_creation=True,
         )
@@ -161,7 +170,14 @@ def configure_spark(spark: object, server: S3ProxyServer) -> None:
     """Point a running session's S3A (``s3a://``) at ``server`` (tests only: the keys go into
     the session's Hadoop configuration; deployments give them through the environment)."""
     conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
-    for key, value in {
+    for key, value in s3a_conf(server).items():
+        conf.set(key, value)
+
+
+def s3a_conf(server: S3ProxyServer) -> dict[str, str]:
+    """Hadoop's S3A keys that reach ``server`` (prefix them with ``spark.hadoop.`` for a Spark
+    launch conf, e.g. a Spark Connect server's)."""
+    return {
         "fs.s3a.endpoint": server.endpoint,
         "fs.s3a.endpoint.region": REGION,
         "fs.s3a.path.style.access": "true",
@@ -170,5 +186,4 @@ def configure_spark(spark: object, server: S3ProxyServer) -> None:
         "fs.s3a.secret.key": server.secret_key,
         "fs.s3a.attempts.maximum": "3",
         "fs.s3a.retry.limit": "3",
-    }.items():
-        conf.set(key, value)
+    }

@@ -19,6 +19,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -240,12 +241,19 @@ class PostgresServer(_ThrowawayServer):
     :param password: password of the superuser ``postgres`` (scram-sha-256 over TCP).
     :param settings: server settings overriding :data:`PG_DEFAULT_SETTINGS`.
     :param start_timeout: seconds to wait for the server to accept connections.
+    :param command_prefix: argv put before every server command (``initdb``, ``pg_ctl``), e.g.
+        ``["ip", "netns", "exec", "capture"]``: the server then listens on that network namespace's
+        loopback, and :meth:`execute` works only from a thread inside it.
     """
 
     superuser = "postgres"
     os_user = "postgres"
     default_settings = PG_DEFAULT_SETTINGS
     external = False
+
+    def __init__(self, *, command_prefix: Sequence[str] = (), **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.command_prefix = list(command_prefix)
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> PostgresServer:
@@ -283,7 +291,7 @@ class PostgresServer(_ThrowawayServer):
     def _run(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
         proc = subprocess.run(
-            [*prefix, str(PG_BIN / args[0]), *args[1:]],
+            [*self.command_prefix, *prefix, str(PG_BIN / args[0]), *args[1:]],
             capture_output=True,
             text=True,
             cwd=self.base_dir,

@@ -36,10 +36,10 @@ from zoneinfo import ZoneInfo
 
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
+from . import deltasql
 from .delta_log import filesystem
 from .frames import read_group
 from .staged import StagedTable
@@ -198,9 +198,9 @@ def commit_files(spark: SparkSession, table_path: str, adds: list[dict[str, Any]
 
 def table_layout(spark: SparkSession, table_path: str) -> tuple[list[str], str, T.StructType] | None:
     """The bronze table's partition columns, column mapping mode and schema (None: no table)."""
-    if not DeltaTable.isDeltaTable(spark, table_path):
+    if not deltasql.is_delta_table(table_path):
         return None
-    detail = DeltaTable.forPath(spark, table_path).detail().select("partitionColumns", "properties").first()
+    detail = deltasql.detail(spark, table_path)
     mapping = (detail["properties"] or {}).get("delta.columnMapping.mode", "none")
     schema = spark.read.format("delta").load(table_path).schema
     return list(detail["partitionColumns"]), mapping, schema

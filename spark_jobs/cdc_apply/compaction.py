@@ -25,6 +25,7 @@ from pyspark.sql import SparkSession
 
 from .crash import crash_point
 from .delta_log import _COMMIT, LogState, _actions, _listing, filesystem, replay, table_exists
+from .session import user_set
 from .writes import Commit
 
 log = logging.getLogger("airflow_cdc.apply")
@@ -122,7 +123,7 @@ def compact_if_due(
 @contextmanager
 def _small_files(spark: SparkSession) -> Iterator[None]:
     """Compact only files under :data:`SMALL_FILE`, unless the user set Delta's threshold."""
-    if spark.sparkContext.getConf().contains(MIN_FILE_SIZE):
+    if user_set(spark, MIN_FILE_SIZE):
         yield
         return
     previous = spark.conf.get(MIN_FILE_SIZE, None)

@@ -11,7 +11,7 @@ not a set held in memory.
 
 from __future__ import annotations
 
-import os
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,8 +75,11 @@ def natural_frame(spark: SparkSession, rows: pa.Table, silver: DataFrame | None,
     """The chunk in silver's natural types (cast to silver's column types where it has the column),
     read from the scratch Parquet file ``scratch`` it is written to."""
     renamed = rows.rename_columns([f"c{i}" for i in range(rows.num_columns)])
-    pq.write_table(renamed, scratch, row_group_size=row_group_rows(renamed), compression="snappy")
-    raw = spark.read.parquet(scratch)
+    fs, where = delta_log.filesystem(scratch)
+    pq.write_table(
+        renamed, where, row_group_size=row_group_rows(renamed), compression="snappy", filesystem=fs
+    )
+    raw = spark.read.parquet(delta_log.hadoop_url(scratch))
     types = {f.name: f.dataType for f in silver.schema.fields} if silver is not None else {}
     cols = []
     for i, f in enumerate(rows.schema):
@@ -95,13 +98,15 @@ def compare_chunk(
 ) -> ChunkResult:
     """Compare one source chunk with silver; append its keys to the ``seen_keys`` folder.
 
-    :param scratch: a file path for the chunk's Parquet copy (removed when done).
+    :param scratch: a file path or object-store URL the session can read, for the chunk's Parquet
+        copy (removed when done).
     """
     try:
         return _compare(spark, silver, rows, keys, seen_keys, scratch)
     finally:
-        if os.path.exists(scratch):
-            os.remove(scratch)
+        fs, where = delta_log.filesystem(scratch)
+        with contextlib.suppress(FileNotFoundError, OSError):
+            fs.delete_file(where)
 
 
 def _compare(
@@ -115,7 +120,9 @@ def _compare(
     src = natural_frame(spark, rows, silver, scratch)
     columns = src.columns
     src = src.select(*(F.col(quoted(k)) for k in keys), _row_hash(columns).alias("__src_hash"))
-    src.select(*(F.col(quoted(k)) for k in keys)).write.mode("append").parquet(seen_keys)
+    src.select(*(F.col(quoted(k)) for k in keys)).write.mode("append").parquet(
+        delta_log.hadoop_url(seen_keys)
+    )
     if silver is None:
         sample = [list(r) for r in src.select(*keys).limit(SAMPLE).collect()]
         return ChunkResult(0, sample, [], missing_count=rows.num_rows)
@@ -155,7 +162,7 @@ def extra_keys(
     total = silver.count()
     if not any_seen:
         return total, [list(r) for r in silver.select(*keys).limit(SAMPLE).collect()], total
-    seen = spark.read.parquet(seen_keys)
+    seen = spark.read.parquet(delta_log.hadoop_url(seen_keys))
     extra = silver.select(*keys).join(seen, on=keys, how="left_anti")
     count = extra.count()
     return count, [list(r) for r in extra.limit(SAMPLE).collect()] if count else [], total

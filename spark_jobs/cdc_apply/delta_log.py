@@ -14,6 +14,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from functools import lru_cache
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -40,13 +41,60 @@ S3A_KEYS = {
 }
 
 
+#: GCS and ADLS settings of this process, from the GCS connector's and hadoop-azure's keys
+#: (:func:`use_hadoop_conf`); the environment fills the rest (see :func:`_gcs_filesystem`,
+#: :func:`_azure_filesystem`).  Azure's are per storage account (``None``: every account).
+_GCS: dict[str, str] = {}
+_AZURE: dict[str | None, dict[str, str]] = {}
+#: GCS connector keys (GoogleCloudDataproc/hadoop-connectors, gcs/CONFIGURATION.md)
+GCS_KEYS = {
+    "fs.gs.storage.root.url": "endpoint",
+    "fs.gs.project.id": "project_id",
+    "fs.gs.auth.service.account.json.keyfile": "credentials_file",
+    "fs.gs.auth.type": "auth_type",  # UNAUTHENTICATED: no credentials (an emulator)
+}
+#: hadoop-azure's ABFS keys (hadoop.apache.org/docs/stable/hadoop-azure/abfs.html): for one
+#: account with the ``.<account>.dfs.core.windows.net`` suffix, for every account without
+AZURE_KEY = re.compile(
+    r"^fs\.azure\.(account\.key|sas\.fixed\.token|account\.oauth2\.client\.(?:id|secret|endpoint))"
+    r"(?:\.([a-z0-9]+)\.(?:dfs|blob)\.[a-z0-9.]+)?$"
+)
+AZURE_NAMES = {
+    "account.key": "account_key",
+    "sas.fixed.token": "sas_token",
+    "account.oauth2.client.id": "client_id",
+    "account.oauth2.client.secret": "client_secret",
+    "account.oauth2.client.endpoint": "tenant_id",  # https://login.microsoftonline.com/<tenant>/oauth2/token
+}
+#: the ``AZURE_STORAGE_*`` variables of obstore (object_store) and adlfs, for one account
+#: (``AZURE_STORAGE_ACCOUNT_NAME``); service principals' ``AZURE_CLIENT_*`` the libraries read
+AZURE_ENV = {
+    "account_key": "AZURE_STORAGE_ACCOUNT_KEY",
+    "sas_token": "AZURE_STORAGE_SAS_TOKEN",
+    "endpoint": "AZURE_STORAGE_ENDPOINT",
+}
+
+
 def use_hadoop_conf(conf: Mapping[str, str]) -> None:
-    """Read S3 endpoint and credentials from Hadoop S3A keys (``fs.s3a.endpoint`` ..., with or
-    without ``spark.hadoop.``), so pyarrow reaches the same store as Spark."""
+    """Read endpoints and credentials from Hadoop's keys (S3A's ``fs.s3a.*``, the GCS
+    connector's ``fs.gs.*``, hadoop-azure's ``fs.azure.*``; with or without ``spark.hadoop.``),
+    so pyarrow reaches the same store as Spark."""
     for key, value in conf.items():
-        name = S3A_KEYS.get(key.removeprefix("spark.hadoop."))
-        if name and value:
+        key = key.removeprefix("spark.hadoop.")
+        if not value:
+            continue
+        if name := S3A_KEYS.get(key):
             _S3A[name] = str(value)
+        elif name := GCS_KEYS.get(key):
+            _GCS[name] = str(value)
+        elif m := AZURE_KEY.match(key):
+            name, value = AZURE_NAMES[m.group(1)], str(value)
+            _AZURE.setdefault(m.group(2), {})[name] = azure_tenant(value) if name == "tenant_id" else value
+
+
+def azure_tenant(value: str) -> str:
+    """The tenant of an OAuth token endpoint (``https://login.microsoftonline.com/<tenant>/...``)."""
+    return urlparse(value).path.strip("/").split("/")[0] if "://" in value else value
 
 
 def _s3_setting(name: str, *env: str) -> str | None:
@@ -92,23 +140,132 @@ def _cached_s3(
     )
 
 
+def gcs_filesystem(endpoint: str | None, anonymous: bool, project_id: str | None = None) -> pafs.FileSystem:
+    """pyarrow's GCS filesystem (``bucket/key`` paths); ``endpoint``: an emulator's
+    ``http://host:port`` (None: Google's).  Credentials: Application Default Credentials, which
+    pyarrow's client (google-cloud-cpp) reads from ``GOOGLE_APPLICATION_CREDENTIALS``, unless
+    ``anonymous``."""
+    scheme, host = "https", None
+    if endpoint:
+        scheme, host = endpoint.split("://", 1) if "://" in endpoint else ("http", endpoint)
+    return _cached_gcs(scheme, host and host.rstrip("/"), anonymous, project_id)
+
+
+@lru_cache(maxsize=8)
+def _cached_gcs(scheme: str, host: str | None, anonymous: bool, project_id: str | None) -> pafs.FileSystem:
+    return pafs.GcsFileSystem(
+        anonymous=anonymous,
+        scheme=scheme,
+        endpoint_override=host,
+        project_id=project_id,
+        retry_time_limit=timedelta(seconds=20),
+    )
+
+
+def _gcs_filesystem() -> pafs.FileSystem:
+    # STORAGE_EMULATOR_HOST: the emulator variable of Google's client libraries, which add
+    # http:// when it has no scheme and send no credentials there (cloud.google.com/go/storage)
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST") if "endpoint" not in _GCS else None
+    anonymous = _GCS.get("auth_type", "").upper() == "UNAUTHENTICATED" or bool(emulator)
+    if keyfile := _GCS.get("credentials_file"):
+        os.environ.setdefault("GOOGLE_APPLICATION_CREDENTIALS", keyfile)  # the only way pyarrow takes one
+    project = _GCS.get("project_id") or os.environ.get("GOOGLE_CLOUD_PROJECT")
+    return gcs_filesystem(_GCS.get("endpoint") or emulator, anonymous, project)
+
+
+def azure_url(url: str) -> tuple[str | None, str, str, str | None]:
+    """``(account, container, path, endpoint)`` of an ADLS URL: Hadoop's
+    ``abfs[s]://<container>@<account>.dfs.core.windows.net/<path>`` (the endpoint of another
+    cloud's suffix, else None), or adlfs' ``az://`` / ``abfs[s]://<container>/<path>`` that
+    leave the account to the settings (None)."""
+    parts = urlparse(url)
+    container, _, host = parts.netloc.rpartition("@") if "@" in parts.netloc else (parts.netloc, "", "")
+    account, _, suffix = host.partition(".")
+    blob = suffix.replace("dfs.", "blob.", 1)
+    endpoint = f"https://{account}.{blob}" if blob and blob != "blob.core.windows.net" else None
+    return account or None, container, parts.path.strip("/"), endpoint
+
+
+def azure_filesystem(account: str, endpoint: str | None = None, **credentials: str | None) -> pafs.FileSystem:
+    """pyarrow's Azure filesystem of one storage account (``container/path`` paths).
+
+    :param endpoint: the account's Blob endpoint as a connection string's ``BlobEndpoint``
+        names it: ``https://<account>.blob.<suffix>``, or path-style
+        ``http://127.0.0.1:10000/<account>`` (Azurite).  pyarrow builds ``<scheme>://<account>
+        <authority>`` for an authority starting with a dot, else ``<scheme>://<authority>/<account>``
+        (arrow/cpp/src/arrow/filesystem/azurefs.cc, ``BuildBaseUrl``); None: Azure's public cloud.
+    :param credentials: ``account_key``; else ``sas_token``; else a service principal's
+        ``client_id``/``client_secret``/``tenant_id``; else ``DefaultAzureCredential``, which
+        reads ``AZURE_CLIENT_ID`` ... (and workload or managed identity) itself.
+    """
+    options: dict[str, Any] = {}
+    if endpoint:
+        parts = urlparse(endpoint)
+        path_style = bool(parts.path.strip("/"))  # one authority serves Blob and DFS requests
+        blob = parts.netloc if path_style else parts.netloc[len(account) :]
+        dfs = blob if path_style else blob.replace(".blob.", ".dfs.", 1)
+        options = {"blob_storage_authority": blob, "dfs_storage_authority": dfs}
+        options |= {"blob_storage_scheme": parts.scheme, "dfs_storage_scheme": parts.scheme}
+    if credentials.get("account_key"):
+        options["account_key"] = credentials["account_key"]
+    elif credentials.get("sas_token"):  # pyarrow appends it to the account URL as it is
+        options["sas_token"] = "?" + str(credentials["sas_token"]).lstrip("?")
+    elif all(credentials.get(k) for k in ("client_id", "client_secret", "tenant_id")):
+        options |= {k: credentials[k] for k in ("client_id", "client_secret", "tenant_id")}
+    return _cached_azure(account, tuple(sorted(options.items())))
+
+
+@lru_cache(maxsize=8)
+def _cached_azure(account: str, options: tuple[tuple[str, str], ...]) -> pafs.FileSystem:
+    return pafs.AzureFileSystem(account, **dict(options))
+
+
+def _azure_filesystem(account: str | None, endpoint: str | None) -> pafs.FileSystem:
+    """The account's filesystem with hadoop-azure's keys for it, then the ``AZURE_STORAGE_*``
+    variables (credentials only when they are for the same account)."""
+    env = os.environ
+    env_account = env.get("AZURE_STORAGE_ACCOUNT_NAME") or env.get("AZURE_STORAGE_ACCOUNT")
+    account = account or env_account or next((a for a in _AZURE if a), None)
+    if not account:
+        raise ValueError("an az:// or abfs://<container>/ URL needs AZURE_STORAGE_ACCOUNT_NAME")
+    values: dict[str, str | None] = {"endpoint": endpoint, **_AZURE.get(None, {}), **_AZURE.get(account, {})}
+    if env_account in (None, account):
+        values |= {name: values.get(name) or env.get(key) for name, key in AZURE_ENV.items()}
+    return azure_filesystem(account, **values)
+
+
 def filesystem(path: str) -> tuple[pafs.FileSystem, str]:
     """The pyarrow filesystem for ``path`` and the path within it (local for plain paths).
 
     ``s3://`` and Hadoop's ``s3a://`` name the same objects: both get pyarrow's S3 filesystem
-    with the settings of :func:`use_hadoop_conf` and the environment (``bucket/key`` paths).
+    with the settings of :func:`use_hadoop_conf` and the environment (``bucket/key`` paths);
+    ``gs://`` (``gcs://``) gets its GCS filesystem, ``abfs[s]://`` / ``az://`` its Azure one
+    (``container/path`` paths).
     """
     scheme = path.split("://", 1)[0] if "://" in path else ""
-    if scheme in ("s3", "s3a"):
-        return _s3_filesystem(), path.split("://", 1)[1].rstrip("/")
+    if scheme in ("s3", "s3a", "gs", "gcs"):
+        fs = _s3_filesystem() if scheme.startswith("s3") else _gcs_filesystem()
+        return fs, path.split("://", 1)[1].rstrip("/")
+    if scheme in ("abfs", "abfss", "az"):
+        account, container, key, endpoint = azure_url(path)
+        return _azure_filesystem(account, endpoint), f"{container}/{key}".rstrip("/")
     if scheme and scheme != "file":
         return pafs.FileSystem.from_uri(path)
     return pafs.LocalFileSystem(), path.removeprefix("file://")
 
 
 def hadoop_url(path: str) -> str:
-    """``path`` as Spark names it: ``s3://`` is ``s3a://`` to Hadoop."""
-    return "s3a://" + path[len("s3://") :] if path.startswith("s3://") else path
+    """``path`` as Spark names it: ``s3://`` is ``s3a://`` to Hadoop, ``gcs://`` is ``gs://``,
+    adlfs' ``az://<container>/`` (``abfs[s]://<container>/``) is
+    ``abfss://<container>@<account>.dfs.core.windows.net/`` (the environment's account)."""
+    scheme, _, rest = path.partition("://")
+    if scheme in ("s3", "gcs"):
+        return {"s3": "s3a", "gcs": "gs"}[scheme] + "://" + rest
+    account = os.environ.get("AZURE_STORAGE_ACCOUNT_NAME") or next((a for a in _AZURE if a), None)
+    container, _, key = rest.partition("/")
+    if scheme in ("az", "abfs", "abfss") and "@" not in container and account:
+        return f"abfss://{container}@{account}.dfs.core.windows.net/{key}".rstrip("/")
+    return path
 
 
 def _listing(fs: pafs.FileSystem, log_dir: str) -> list[str]:

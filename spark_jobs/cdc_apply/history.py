@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
+from . import deltasql
 from .frames import ACTION, OP, POSITION, SOURCE_TS, UNAVAILABLE, TableFrame, quoted
 from .writes import Commit, create_table, ensure_columns
 
@@ -269,11 +270,8 @@ def rebuild(
     folded = fold(changes, keys, list(columns), tracked).select(
         *(F.col(quoted(f.name)).cast(current[f.name]).alias(f.name) for f in schema.fields)
     )
-    from delta.tables import DeltaTable
-
-    table = DeltaTable.forPath(spark, history_path)
     match = " AND ".join(f"t.{quoted(k)} <=> s.__k{i}" for i, k in enumerate(keys))
     with commit.conf(spark, txn=False):
-        table.alias("t").merge(touched.alias("s"), match).whenMatchedDelete().execute()
+        deltasql.Merge(spark, history_path, touched, match).when_matched_delete().execute()
     commit.append(folded, history_path)
     return touched.count()

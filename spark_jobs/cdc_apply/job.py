@@ -15,7 +15,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from . import backlog, bronze, compaction, delta_log, frames, history, rechunk, silver, toast
+from . import backlog, bronze, compaction, delta_log, deltasql, frames, history, rechunk, silver, toast
+from .catalog import DEFAULT_FORMAT, CatalogNames
 from .crash import crash_point
 from .layout import table_path
 from .session import size_reads
@@ -36,6 +37,8 @@ class ApplySettings:
     bronze_copy: bool = True  # add staged files to bronze as they are where Delta allows (bronze_copy)
     optimize_interval: int = 100  # OPTIMIZE silver/tombstones every N batches (compaction.py); 0 = never
     deletion_vectors: bool = False  # silver/tombstone tables created with deletion vectors
+    catalog: str | None = None  # delta.catalog: register tables in this namespace (catalog.py)
+    catalog_format: str = DEFAULT_FORMAT  # delta.catalog.table.format
 
 
 def apply_batch(
@@ -58,6 +61,8 @@ def apply_batches(
     if not batch_paths:
         raise ValueError("no batch to apply")
     settings = settings or ApplySettings()
+    if deltasql.connected(spark):  # adding staged files as they are takes the transaction API
+        settings = replace(settings, bronze_copy=False)
     # the job's own readers (staged parts, the Delta log) reach S3 with Spark's S3A settings
     delta_log.use_hadoop_conf(s3a_settings(spark))
     target = delta_log.hadoop_url(target)
@@ -90,14 +95,18 @@ def apply_batches(
 
 
 def s3a_settings(spark: SparkSession) -> dict[str, str]:
-    """The session's Hadoop S3A keys (``fs.s3a.endpoint`` ...) that are set (none without a
-    JVM in this process, e.g. a Spark Connect client: the environment serves then)."""
+    """The session's Hadoop object-store keys (S3A's ``fs.s3a.endpoint`` ..., ``fs.gs.*``,
+    ``fs.azure.*``) that are set (none without a JVM in this process, e.g. a Spark Connect client:
+    the environment serves then)."""
     try:
         conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
     except Exception:  # noqa: BLE001 - no sparkContext over Spark Connect
         return {}
     values = {key: conf.get(key) for key in delta_log.S3A_KEYS}
-    return {k: str(v) for k, v in values.items() if v}
+    found = {k: str(v) for k, v in values.items() if v}
+    # the GCS connector's and hadoop-azure's keys (account-suffixed for Azure): read by pattern
+    found |= {str(k): str(v) for k, v in conf.getValByRegex(r"^fs\.(gs|azure)\.").items() if v}
+    return found
 
 
 def _apply_backlog(
@@ -153,6 +162,8 @@ def _apply_backlog(
         compacted = compaction.compact_all(spark, layers, settings.optimize_interval, commit)
         if compacted:
             done["compacted"] = compacted
+        if settings.catalog:
+            done["catalog"] = _register(spark, settings, target, last, table)
         done["seconds"] = round(time.monotonic() - begun, 3)
         if table.name in report["tables"]:  # a table whose batches were applied in several stretches
             earlier = report["tables"][table.name]
@@ -163,6 +174,19 @@ def _apply_backlog(
         _progress(i, len(planned), table.name, done_rows, total_rows, started)
     report["seconds"] = round(time.monotonic() - started, 3)
     return report
+
+
+def _register(
+    spark: SparkSession, settings: ApplySettings, target: str, staged: StagedBatch, table: StagedTable
+) -> list[str]:
+    """Catalog names for the table's bronze, silver and history tables that exist."""
+    names = CatalogNames(settings.catalog or "", settings.catalog_format)
+    out = []
+    for layer in ("bronze", "silver", "history"):
+        path = _path(target, layer, staged, table)
+        if delta_log.table_exists(path):
+            out.append(names.register(spark, layer, staged.connector, table.name, path))
+    return out
 
 
 def _commit(staged: StagedBatch, settings: ApplySettings, batches: list[str] | None = None) -> Commit:

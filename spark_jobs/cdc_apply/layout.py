@@ -25,6 +25,17 @@ DELTA_CONF = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     "spark.sql.session.timeZone": "UTC",
 }
+#: Spark settings for Delta tables on S3 (s3a://, and s3:// where it is S3A): our LogStore
+#: (scripts/logstore/, ``make setup`` puts its jar into the jar folder) writes each commit file
+#: put-if-absent (S3 conditional write, If-None-Match: *), so a second driver -- a zombie whose
+#: lease expired after its fence check -- loses the race for a version and Delta retries it at
+#: the next one, instead of overwriting a commit as Delta's default S3SingleDriverLogStore would.
+#: Launch-time settings: Delta reads them from the SparkConf a session starts with.
+S3_LOG_STORE_CONF = {
+    "spark.delta.logStore.s3a.impl": "io.airflowcdc.delta.S3ConditionalLogStore",
+    "spark.delta.logStore.s3.impl": "io.airflowcdc.delta.S3ConditionalLogStore",
+    "spark.hadoop.fs.s3a.create.conditional.enabled": "true",
+}
 LAYERS = ("bronze", "silver", "tombstones", "history", "history_log")
 
 
@@ -63,3 +74,5 @@ EXIT_SCHEMA = 4  # a column type change Delta cannot take; nothing was written
 EXIT_FENCED = 5  # a newer lease holder already wrote these tables; this run stopped
 EXIT_MEMORY = 6  # the driver JVM ran out of memory; the batch is fine, nothing half-applied counts
 EXIT_STORAGE = 7  # the object store (s3a://) failed or was unreachable; nothing half-applied counts
+EXIT_REMOTE = 8  # the Spark Connect server was unreachable or went away mid-apply; re-run
+EXIT_CATALOG = 9  # a delta.catalog name is taken by a table at another location

@@ -57,7 +57,14 @@ def runtime_defaults(cores: int, heap: int | None) -> dict[str, str]:
 def task_memory(spark: SparkSession) -> int:
     """Bytes one task may hold in a batch of rows it reads: 1/32 of its share of the heap (the
     driver's with a local master; ``spark.executor.memory`` / cores on a cluster).  A column
-    vector grows by doubling into one contiguous array, and the rows are copied on downstream."""
+    vector grows by doubling into one contiguous array, and the rows are copied on downstream.
+    Over Spark Connect the heap is the server's: its configured sizes stand in for it."""
+    if connected(spark):
+        master = spark.conf.get("spark.master", "local") or "local"
+        local = master.startswith("local")
+        size = spark.conf.get("spark.driver.memory" if local else "spark.executor.memory", "1g") or "1g"
+        cores = _local_cores(master) if local else int(spark.conf.get("spark.executor.cores", "1") or 1)
+        return byte_size(size) // (32 * max(1, cores))
     sc = spark.sparkContext
     if (sc.master or "").startswith("local"):
         heap = int(sc._jvm.java.lang.Runtime.getRuntime().maxMemory())  # type: ignore[union-attr]
@@ -69,12 +76,43 @@ def task_memory(spark: SparkSession) -> int:
     return int(heap) // (32 * max(1, int(conf.get("spark.executor.cores", "1"))))
 
 
+def connected(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect session (no JVM, no SparkContext in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def byte_size(text: str) -> int:
+    """Spark's size strings (``512m``, ``2g``, ``1024k``; plain numbers are MiB for memory)."""
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    text = text.strip().lower().removesuffix("b")
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(float(text)) << 20
+
+
+def _local_cores(master: str) -> int:
+    inside = master[master.find("[") + 1 : master.find("]")] if "[" in master else "1"
+    if inside == "*":
+        return os.cpu_count() or 1
+    return int(inside.split(",")[0])
+
+
+def user_set(spark: SparkSession, key: str) -> bool:
+    """Whether the session's launch conf sets ``key`` (over Connect: whether the session has it)."""
+    if connected(spark):
+        try:
+            return spark.conf.get(key, None) is not None
+        except Exception:  # noqa: BLE001 - an unknown key without default
+            return False
+    return bool(spark.sparkContext.getConf().contains(key))
+
+
 def size_reads(spark: SparkSession, row_bytes: int) -> int:
     """Size Parquet read batches for rows of about ``row_bytes`` bytes: the vectorized reader
     holds a batch of rows of every column at once (4,096 rows by default -- 400 MB of 100 KB
     blobs).  Returns the rows per batch set, unless the user chose a batch size."""
     key = "spark.sql.parquet.columnarReaderBatchSize"
-    if spark.sparkContext.getConf().contains(key):
+    if not connected(spark) and spark.sparkContext.getConf().contains(key):
         return int(spark.conf.get(key) or 4096)
     rows = max(16, min(4096, task_memory(spark) // max(1, row_bytes)))
     spark.conf.set(key, str(rows))
@@ -83,7 +121,9 @@ def size_reads(spark: SparkSession, row_bytes: int) -> int:
 
 def tune(spark: SparkSession) -> dict[str, str]:
     """Apply :func:`runtime_defaults` for this session, except settings the user chose; returns
-    what it set."""
+    what it set.  Over Spark Connect the server's own settings stand (it sized them at launch)."""
+    if connected(spark):
+        return {}
     sc = spark.sparkContext
     local = (sc.master or "").startswith("local")
     heap = int(sc._jvm.java.lang.Runtime.getRuntime().maxMemory()) if local else None  # type: ignore[union-attr]
@@ -95,6 +135,32 @@ def tune(spark: SparkSession) -> dict[str, str]:
             applied[key] = value
     log.debug("session defaults: %s", applied)
     return applied
+
+
+#: seconds a Spark Connect client keeps retrying an unreachable server (a restart takes 20-60 s)
+#: before its job fails as "server lost" (pyspark's own default waits at least 10 minutes)
+RETRY_ENV = "AIRFLOW_CDC_CONNECT_RETRY_SECONDS"
+
+
+def remote(url: str, conf: dict[str, str] | None = None) -> SparkSession:
+    """A Spark Connect client session of the server at ``url`` (``sc://host:port``), retrying an
+    unreachable server for :data:`RETRY_ENV` seconds (120 by default), with the runtime settings
+    ``conf`` and the UTC session time zone set on it."""
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    seconds = float(os.environ.get(RETRY_ENV) or 120)
+    # pyspark's default policy with a 10 s backoff cap, as many retries as fit: 50 ms, 200 ms,
+    # 800 ms, 3.2 s, then 10 s each
+    waits, retries = [0.05, 0.2, 0.8, 3.2], 0
+    while sum(waits[:retries]) < seconds:
+        retries += 1
+        if retries > len(waits):
+            waits.append(10.0)
+    spark.client.set_retry_policies([DefaultPolicy(max_retries=max(1, retries), max_backoff=10_000)])  # type: ignore[attr-defined]
+    for key, value in {"spark.sql.session.timeZone": "UTC", **(conf or {})}.items():
+        spark.conf.set(key, value)
+    return spark
 
 
 def build(master: str = "local[2]", app_name: str = "airflow-cdc", **conf: str) -> SparkSession:

@@ -15,12 +15,11 @@ converge on the values of the in-order apply.
 
 from __future__ import annotations
 
-from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from . import vectors
+from . import deltasql, vectors
 from .delta_log import CHANGE_FEED, LogState
 from .frames import (
     ACTION,
@@ -81,7 +80,7 @@ def check_evolution(spark: SparkSession, path: str, frame: TableFrame) -> None:
 
     :raises SchemaChangeError: naming the table, column and both types.
     """
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not deltasql.is_delta_table(path):
         return
     current = {f.name: f.dataType for f in spark.read.format("delta").load(path).schema.fields}
     for name, new in frame.columns.items():
@@ -98,7 +97,7 @@ def _key_match(keys: list[str], left: str, right: str) -> str:
 
 def drop_superseded(spark: SparkSession, actions: DataFrame, tombstones: str, keys: list[str]) -> DataFrame:
     """Drop actions older than a stored delete of their key or a stored truncate of the table."""
-    if not DeltaTable.isDeltaTable(spark, tombstones):
+    if not deltasql.is_delta_table(tombstones):
         return actions
     stones = spark.read.format("delta").load(tombstones)
     truncated = stones.where(F.col(TRUNCATE)).agg(F.max(POSITION).alias("p")).collect()[0]["p"]
@@ -144,10 +143,10 @@ def record_tombstones(
         return
     create_table(spark, path, schema, table_properties(deletion_vectors))
     ensure_columns(spark, path, schema)
-    stones = DeltaTable.forPath(spark, path)
     if frame.truncate_at is not None:
         with commit.conf(spark, txn=False):
-            stones.delete((F.col(POSITION) < F.lit(frame.truncate_at)) & ~F.col(TRUNCATE))
+            cut = deltasql.binary_literal(frame.truncate_at)
+            deltasql.delete(spark, path, f"{POSITION} < {cut} AND NOT {TRUNCATE}")
     match = (
         f"({_key_match(frame.keys, 't', 's')} AND NOT t.{TRUNCATE} AND NOT s.{TRUNCATE}) "
         f"OR (t.{TRUNCATE} AND s.{TRUNCATE})"
@@ -156,10 +155,9 @@ def record_tombstones(
     )
     with commit.conf(spark, txn=False):
         (
-            stones.alias("t")
-            .merge(rows.alias("s"), match)
-            .whenMatchedUpdate(condition=f"s.{POSITION} > t.{POSITION}", set={POSITION: f"s.{POSITION}"})
-            .whenNotMatchedInsertAll()
+            deltasql.Merge(spark, path, rows, match)
+            .when_matched_update({POSITION: f"s.{POSITION}"}, condition=f"s.{POSITION} > t.{POSITION}")
+            .when_not_matched_insert_all()
             .execute()
         )
 
@@ -189,7 +187,7 @@ def merge_silver(
     schema = target_schema(frame, soft)
     properties = table_properties(deletion_vectors)
     appending = not soft and not stored_log.files
-    if appending and not DeltaTable.isDeltaTable(spark, path):
+    if appending and not deltasql.is_delta_table(path):
         current = {f.name: f.dataType for f in schema.fields}  # created by the append's commit
     else:
         create_table(spark, path, schema, properties)
@@ -219,16 +217,16 @@ def merge_silver(
             stored = stored.where(F.col(POSITION) >= F.lit(frame.truncate_at))
         commit.write(rewritten(stored, source, frame.keys, soft), path, mode="overwrite")
         return "rewritten"
-    table = DeltaTable.forPath(spark, path)
     if frame.truncate_at is not None:
         with commit.conf(spark, txn=False):
-            table.delete(F.col(POSITION) < F.lit(frame.truncate_at))
+            deltasql.delete(spark, path, f"{POSITION} < {deltasql.binary_literal(frame.truncate_at)}")
     newer = f"s.{POSITION} > t.{POSITION}"
     # Lean MERGE: no event of the batch lists unchanged-TOAST columns and no stored row waits for
     # one, so no clause reads a stored value; the MERGE then reads the stored rows' keys and
     # positions only (with deletion vectors it never reads the other columns of the touched files).
     lean = not frame.toast and not has_pending(spark, path)
-    if lean and not soft and vectors.applies(stored_log, list(current), [*data, *meta, PENDING]):
+    one_scan = not soft and not deltasql.connected(spark)  # the transaction API: classic sessions only
+    if lean and one_scan and vectors.applies(stored_log, list(current), [*data, *meta, PENDING]):
         row = _vector_row(current)
         outcome = vectors.merge(spark, path, source, frame.keys, row, [commit, *earlier], frame.events)
         return "merged" if outcome is None else "merged (deletion vectors)"
@@ -243,23 +241,23 @@ def merge_silver(
         }
         values[PENDING] = values_pending()
     inserts = fresh | meta | {PENDING: new_pending}
-    builder = table.alias("t").merge(source.alias("s"), _key_match(frame.keys, "t", "s"))
+    builder = deltasql.Merge(spark, path, source, _key_match(frame.keys, "t", "s"))
     if not lean:
         older = f"s.{POSITION} < t.{POSITION} AND t.{PENDING} IS NOT NULL" + (
             f" AND NOT coalesce(t.{DELETED}, false)" if soft else ""
         )
-        builder = builder.whenMatchedUpdate(condition=older, set=_older_fill(data))
+        builder = builder.when_matched_update(_older_fill(data), condition=older)
     if soft:
         flag = {**meta, DELETED: "true"}
-        builder = builder.whenMatchedUpdate(condition=f"s.{ACTION} = 'delete' AND {newer}", set=flag)
+        builder = builder.when_matched_update(flag, condition=f"s.{ACTION} = 'delete' AND {newer}")
         update = values | meta | {DELETED: "false"}
-        builder = builder.whenMatchedUpdate(condition=f"s.{ACTION} = 'upsert' AND {newer}", set=update)
-        builder = builder.whenNotMatchedInsert(values=inserts | {DELETED: f"s.{ACTION} = 'delete'"})
+        builder = builder.when_matched_update(update, condition=f"s.{ACTION} = 'upsert' AND {newer}")
+        builder = builder.when_not_matched_insert(inserts | {DELETED: f"s.{ACTION} = 'delete'"})
     else:
-        builder = builder.whenMatchedDelete(condition=f"s.{ACTION} = 'delete' AND {newer}")
+        builder = builder.when_matched_delete(condition=f"s.{ACTION} = 'delete' AND {newer}")
         update = values | meta
-        builder = builder.whenMatchedUpdate(condition=f"s.{ACTION} = 'upsert' AND {newer}", set=update)
-        builder = builder.whenNotMatchedInsert(condition=f"s.{ACTION} = 'upsert'", values=inserts)
+        builder = builder.when_matched_update(update, condition=f"s.{ACTION} = 'upsert' AND {newer}")
+        builder = builder.when_not_matched_insert(inserts, condition=f"s.{ACTION} = 'upsert'")
     with commit.conf(spark, txn=True):
         builder.execute()
     return "merged"

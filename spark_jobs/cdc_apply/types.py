@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import Decimal
 
 import pyarrow as pa
 from pyspark.sql import Column
@@ -74,14 +73,23 @@ def _time_text(micros: Column) -> Column:
     return F.when(micros.isNotNull(), text)  # format_string writes "null" for NULL arguments
 
 
-@F.udf(returnType=T.StringType())
-def _variable_scale_decimal(value: bytes | None, scale: int | None) -> str | None:
-    if value is None or scale is None:
-        return None
-    unscaled = int.from_bytes(value, "big", signed=True)
-    # built from text: exact at any precision (scaleb would round to the context's 28 digits);
-    # formatted without exponent notation (0E-10)
-    return format(Decimal(f"{unscaled}E{-scale}"), "f")
+def _variable_scale_decimal(value: Column, scale: Column) -> Column:
+    """A VariableScaleDecimal's text, by a Python UDF made at first use (a UDF made at import time
+    belongs to whichever kind of session -- classic or Connect -- the process had then).  Its
+    function is nested, so it is pickled by value: the executors' Python needs nothing of this
+    package (a Spark Connect server's workers do not have it)."""
+
+    def text(value: bytes | None, scale: int | None) -> str | None:
+        from decimal import Decimal
+
+        if value is None or scale is None:
+            return None
+        unscaled = int.from_bytes(value, "big", signed=True)
+        # built from text: exact at any precision (scaleb would round to the context's 28 digits);
+        # formatted without exponent notation (0E-10)
+        return format(Decimal(f"{unscaled}E{-scale}"), "f")
+
+    return F.udf(text, returnType=T.StringType())(value, scale)
 
 
 def _unwrap_u64(c: Column) -> Column:

@@ -18,10 +18,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from . import delta_log, deltasql
 from .frames import SchemaChangeError, quoted
 from .layout import app_id
 from .types import refused, widening
@@ -86,14 +86,9 @@ def create_table(
     partition_by: list[str] | None = None,
 ) -> None:
     """Create an empty Delta table at ``path`` unless one exists (concurrent creators: one wins)."""
-    if DeltaTable.isDeltaTable(spark, path):
+    if deltasql.is_delta_table(path):
         return
-    builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
-    for key, value in properties.items():
-        builder = builder.property(key, value)
-    if partition_by:
-        builder = builder.partitionedBy(*partition_by)
-    builder.execute()
+    deltasql.create_table(spark, path, schema, properties, partition_by)
 
 
 def ensure_columns(spark: SparkSession, path: str, schema: T.StructType) -> dict[str, T.DataType]:
@@ -104,21 +99,22 @@ def ensure_columns(spark: SparkSession, path: str, schema: T.StructType) -> dict
     """
     fields = spark.read.format("delta").load(path).schema.fields
     current = {f.name: f.dataType for f in fields}
-    target = f"delta.`{path.replace('`', '``')}`"
+    target = deltasql.table_ref(path)
     nullable = {f.name for f in schema.fields if f.nullable}
     for f in fields:
         if not f.nullable and f.name in nullable:  # a key of a table created by an earlier version
             spark.sql(f"ALTER TABLE {target} ALTER COLUMN {quoted(f.name)} DROP NOT NULL")
     missing = [f for f in schema.fields if f.name not in current]
     if missing:
-        cols = ", ".join(f"{quoted(f.name)} {f.dataType.simpleString()}" for f in missing)
+        cols = ", ".join(f"{quoted(f.name)} {deltasql.type_ddl(f.dataType)}" for f in missing)
         spark.sql(f"ALTER TABLE {target} ADD COLUMNS ({cols})")
     after = {**current, **{f.name: f.dataType for f in missing}}
     for f in schema.fields:
         if f.name not in current:
             continue
         if widening(current[f.name], f.dataType) == "widen":
-            spark.sql(f"ALTER TABLE {target} ALTER COLUMN {quoted(f.name)} TYPE {f.dataType.simpleString()}")
+            wide = deltasql.type_ddl(f.dataType)
+            spark.sql(f"ALTER TABLE {target} ALTER COLUMN {quoted(f.name)} TYPE {wide}")
             after[f.name] = f.dataType
         elif refused(current[f.name], f.dataType):
             raise SchemaChangeError(
@@ -134,7 +130,14 @@ def commit_actions(
     """One Delta commit of ``actions`` (Delta log JSON) plus the idempotent-transaction marks of
     ``marks`` the table lacks, with ``info``'s commit metadata; False, committing nothing, when it
     has every mark already.  A commit of marks alone records batches whose rows an earlier write
-    of several batches brought (``job.apply_batches``)."""
+    of several batches brought (``job.apply_batches``).
+
+    Over Spark Connect (no transaction API) only marks can be committed, each in a commit of its
+    own (:func:`commit_marks`)."""
+    if deltasql.connected(spark):
+        if actions:
+            raise RuntimeError(f"{path}: a commit of Delta log actions needs a classic Spark session")
+        return commit_marks(spark, path, marks)
     jvm = spark._jvm  # type: ignore[attr-defined]
     delta = jvm.org.apache.spark.sql.delta
     txn = delta.DeltaLog.forTable(spark._jsparkSession, path).startTransaction()
@@ -165,7 +168,21 @@ def write_marked(
     that also records every mark of ``marks`` the table lacks, creating the table (``schema``,
     ``properties`` and the session's Delta defaults) when there is none: one commit where
     :func:`create_table`, :meth:`Commit.append` and :func:`commit_actions` make three.  False,
-    writing nothing, when the table has every mark already."""
+    writing nothing, when the table has every mark already.
+
+    Over Spark Connect: the table is created first, the rows are appended as ``info``'s marked
+    write, and the other marks follow one commit each (:func:`commit_marks`); a crash in between
+    leaves marks missing, which a re-run adds (the rows carry ``info``'s mark, so they are not
+    appended twice)."""
+    if deltasql.connected(spark):
+        state = delta_log.replay(path)
+        if all(state.has_applied(c.app_id, c.version) for c in marks):
+            return False
+        create_table(spark, path, schema, properties)
+        if not state.has_applied(info.app_id, info.version):
+            info.append(rows, path)
+        commit_marks(spark, path, [c for c in marks if c.app_id != info.app_id])
+        return True
     jvm = spark._jvm  # type: ignore[attr-defined]
     delta = jvm.org.apache.spark.sql.delta
     scala = jvm.scala.jdk.javaapi.CollectionConverters
@@ -194,6 +211,20 @@ def write_marked(
     )
     with info.conf(spark, txn=False):
         txn.commit(scala.asScala(actions).toSeq(), operation)
+    return True
+
+
+def commit_marks(spark: SparkSession, path: str, marks: list[Commit]) -> bool:
+    """Record the marks of ``marks`` the table lacks without changing its rows: an empty marked
+    append each (the portable way: a DataFrame write with ``txnAppId``/``txnVersion``, which
+    Delta records even when the write has no rows).  False when none was missing."""
+    state = delta_log.replay(path)
+    missing = [c for c in marks if not state.has_applied(c.app_id, c.version)]
+    if not missing:
+        return False
+    empty = spark.read.format("delta").load(path).limit(0)
+    for commit in missing:
+        commit.append(empty, path)
     return True
 
 

@@ -21,6 +21,7 @@ from airflow.sdk.log import mask_secret
 
 import airflow_cdc.airflow.state_variable  # noqa: F401  (registers the airflow-variable:// store)
 from airflow_cdc.airflow.pipeline import PipelineSpec, load_pipeline
+from airflow_cdc.airflow.storage import use_aws_connection
 from airflow_cdc.core.capture import Capture
 from airflow_cdc.core.config import ConnectorConfig, Secret
 from airflow_cdc.core.errors import CdcError
@@ -110,7 +111,7 @@ class CdcHook(BaseHook):
         self, *, pipeline: str | Mapping[str, Any] | None = None, cdc_conn_id: str | None = None
     ) -> None:
         """:param pipeline: ``None`` only to reach the Connection's server alone (the connection
-            form's *Test* button: :meth:`test_connection`)."""
+        form's *Test* button: :meth:`test_connection`)."""
         super().__init__()
         self.pipeline = pipeline
         self.cdc_conn_id = cdc_conn_id
@@ -155,8 +156,11 @@ class CdcHook(BaseHook):
             return False, f"{type(e).__name__}: {e}"
 
     def properties(self) -> dict[str, Any]:
-        """Connection properties overlaid with the pipeline's (the pipeline wins)."""
+        """Connection properties overlaid with the pipeline's (the pipeline wins).  With the
+        ``airflow:`` option ``aws_conn_id``, that Connection also becomes this task process's
+        object-store credentials (:func:`~airflow_cdc.airflow.storage.use_aws_connection`)."""
         conn = self.get_connection(self.cdc_conn_id) if self.cdc_conn_id else None
+        use_aws_connection(self.spec.option("aws_conn_id"))
         return self._merge(self.spec, conn)
 
     async def aproperties(self) -> dict[str, Any]:
@@ -203,9 +207,7 @@ class CdcHook(BaseHook):
     def changes_after(
         self, offset: dict[str, Any] | None, check: str | None = None, partition: str | None = None
     ) -> bool:
-        """Whether the source may hold changes past ``offset`` (cheap; see the source's docs).
-
-        """
+        """Whether the source may hold changes past ``offset`` (cheap; see the source's docs)."""
         return _source_changes_after(build_source(self.get_partition(partition)), offset, check)
 
     async def achanges_after(
@@ -272,7 +274,10 @@ class CdcVitessHook(CdcHook):
         return {
             "hidden_fields": [],
             "relabeling": {
-                "host": "vtgate host", "port": "vtgate gRPC port", "schema": "Keyspace", "login": "User",
+                "host": "vtgate host",
+                "port": "vtgate gRPC port",
+                "schema": "Keyspace",
+                "login": "User",
             },  # fmt: skip
             "placeholders": {
                 "host": "vtgate.example.com",

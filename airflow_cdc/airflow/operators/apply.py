@@ -18,7 +18,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 from airflow_cdc.airflow.errors import airflow_errors
 from airflow_cdc.airflow.hooks.cdc import CdcHook
 from airflow_cdc.airflow.links import CdcBatchLink, CdcDeltaLink, storage_url
-from airflow_cdc.apply.submit import ApplyOptions, apply_exit_error, build_apply_job
+from airflow_cdc.apply.submit import ApplyOptions, apply_exit_error, build_apply_job, run_apply_job
 from airflow_cdc.core.batch import Batch
 from airflow_cdc.core.lease import Leases
 from airflow_cdc.core.pipeline import build_store
@@ -61,6 +61,10 @@ class CdcApplyOperator(SparkSubmitOperator):
         (the commit task still runs, see :func:`~airflow_cdc.airflow.dag_factory.cdc_dag`).
     :param pipeline: pipeline file path or mapping, to hold the connector's lease. (templated)
     :param cdc_conn_id: Airflow Connection of the source database (with ``pipeline``). (templated)
+    :param spark_remote: a Spark Connect server (``sc://host:15002``) to apply through instead of
+        ``spark-submit``: the task runs the job as its client (no Java or jars on the worker).
+        Default: the pipeline's ``spark.remote``, else the ``conn_id`` Connection when it is of
+        type ``spark_connect`` (Airflow's Spark Connect connection: host, port, token). (templated)
     """
 
     template_fields: Sequence[str] = (
@@ -70,6 +74,7 @@ class CdcApplyOperator(SparkSubmitOperator):
         "spark_conf",
         "pipeline",
         "cdc_conn_id",
+        "spark_remote",
     )
     ui_color = "#fdebd0"
     operator_extra_links = (CdcBatchLink(), CdcDeltaLink())
@@ -86,9 +91,11 @@ class CdcApplyOperator(SparkSubmitOperator):
         skip_empty: bool = True,
         pipeline: str | Mapping[str, Any] | None = None,
         cdc_conn_id: str | None = None,
+        spark_remote: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.spark_remote = spark_remote
         self.pipeline = pipeline
         self.cdc_conn_id = cdc_conn_id
         self.batch_path = batch_path
@@ -109,14 +116,14 @@ class CdcApplyOperator(SparkSubmitOperator):
         with airflow_errors("apply"):
             if self.pipeline is None:
                 self.log.warning("no pipeline given: applying without the connector lease")
-                self._submit(context, batch, None)
+                self._submit(context, batch, None, self._remote(None))
             else:
                 hook = CdcHook(pipeline=self.pipeline, cdc_conn_id=self.cdc_conn_id)
                 config = hook.get_partition(batch.partition)  # the lease of the partition that captured it
                 self._lineage_config = config
                 leases = Leases(build_store(config), config.state_name, config["lease.timeout.ms"] / 1000)
                 with leases.hold("apply") as lease:
-                    self._submit(context, batch, lease.token)
+                    self._submit(context, batch, lease, self._remote(config["spark.remote"]))
         return {"batch_id": batch.batch_id, "applied": True}
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
@@ -131,10 +138,26 @@ class CdcApplyOperator(SparkSubmitOperator):
         outputs = delta_datasets(self.target, batch.manifest["connector"], tables, self.options.bronze)
         return operator_lineage(inputs, outputs)
 
-    def _submit(self, context: Context, batch: Batch, fence: int | None) -> None:
+    def _remote(self, configured: str | None) -> str | None:
+        """The Spark Connect server to apply through: the operator's, the pipeline's, or the
+        ``conn_id`` Connection's when it is a ``spark_connect`` one; None: ``spark-submit``."""
+        if self.spark_remote or configured:
+            return self.spark_remote or configured
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+        try:
+            connection = SparkConnectHook.get_connection(self._conn_id)
+        except Exception:  # noqa: BLE001 - no such Connection: spark-submit's own default applies
+            return None
+        if connection.conn_type != SparkConnectHook.conn_type:
+            return None
+        return SparkConnectHook(self._conn_id).get_connection_url()
+
+    def _submit(self, context: Context, batch: Batch, lease: Any, remote: str | None) -> None:
         counts = batch.manifest.get("counts", {})
+        fence = lease.token if lease is not None else None
         job = build_apply_job(
-            batch.path, self.target, options=self.options, conf=self.spark_conf, fence=fence
+            batch.path, self.target, options=self.options, conf=self.spark_conf, fence=fence, remote=remote
         )
         self.application = job.application
         self.application_args = job.application_args
@@ -152,6 +175,9 @@ class CdcApplyOperator(SparkSubmitOperator):
             counts.get("snapshot_rows"),
             self.target,
         )
+        if job.remote:  # the Connect client runs here, in a child process (a fail point kills only it)
+            run_apply_job(job, lease=lease)
+            return
         try:
             super().execute(context)
         except AirflowException as e:  # the hook only says "Error code is: N"; say what N means

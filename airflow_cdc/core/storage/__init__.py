@@ -1,8 +1,10 @@
 """One filesystem abstraction for staged batches and Delta logs: local paths and object stores.
 
-``staging.path`` and ``delta.root`` may be a local directory or a URL (``s3://bucket/prefix``,
-or Hadoop's ``s3a://``, which names the same objects).  :func:`open_location` turns either into
-a :class:`Location`: a store (:mod:`.stores`) plus a path within it, joined with ``/``.
+``staging.path`` and ``delta.root`` may be a local directory or a URL: ``s3://bucket/prefix``
+(or Hadoop's ``s3a://``, which names the same objects), ``gs://bucket/prefix``, or ADLS's
+``abfss://container@account.dfs.core.windows.net/prefix`` (``abfs://``; adlfs' ``az://container/
+prefix`` with the account in the settings).  :func:`open_location` turns either into a
+:class:`Location`: a store (:mod:`.stores`) plus a path within it, joined with ``/``.
 
 What differs between the two, and what callers rely on:
 
@@ -24,16 +26,24 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
 from airflow_cdc.core.errors import StorageUnavailable
 from airflow_cdc.core.filemodes import make_private, private_dirs
-from airflow_cdc.core.storage.settings import StorageSettings
-from airflow_cdc.core.storage.stores import LocalStore, Store, store_for
+from airflow_cdc.core.storage.settings import AzureSettings, GcsSettings, StorageSettings
+from airflow_cdc.core.storage.stores import AnySettings, LocalStore, Store, store_for
 
-__all__ = ["Location", "StorageSettings", "Store", "is_remote", "open_location", "python_url"]
+__all__ = [
+    "AzureSettings",
+    "GcsSettings",
+    "Location",
+    "StorageSettings",
+    "Store",
+    "is_remote",
+    "open_location",
+    "python_url",
+]
 
 _LOCAL = LocalStore()
 
@@ -47,26 +57,29 @@ def is_remote(path: str | os.PathLike[str] | Location) -> bool:
 
 
 def python_url(url: str) -> str:
-    """``url`` as Python libraries name it: Hadoop's ``s3a://`` is ``s3://`` there."""
-    return "s3://" + url[len("s3a://") :] if url.startswith("s3a://") else url
+    """``url`` as Python libraries name it: Hadoop's ``s3a://`` is ``s3://`` there, ``gcs://``
+    is ``gs://``.  Hadoop's ADLS URLs (``abfss://<container>@<account>.dfs.core.windows.net/``)
+    stay: pyarrow, obstore and adlfs read that form as it is."""
+    for hadoop, python in (("s3a://", "s3://"), ("gcs://", "gs://")):
+        if url.startswith(hadoop):
+            return python + url[len(hadoop) :]
+    return url
 
 
-def open_location(
-    path: str | os.PathLike[str] | Location, settings: StorageSettings | None = None
-) -> Location:
+def open_location(path: str | os.PathLike[str] | Location, settings: AnySettings | None = None) -> Location:
     """The location of a local path or a store URL.
 
-    :param settings: endpoint and credentials of an object store; default: the environment.
-    :raises ConfigError: an unsupported scheme, or a URL without a bucket.
+    :param settings: endpoint and credentials of an object store (:class:`StorageSettings`,
+        :class:`GcsSettings` or :class:`AzureSettings`: those of another kind of store are
+        ignored); default: the environment.
+    :raises ConfigError: an unsupported scheme, or a URL without a bucket (or account).
     """
     if isinstance(path, Location):
         return path
     text = os.fspath(path)
     if not is_remote(text):
         return Location(_LOCAL, os.path.abspath(text.removeprefix("file://")))
-    url = urlparse(text)
-    store = store_for(url.scheme, url.netloc, settings)
-    return Location(store, f"{url.netloc}/{url.path.strip('/')}".rstrip("/"))
+    return Location(*store_for(text, settings))
 
 
 @dataclass(frozen=True)
@@ -90,7 +103,7 @@ class Location:
 
     @property
     def url(self) -> str:
-        """The local path, or ``s3://bucket/key``."""
+        """The local path, or ``s3://bucket/key`` (``gs://``, ``abfss://container@account...``)."""
         return self.path if self.local else f"{self.store.prefix}/{self.path.split('/', 1)[-1]}"
 
     @property
@@ -123,7 +136,8 @@ class Location:
         except OSError as e:
             if self.local:
                 raise
-            raise StorageUnavailable(f"{self.store.describe()}: {doing} {self.url} failed: {e}") from e
+            message = self.store.scrub(str(e))
+            raise StorageUnavailable(f"{self.store.describe()}: {doing} {self.url} failed: {message}") from e
 
     def read_bytes(self) -> bytes:
         with self._errors("reading"), self.fs.open_input_stream(self.path) as f:
@@ -163,7 +177,7 @@ class Location:
     def children(self) -> list[pafs.FileInfo]:
         """Direct children, sorted by name (none when the location does not exist)."""
         with self._errors("listing"):
-            infos = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
+            infos = self.store.children(self.path)
         return sorted(infos, key=lambda i: i.base_name)
 
     def walk(self) -> list[pafs.FileInfo]:
@@ -175,7 +189,7 @@ class Location:
     def delete(self) -> None:
         """Delete one file; a missing one is fine."""
         with self._errors("deleting"), contextlib.suppress(FileNotFoundError):
-            self.fs.delete_file(self.path)
+            self.store.delete(self.path)
 
     def delete_tree(self) -> None:
         """Delete everything below and the directory itself; missing is fine."""
