@@ -58,7 +58,7 @@ test: setup
 	@echo ">>> running pytest $(PYTEST_ARGS)"
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-setup: system-packages venv jars tds-check vitess
+setup: system-packages venv jars logstore tds-check vitess azurite fake-gcs
 
 # Delta Lake and S3A jars for the pinned pyspark, fetched once with Maven into .jars/ (Ivy's
 # spark.jars.packages is the alternative where it can reach Maven Central), and the tests' S3
@@ -83,6 +83,28 @@ jars:
 	mvn -q -B -f $(JARS_POM) dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/$(S3PROXY_DIR) \
 	    -DincludeScope=runtime -DincludeArtifactIds=s3proxy
 	ls $(JARS)/delta-spark_*.jar $(JARS)/hadoop-aws-*.jar $(S3PROXY_DIR)/s3proxy-*.jar
+	touch "$$stamp"
+
+# Our Delta LogStore for S3 (scripts/logstore/: io.airflowcdc.delta.S3ConditionalLogStore writes
+# each commit file put-if-absent, so two drivers cannot lose a commit), compiled with Maven into
+# $(JARS)/ beside the Delta jars (~30 s; a JDK is installed when javac is missing).  A no-op while
+# its sources are unchanged (stamp: their hash); `jars` empties $(JARS)/ when it refetches, so after it.
+LOGSTORE_SRC := scripts/logstore
+LOGSTORE_JAR := $(JARS)/airflow-cdc-logstore.jar
+.PHONY: logstore
+logstore: jars
+	@hash=$$(find $(LOGSTORE_SRC) -type f \( -name pom.xml -o -name '*.java' \) | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)
+	stamp=$(JARS)/.logstore-$$hash
+	if [ -f "$$stamp" ] && [ -f $(LOGSTORE_JAR) ]; then echo ">>> Delta LogStore jar current"; exit 0; fi
+	command -v javac >/dev/null || {
+	    echo ">>> installing a JDK (javac) for the Delta LogStore"
+	    DEBIAN_FRONTEND=noninteractive apt-get update -q
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends openjdk-17-jdk-headless; }
+	echo ">>> building the Delta LogStore ($(LOGSTORE_SRC)/) into $(LOGSTORE_JAR)"
+	mvn -q -B -f $(LOGSTORE_SRC)/pom.xml package -DskipTests
+	rm -f $(JARS)/.logstore-*
+	cp build/logstore/airflow-cdc-logstore.jar $(LOGSTORE_JAR).new
+	mv -f $(LOGSTORE_JAR).new $(LOGSTORE_JAR)  # a new file: running JVMs keep the one they opened
 	touch "$$stamp"
 
 # tedious, the Node.js TDS client, pinned, for tests/unit/testing/test_tds_independent.py: its parser
@@ -128,6 +150,37 @@ vitess:
 	rm -rf $(VITESS_DIR)/src
 	touch "$$stamp"
 	echo ">>> Vitess built in $$(( $$(date +%s) - began )) s"
+
+# The tests' object-store emulators for gs:// and abfs(s):// staging (tests/integration/storage):
+# Azurite, Microsoft's Azure Storage emulator (npm, pinned, into $(AZURITE_DIR)/, git-ignored; 3.35.0
+# is the newest release whose engines field accepts Node 20), and fake-gcs-server built from the Go
+# module proxy into a cache outside the clone, like Vitess (a cold build took 5.5 min on a loaded
+# 2-core machine; npm's install 53 s; both no-ops once stamped).
+# Without npm / go or their registries the tests that need them skip, saying so; setup goes on.
+AZURITE_VERSION  := 3.35.0
+AZURITE_DIR      := .local/azurite
+FAKE_GCS_VERSION := v1.56.1
+FAKE_GCS_DIR     ?= $(if $(filter 0,$(shell id -u)),/var/cache,$(HOME)/.cache)/airflow-cdc/fake-gcs-server-$(FAKE_GCS_VERSION)
+.PHONY: azurite fake-gcs
+azurite:
+	@stamp=$(AZURITE_DIR)/.installed-azurite-$(AZURITE_VERSION)
+	if [ -f "$$stamp" ]; then echo ">>> Azurite $(AZURITE_VERSION) present"; exit 0; fi
+	if ! command -v npm >/dev/null; then echo ">>> npm missing: the Azure staging tests will skip"; exit 0; fi
+	mkdir -p $(AZURITE_DIR)
+	[ -f $(AZURITE_DIR)/package.json ] || echo '{"name": "azurite-emulator", "private": true}' > $(AZURITE_DIR)/package.json
+	echo ">>> npm install azurite@$(AZURITE_VERSION) into $(AZURITE_DIR)/"
+	if npm install --prefix $(AZURITE_DIR) --no-audit --no-fund --ignore-scripts --save-exact \
+	    azurite@$(AZURITE_VERSION); then touch "$$stamp"
+	else echo ">>> npm install azurite failed: the Azure staging tests will skip" >&2; fi
+fake-gcs:
+	@stamp=$(FAKE_GCS_DIR)/.built
+	if [ -f "$$stamp" ]; then echo ">>> fake-gcs-server $(FAKE_GCS_VERSION) present in $(FAKE_GCS_DIR)"; exit 0; fi
+	if ! command -v go >/dev/null; then echo ">>> go missing: the GCS staging tests will skip"; exit 0; fi
+	echo ">>> building fake-gcs-server $(FAKE_GCS_VERSION) into $(FAKE_GCS_DIR)/bin"
+	rm -rf $(FAKE_GCS_DIR) && mkdir -p $(FAKE_GCS_DIR)/bin
+	if GOBIN=$(FAKE_GCS_DIR)/bin GOFLAGS=-buildvcs=false go install github.com/fsouza/fake-gcs-server@$(FAKE_GCS_VERSION); then
+	    touch "$$stamp"
+	else echo ">>> building fake-gcs-server failed: the GCS staging tests will skip" >&2; fi
 
 # Install PostgreSQL 15, MariaDB and the FreeTDS ODBC driver from Debian only when missing.  Services are
 # never started by the packages (policy-rc.d): the tests start throwaway servers of their own.

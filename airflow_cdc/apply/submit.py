@@ -49,6 +49,7 @@ from spark_jobs.cdc_apply.layout import (
     EXIT_STORAGE,
     JARS_ENV,
     LAYERS,
+    S3_LOG_STORE_CONF,
     S3A_PACKAGES,
     default_driver_memory,
     table_path,
@@ -332,7 +333,9 @@ def build_apply_job(
         schemes.add(str(target).split("://", 1)[0])
     if schemes & {"s3", "s3a"}:
         s3 = s3_launch(storage, merged)
-        merged = {**s3.hadoop_conf(), **merged}
+        # the put-if-absent log store (its jar is in the jar folder; Delta refuses it beside logStore.class)
+        store = {} if remote or not jars or "spark.delta.logStore.class" in merged else S3_LOG_STORE_CONF
+        merged = {**s3.hadoop_conf(), **store, **merged}
         env |= s3.env()  # credentials reach the job (S3A's provider chain, pyarrow) by environment
         if packages is not None and not remote:
             packages = ",".join([packages, *S3A_PACKAGES])

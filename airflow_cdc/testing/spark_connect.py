@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Self
 
 from airflow_cdc.testing.servers import ServerStartError, free_port, log_tail
-from spark_jobs.cdc_apply.layout import DELTA_CONF, JARS_ENV
+from spark_jobs.cdc_apply.layout import DELTA_CONF, JARS_ENV, S3_LOG_STORE_CONF
 
 REPO = Path(__file__).resolve().parents[2]
 LOG4J = REPO / "spark_jobs" / "log4j2-warn.properties"
@@ -105,6 +105,7 @@ class SparkConnectServer:
         tmp = self.work_dir / "tmp"
         conf = {
             **DELTA_CONF,
+            **S3_LOG_STORE_CONF,  # the jar folder has our put-if-absent S3 log store
             "spark.connect.grpc.binding.address": self.host,
             "spark.connect.grpc.binding.port": str(self.port),
             # the driver's own endpoints on the same address (not the host's first interface)

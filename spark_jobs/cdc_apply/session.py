@@ -17,7 +17,7 @@ import os
 
 from pyspark.sql import SparkSession
 
-from .layout import DELTA_CONF, DELTA_PACKAGE, JARS_ENV, default_driver_memory
+from .layout import DELTA_CONF, DELTA_PACKAGE, JARS_ENV, S3_LOG_STORE_CONF, default_driver_memory
 
 log = logging.getLogger("airflow_cdc.apply")
 
@@ -171,7 +171,9 @@ def build(master: str = "local[2]", app_name: str = "airflow-cdc", **conf: str) 
         builder = builder.config("spark.jars", ",".join(sorted(glob.glob(os.path.join(folder, "*.jar")))))
     else:
         builder = builder.config("spark.jars.packages", DELTA_PACKAGE)
-    defaults = {**LOCAL_CONF, "spark.driver.memory": default_driver_memory(master)}
+    # our put-if-absent S3 log store is in the jar folder only (not on Maven Central)
+    store = S3_LOG_STORE_CONF if folder else {}
+    defaults = {**LOCAL_CONF, **store, "spark.driver.memory": default_driver_memory(master)}
     for key, value in {**defaults, **conf}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

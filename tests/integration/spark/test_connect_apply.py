@@ -1,4 +1,4 @@
-"""The apply job as a Spark Connect client (``spark.remote``), on S3.
+"""The apply job as a Spark Connect client (``spark.remote``), on local disk and on S3.
 
 The job runs in a subprocess as a Connect client, as ``airflow-cdc apply`` runs it: no JVM of its
 own, every Delta operation as SQL (``deltasql``), marks one commit each, bronze re-encoded.  The
@@ -30,14 +30,15 @@ from airflow_cdc.testing.spark_connect import SparkConnectServer
 from spark_jobs.cdc_apply import delta_log
 from spark_jobs.cdc_apply.catalog import CatalogError
 from spark_jobs.cdc_apply.job import ApplySettings, apply_batches
-from spark_jobs.cdc_apply.layout import EXIT_REMOTE, EXIT_STORAGE, LAYERS, app_id, table_path
-from tests.integration.postgres.support import pipeline, run_capture
-from tests.integration.spark.test_apply_basic import ROW, TYPES_DDL, assert_silver_matches
+from spark_jobs.cdc_apply.layout import EXIT_REMOTE, EXIT_STORAGE, app_id, table_path
+from tests.integration.postgres.support import pipeline, run_capture, source_rows
+from tests.integration.spark.support import diff, normalised_rows, semantic_names, silver_rows
+from tests.integration.spark.test_apply_basic import ROW, TYPES_DDL
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 HISTORY = ("public\\.h",)
-TABLES = ("public.v", "public.h", "public.tr", "public.tz")
+TABLES = ("public.v", "public.h", "public.tz")
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +99,8 @@ def _ok(proc: subprocess.CompletedProcess[bytes]) -> None:
 
 
 def _scenario(db: Any, staging: str, state: Any) -> dict[str, Any]:
-    """Four batches: a snapshot, then updates/deletes/key changes, an added column and unchanged
-    TOAST values, then a truncate; a history table and every type of test_apply_basic."""
+    """Three batches: a snapshot; updates, deletes, key changes and unchanged TOAST values; an
+    added column.  Every type of test_apply_basic, a history table, a TOAST table."""
     _exec(
         db,
         TYPES_DDL,
@@ -107,8 +108,6 @@ def _scenario(db: Any, staging: str, state: Any) -> dict[str, Any]:
         "INSERT INTO v VALUES " + ROW % 2,
         "CREATE TABLE h (id int PRIMARY KEY, v text, n int)",
         "INSERT INTO h SELECT g, 'h' || g, g FROM generate_series(1, 30) g",
-        'CREATE TABLE tr (id int PRIMARY KEY, "odd name" text)',
-        "INSERT INTO tr SELECT g, 'x' FROM generate_series(1, 10) g",
         "CREATE TABLE tz (id int PRIMARY KEY, big text, small int)",
         "ALTER TABLE tz ALTER COLUMN big SET STORAGE EXTERNAL",
         "INSERT INTO tz SELECT g, repeat(md5(g::text), 400), g FROM generate_series(1, 5) g",
@@ -133,10 +132,7 @@ def _scenario(db: Any, staging: str, state: Any) -> dict[str, Any]:
         "UPDATE h SET extra = id * 1.5, n = n * 2 WHERE id % 3 = 0",
         "INSERT INTO h VALUES (100, 'new', 1, 2.5)",
         "UPDATE tz SET big = 'short now' WHERE id = 1",
-    )
-    run_capture(config)
-    _exec(
-        db, "TRUNCATE tr", "INSERT INTO tr VALUES (3, 'after truncate')", "UPDATE h SET n = -1 WHERE id = 100"
+        "DELETE FROM v WHERE id = 4",
     )
     run_capture(config)
     return config
@@ -172,6 +168,16 @@ def _light_scenario(db: Any, staging: str, state: Any) -> dict[str, Any]:
     return config
 
 
+def assert_silver_matches(
+    spark: Any, config: dict[str, Any], target: str, table: str, keys: list[str]
+) -> None:
+    """Silver equals the live source table, every column (test_apply_basic's check also asks
+    the reference applier, which does not follow an added column)."""
+    got = silver_rows(spark, target, config, table, keys)
+    expected = normalised_rows(source_rows(config, table), semantic_names(config, table))
+    assert not (problem := diff(expected, got)), f"silver vs source: {problem}"
+
+
 def _table_rows(spark: Any, path: str, drop: tuple[str, ...] = ()) -> list[tuple]:
     if not delta_log.table_exists(path):
         return []
@@ -186,14 +192,16 @@ def _commits(path: str) -> int:
 
 
 @pytest.mark.timeout(1800)
-def test_connect_apply_equals_classic_apply(spark, pg_db, connect, on_s3, tmp_path):
-    config = _scenario(pg_db, f"{on_s3}/staging", tmp_path / "state")
+def test_connect_apply_equals_classic_apply(spark, pg_db, connect, tmp_path):
+    """On local disk, which the Connect server on this host reads too (the crash tests below run
+    on S3): the comparison is of the two engines, not of the stores."""
+    config = _scenario(pg_db, str(tmp_path / "staging"), tmp_path / "state")
     batches = [str(b.path) for b in list_batches(config["staging.path"], config["name"])]
-    assert len(batches) == 4 and batches[0].startswith("s3://")
-    remote, classic = f"{on_s3}/delta-connect", f"{on_s3}/delta-classic"
+    assert len(batches) == 3
+    remote, classic = str(tmp_path / "delta-connect"), str(tmp_path / "delta-classic")
     started = time.monotonic()
     _ok(_run_remote(batches[:1], remote, connect.url, catalog="cdc_remote"))
-    _ok(_run_remote(batches[1:], remote, connect.url, catalog="cdc_remote"))  # each table's stretch of 3
+    _ok(_run_remote(batches[1:], remote, connect.url, catalog="cdc_remote"))  # each table's stretch of 2
     seconds = time.monotonic() - started
     settings = ApplySettings(history=HISTORY, catalog="cdc_classic")
     apply_batches(spark, batches[:1], classic, settings)
@@ -201,7 +209,7 @@ def test_connect_apply_equals_classic_apply(spark, pg_db, connect, on_s3, tmp_pa
     name = config["name"]
     compared = 0
     for table in TABLES:
-        for layer in LAYERS:
+        for layer in ("bronze", "silver", "tombstones", "history"):
             # bronze's layout differs by design (classic adds the staged files; Connect re-encodes)
             drop = ("__date", "__batch_id") if layer == "bronze" else ()
             got = _table_rows(spark, table_path(remote, layer, name, table), drop)
@@ -209,12 +217,12 @@ def test_connect_apply_equals_classic_apply(spark, pg_db, connect, on_s3, tmp_pa
             assert got == want, f"{layer} of {table}: Connect apply differs from the classic one"
             compared += len(got)
     assert compared > 100
-    for table in ("public.v", "public.h", "public.tr", "public.tz"):
+    for table in TABLES:
         assert_silver_matches(spark, config, remote, table, ["id"])
     history = spark.read.format("delta").load(table_path(remote, "history", name, "public.h"))
     assert history.count() > 31  # versions, not just current rows
     # catalog names over the same locations, in the classic session's catalog and the server's
-    for layer, table in (("silver", "public.v"), ("bronze", "public.tr"), ("history", "public.h")):
+    for layer, table in (("silver", "public.v"), ("bronze", "public.tz"), ("history", "public.h")):
         stored = spark.read.format("delta").load(table_path(classic, layer, name, table)).count()
         assert spark.table(f"cdc_classic.{layer}_{table.replace('.', '_')}").count() == stored
     assert _remote_count(connect.url, "cdc_remote.silver_public_v") == len(
@@ -225,7 +233,7 @@ def test_connect_apply_equals_classic_apply(spark, pg_db, connect, on_s3, tmp_pa
     before = {p: _commits(p) for p in paths}
     _ok(_run_remote(batches, remote, connect.url))
     assert {p: _commits(p) for p in paths} == before
-    print(f"Connect apply of 4 batches in 2 jobs: {seconds:.1f} s")
+    print(f"Connect apply of 3 batches in 2 jobs: {seconds:.1f} s")
 
 
 def test_client_server_and_store_killed_mid_apply_then_rerun(spark, pg_db, connect, s3, on_s3, tmp_path):
