@@ -7,6 +7,7 @@ a message.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Iterator
@@ -31,6 +32,8 @@ from airflow_cdc.sources.vitess.proto import vtgate_pb2 as vt
 from airflow_cdc.sources.vitess.proto import vtgateservice_pb2_grpc as service
 from airflow_cdc.sources.vitess.protocol import schema_drift
 
+log = logging.getLogger(__name__)
+
 _TABLET_TYPES = {
     "master": topo.PRIMARY,
     "primary": topo.PRIMARY,
@@ -44,6 +47,20 @@ _NO_COLUMNS = re.compile(r"cannot determine table columns for ([^\s:]+)")
 _KEYSPACE = re.compile(r'keyspace:"([^"]+)"')
 
 
+class ServerIdTaken(ConnectionFailed):
+    """MySQL/MariaDB ended a tablet's binlog stream (errno 4052, ER_SLAVE_SAME_ID) because a second
+    connection registered with its server_id.
+
+    vttablet hands binlog connections server ids from a pool and takes a closed stream's id back
+    at once (v24 ``go/vt/binlog/binlog_connection.go``: ``serverIDPool.Put`` in ``Close``), while
+    the server's dump thread for the closed one can still be waiting for binlog events: a stream
+    opened right after another ended (a killed or finished run's) can meet it.  The old thread
+    ends, so opening the stream again succeeds.
+    """
+
+    default_hint = "run the capture again: a previous stream on the tablet was still ending"
+
+
 def map_rpc_error(error: grpc.RpcError, where: str) -> CdcError:
     """The product error for a failed VStream call to vtgate at ``where``."""
     code, details = error.code(), error.details() or ""
@@ -54,6 +71,11 @@ def map_rpc_error(error: grpc.RpcError, where: str) -> CdcError:
         )
     if code == grpc.StatusCode.UNAVAILABLE:
         return ConnectionFailed(f"cannot stream from vtgate at {where}: {details}")
+    if "errno 4052" in details:
+        return ServerIdTaken(
+            f"vtgate at {where}: a tablet's binlog connection was refused by its MySQL/MariaDB because "
+            f"another one used the same server_id: {details}"
+        )
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return ConnectionFailed(f"vtgate at {where} did not answer in time: {details}")
     if "errno 1236" in details or "GTIDSet Mismatch" in details or "could not decode position" in details:
@@ -128,6 +150,30 @@ class VtgateClient:
     def vstream(self, request: vt.VStreamRequest, timeout: float | None = None) -> Any:
         """Open a VStream call: an iterator of responses that can be ``cancel()``-ed."""
         return self.stub.VStream(request, metadata=self.metadata, timeout=timeout)
+
+    def stream(self, request: vt.VStreamRequest, retry_seconds: float = 30.0) -> Iterator[b.VEvent]:
+        """The events of a VStream call from ``request``; the call is cancelled when the iterator
+        is closed.  A stream refused at its start because the tablet's binlog connection met a
+        lingering one with its server id (:class:`ServerIdTaken`) is opened again, with back-off,
+        for up to ``retry_seconds``; once an event arrived, every failure is raised.
+        """
+        deadline, delay = time.monotonic() + retry_seconds, 0.5
+        while True:
+            call = self.vstream(request)
+            started = False
+            try:
+                for event in self.events(call):
+                    started = True
+                    yield event
+                return
+            except ServerIdTaken as e:
+                if started or time.monotonic() + delay > deadline:
+                    raise
+                log.warning("%s; opening the stream again in %.1fs", e.args[0][:300], delay)
+            finally:
+                call.cancel()
+            time.sleep(delay)
+            delay = min(delay * 2, 8.0)
 
     def events(self, call: Any) -> Iterator[b.VEvent]:
         """The events of a call, gRPC failures mapped (a cancelled call just ends)."""

@@ -165,10 +165,10 @@ def read_window(
     copying = bool(copy_shards)
     journals = _Journals()
     assembler = Assembler(start, columns)
-    call = client.vstream(request)
+    events = client.stream(request)
     last_progress = last_report = started = time.monotonic()
     try:
-        for event in client.events(call):
+        for event in events:
             if time.monotonic() - last_report >= PROGRESS_EVERY:
                 last_report = time.monotonic()
                 elapsed = last_report - started
@@ -232,7 +232,7 @@ def read_window(
                     f"before reaching the run's target position {offsets.vgtid_to_json(target)}"
                 )
     finally:
-        call.cancel()
+        events.close()
     if journals.pending():
         raise ProtocolError(
             f"VStream from vtgate at {client.where} ended after a reshard journal before shard(s) "
