@@ -21,6 +21,8 @@ from airflow_cdc.core.errors import CdcError, ConfigError
 from airflow_cdc.core.pipeline import build_capture, build_captures, build_config, read_pipeline_file
 from airflow_cdc.core.redact import secrets_in
 
+log = logging.getLogger("airflow_cdc.cli")
+
 
 def _print(doc: Any) -> None:
     print(json.dumps(doc, indent=2, sort_keys=True, default=str))
@@ -97,6 +99,17 @@ def _target(args: argparse.Namespace, config: Any) -> str:
     return str(target)
 
 
+def _overtaken(batches: list[Batch]) -> set[str]:
+    """Staged batches that a later one replaced: captured from the same state version (a run
+    that died after publishing its batch, then its retry).  Only the last of them is committed,
+    as the retry would have been; committing the first would refuse the retry and every batch
+    captured after it (their state versions follow the retry's)."""
+    by_version: dict[Any, str] = {}
+    for batch in batches:  # in batch-id (capture) order
+        by_version[batch.manifest.get("state_version")] = batch.batch_id
+    return {b.batch_id for b in batches if by_version[b.manifest.get("state_version")] != b.batch_id}
+
+
 def cmd_apply(args: argparse.Namespace) -> int:
     from airflow_cdc.apply.applied import ensure_applied, missing_tables
     from airflow_cdc.apply.submit import ApplyOptions, build_apply_job, run_apply_job
@@ -130,6 +143,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
             # or were overtaken by it: committing them again is refused, so only newer ones are
             stored = capture.store.load(capture.name)
             last = stored.data.get("last_batch") if stored is not None else None
+            version = stored.version if stored is not None else None
+            overtaken = _overtaken(batches) if args.commit else set()
             skipped += [b.batch_id for i, b in enumerate(batches) if i not in needed]
             # one job per run of consecutive batches (a table's stretch of them is applied in one
             # pass), from the first batch that misses a mark to the last one: the job skips what
@@ -152,9 +167,20 @@ def cmd_apply(args: argparse.Namespace) -> int:
                     run_apply_job(job, master=args.master, lease=lease)
                 for batch in run:
                     if args.commit and (last is None or batch.batch_id > last):
-                        ensure_applied(batch, config, target)
-                        capture.commit(batch)
-                        last = batch.batch_id
+                        if batch.batch_id in overtaken or batch.manifest.get("state_version") != version:
+                            log.warning(
+                                "batch %s is not committed: it was captured from state version %s, and "
+                                "%s (its changes are applied; captures go on from the committed offset)",
+                                batch.batch_id,
+                                batch.manifest.get("state_version"),
+                                "a later batch was captured from that version too"
+                                if batch.batch_id in overtaken
+                                else f"{capture.name!r} is at version {version}",
+                            )
+                        else:
+                            ensure_applied(batch, config, target)
+                            version = capture.commit(batch)
+                            last = batch.batch_id
                     applied.append(batch.batch_id)
     _print({"applied": applied, "without_spark": skipped, "target": target, "committed": args.commit})
     return 0

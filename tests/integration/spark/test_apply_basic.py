@@ -125,7 +125,9 @@ def _version(spark, path):
 def test_cli_apply_commit_and_verify_with_message_key_columns(pg_db, tmp_path):
     """`airflow-cdc apply --commit` (spark-submit) then `airflow-cdc verify`, on a table keyed by
     ``message.key.columns`` (no primary key).  Three batches wait (two committed by their capture,
-    one not): one job applies them, each table's stretch in one pass, and commits the third."""
+    one not), then a fourth captured from the same state as the third (the third's run died
+    after publishing it; this is its retry): one job applies them, each table's stretch in one
+    pass, and commits the retry, not the overtaken third."""
     import json
     import os
     import subprocess
@@ -154,6 +156,8 @@ def test_cli_apply_commit_and_verify_with_message_key_columns(pg_db, tmp_path):
     run_capture(config)
     _exec(pg_db, "UPDATE nk SET v = 7 WHERE code = 'c2'", "DELETE FROM nk WHERE code = 'c99'")
     run_capture(config, commit=False)
+    _exec(pg_db, "UPDATE nk SET v = 8 WHERE code = 'c4'")
+    run_capture(config, commit=False)  # the retry: it reads the third one's changes again
     path = tmp_path / "pipeline.json"
     path.write_text(json.dumps(config))
     cli = [sys.executable, "-m", "airflow_cdc.cli"]
@@ -166,9 +170,12 @@ def test_cli_apply_commit_and_verify_with_message_key_columns(pg_db, tmp_path):
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     text = done.stdout.decode()  # the job's own report line, then the command's JSON
     out = json.loads(text[text.rfind("\n{\n") + 1 :])
-    assert len(out["applied"]) == 3 and not out["without_spark"], out
-    assert "(3 batches)" in done.stderr.decode(), "one job for the three batches"
-    assert build_store(build_config(config)).load(config["name"]) is not None, "apply --commit must commit"
+    assert len(out["applied"]) == 4 and not out["without_spark"], out
+    assert "(4 batches)" in done.stderr.decode(), "one job for the four batches"
+    stored = build_store(build_config(config)).load(config["name"])
+    assert stored is not None, "apply --commit must commit"
+    assert stored.data["last_batch"] == out["applied"][-1], "the retry is committed"
+    assert f"batch {out['applied'][2]} is not committed" in done.stderr.decode()
     _exec(pg_db, "UPDATE nk SET v = -1 WHERE code = 'c3'")
     check = subprocess.run([*cli, "verify", "--config", str(path)], capture_output=True, timeout=900)
     report = json.loads(check.stdout)

@@ -27,6 +27,8 @@ from tests.support.pipeline import CrashRuns, replay, snapshot_pending
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
+TXNS_PER_RUN = 30  # writer transactions (1-3 changes, deferred updates two events) per capture run
+
 
 # -- the same scenario for every source the contract harness knows, with SIGKILLed captures -------
 TYPED_DDL = {
@@ -56,8 +58,11 @@ def _staged(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _typed_writer(h: Any, stop: threading.Event, seed: int, errors: list[BaseException]) -> None:
-    """Transactions of 1-3 inserts / updates of every column / deletes / key changes, until stopped."""
+def _typed_writer(
+    h: Any, stop: threading.Event, quota: threading.Semaphore, seed: int, errors: list[BaseException]
+) -> None:
+    """Transactions of 1-3 inserts / updates of every column / deletes / key changes, until stopped;
+    one ``quota`` permit a transaction (the test hands out permits per capture run)."""
     rng = random.Random(seed)
     insert = f"INSERT INTO typed ({', '.join(TYPED_COLUMNS)}) VALUES ({', '.join(['%s'] * len(TYPED_COLUMNS))})"
     update = f"UPDATE typed SET {', '.join(f'{c} = %s' for c in TYPED_COLUMNS[1:])} WHERE id = %s"
@@ -65,6 +70,8 @@ def _typed_writer(h: Any, stop: threading.Event, seed: int, errors: list[BaseExc
         with h.writer() as conn:
             version = seed * 1000
             while not stop.is_set():
+                if not quota.acquire(timeout=0.2):
+                    continue
                 for _ in range(rng.randint(1, 3)):
                     version += 1
                     key, action = rng.randrange(1, 400), rng.random()
@@ -105,8 +112,8 @@ def test_sigkilled_captures_with_writers_replayed_through_spark(kind, request, s
                          "run.max.events": 300})
     config_path = tmp_path / "pipeline.json"
     config_path.write_text(json.dumps(config))
-    stop, errors = threading.Event(), []
-    writers = [threading.Thread(target=_typed_writer, args=(h, stop, s, errors)) for s in (1, 2)]
+    stop, errors, quota = threading.Event(), [], threading.Semaphore(0)
+    writers = [threading.Thread(target=_typed_writer, args=(h, stop, quota, s, errors)) for s in (1, 2)]
     # mid_window fires per staged transaction: a low rate still kills some windows
     runs = CrashRuns(
         config_path, "after_batch_write:0.1,after_state_commit:0.1,mid_window:0.002", random.Random(7), 0.3, 1.0
@@ -116,6 +123,11 @@ def test_sigkilled_captures_with_writers_replayed_through_spark(kind, request, s
             w.start()
         try:
             while snapshot_pending(config) or runs.clean < 3:
+                # writers go on during every run, but at most TXNS_PER_RUN transactions a run: at
+                # a fixed rate a slow (loaded) machine's captures fell behind, every window stopped
+                # at run.max.events, and the snapshot's chunks waited for ever (they need a window
+                # that reaches their watermark)
+                quota.release(TXNS_PER_RUN)
                 runs.run()
         finally:
             stop.set()
