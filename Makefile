@@ -21,11 +21,15 @@ SHELL := /bin/bash
 
 VENV        := .venv
 PY          := $(VENV)/bin/python
-# Two workers, whole files per worker (module fixtures stay together); each worker starts its own
-# servers, emulators and Spark session; the 25 slowest tests are listed at the end.  xdist hands out
-# files with the most tests first, so the Spark files of minutes overlap the many short files (heavy
-# files first made them run against each other: slower).  PYTEST_ARGS="" runs serially.
-PYTEST_ARGS ?= -n 2 --dist loadfile --durations=25
+# One worker more than the cores (at most four), whole files per worker (module fixtures stay
+# together); each worker starts its own servers, emulators and Spark session; the 25 slowest tests
+# are listed at the end.  With one worker a core, the CPUs were idle half the time (user+sys 83 of
+# 77 wall minutes on 2 cores: tests wait on subprocesses, servers, Spark's scheduling and polls).
+# xdist hands out files with the most tests first, so the Spark files of minutes overlap the many
+# short files (heavy files first made them run against each other: slower).  PYTEST_ARGS="" runs
+# serially.
+WORKERS     ?= $(shell n=$$(nproc); echo $$(( n + 1 < 4 ? n + 1 : 4 )))
+PYTEST_ARGS ?= -n $(WORKERS) --dist loadfile --durations=25
 EXTRAS      ?= dev,mysql,sqlserver,vitess,spark,airflow
 comma       := ,
 # Stamp name: .installed-<sha of pyproject.toml>, plus the extras when they are not the default.

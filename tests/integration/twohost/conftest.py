@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import signal
 import threading
@@ -22,9 +21,6 @@ from tests.integration.twohost.hosts import TwoHosts, two_hosts
 def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoHosts]:
     """The three namespaces with their servers (Spark Connect still starting); all removed after
     the module, also when a test failed."""
-    if not os.environ.get("AIRFLOW_CDC_TWOHOST"):
-        # it had not yet passed end to end in a full run when its session ended (issue 33's note)
-        pytest.skip("two-host test: opt-in with AIRFLOW_CDC_TWOHOST=1 until it has passed in a full run")
     reason = netns.unavailable()
     if reason:
         pytest.skip(f"two-host test: {reason}")
