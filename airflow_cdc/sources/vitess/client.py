@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import grpc
@@ -151,7 +151,9 @@ class VtgateClient:
         """Open a VStream call: an iterator of responses that can be ``cancel()``-ed."""
         return self.stub.VStream(request, metadata=self.metadata, timeout=timeout)
 
-    def stream(self, request: vt.VStreamRequest, retry_seconds: float = 30.0) -> Iterator[b.VEvent]:
+    def stream(
+        self, request: vt.VStreamRequest, retry_seconds: float = 30.0
+    ) -> Generator[b.VEvent, None, None]:
         """The events of a VStream call from ``request``; the call is cancelled when the iterator
         is closed.  A stream refused at its start because the tablet's binlog connection met a
         lingering one with its server id (:class:`ServerIdTaken`) is opened again, with back-off,
