@@ -152,16 +152,17 @@ class VtgateClient:
         return self.stub.VStream(request, metadata=self.metadata, timeout=timeout)
 
     def stream(
-        self, request: vt.VStreamRequest, retry_seconds: float = 30.0
+        self, request: vt.VStreamRequest, timeout: float | None = None, retry_seconds: float = 30.0
     ) -> Generator[b.VEvent, None, None]:
-        """The events of a VStream call from ``request``; the call is cancelled when the iterator
-        is closed.  A stream refused at its start because the tablet's binlog connection met a
-        lingering one with its server id (:class:`ServerIdTaken`) is opened again, with back-off,
-        for up to ``retry_seconds``; once an event arrived, every failure is raised.
+        """The events of a VStream call from ``request`` (each call with gRPC deadline ``timeout``);
+        the call is cancelled when the iterator is closed.  A stream refused at its start because
+        the tablet's binlog connection met a lingering one with its server id (:class:`ServerIdTaken`)
+        is opened again, with back-off, for up to ``retry_seconds``; once an event arrived, every
+        failure is raised.
         """
         deadline, delay = time.monotonic() + retry_seconds, 0.5
         while True:
-            call = self.vstream(request)
+            call = self.vstream(request, timeout=timeout)
             started = False
             try:
                 for event in self.events(call):
@@ -199,15 +200,15 @@ class VtgateClient:
         request = self.request(start, tables=[])
         request.filter.rules.add(match="/^$")  # matches no table: only positions flow
         deadline = time.monotonic() + timeout
-        call = self.vstream(request, timeout=timeout)
+        events = self.stream(request, timeout=timeout)
         try:
-            for event in self.events(call):
+            for event in events:
                 if event.type == b.VGTID and all(g.gtid != CURRENT for g in event.vgtid.shard_gtids):
                     return event.vgtid
                 if time.monotonic() > deadline:
                     break
         finally:
-            call.cancel()
+            events.close()
         raise ConnectionFailed(f"vtgate at {self.where} reported no position for keyspace {keyspace!r}")
 
     def list_tables(self, keyspace: str, timeout: float = 30) -> list[str]:

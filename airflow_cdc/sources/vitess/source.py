@@ -260,12 +260,12 @@ class VitessSource(ChangeSource):
         request = client.request(probe, tables=[])
         request.filter.rules.add(match="/^$")
         request.flags.heartbeat_interval = 1
-        call = client.vstream(request, timeout=30)
+        events = client.stream(request, timeout=30)
         try:
-            for _ in client.events(call):
+            for _ in events:
                 return
         finally:
-            call.cancel()
+            events.close()
 
     def offset_at(self, end: VitessCoord, window: Any, previous: dict[str, Any] | None) -> dict[str, Any]:
         out = offsets.to_offset(end.vgtid)
