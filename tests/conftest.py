@@ -8,9 +8,11 @@ so ``pytest -m "not integration"`` runs the unit tests without starting anything
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +34,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         in_dir = INTEGRATION_DIR in Path(str(item.path)).parents
         if in_dir or SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """With ``AIRFLOW_CDC_TEST_TIMELINE=<dir>``, each worker appends a line per test (its wall
+    start and end, set-up and teardown included) to ``<dir>/<worker>.jsonl``: where a run's time
+    went, idle workers and the tail included (``scripts/test_timeline.py`` reads them)."""
+    start = time.time()
+    yield
+    folder = os.environ.get("AIRFLOW_CDC_TEST_TIMELINE")
+    if folder:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        with open(Path(folder) / f"{worker}.jsonl", "a") as out:
+            out.write(json.dumps({"test": item.nodeid, "start": start, "end": time.time()}) + "\n")
 
 
 def _unique_name(prefix: str) -> str:

@@ -91,10 +91,14 @@ class LiveAirflow:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
 
-    def logs(self, tail: int = 3000) -> str:
-        return "\n".join(
-            f"--- {n}:\n{(self.home / f'{n}.log').read_text(errors='replace')[-tail:]}" for n in COMPONENTS
-        )
+    def logs(self, tail: int = 3000, run_id: str | None = None) -> str:
+        """The components' log tails, and with ``run_id`` the tail of each of that run's task logs
+        (``logs/dag_id=…/run_id=…/task_id=…/attempt=N.log``): why a task failed."""
+        parts = [f"--- {n}:\n{(self.home / f'{n}.log').read_text(errors='replace')[-tail:]}" for n in COMPONENTS]
+        if run_id is not None:
+            for log in sorted((self.home / "logs").glob(f"dag_id={DAG}/run_id={run_id}/task_id=*/attempt=*.log")):
+                parts.append(f"--- task {log.parent.name} {log.name}:\n{log.read_text(errors='replace')[-tail:]}")
+        return "\n".join(parts)
 
     def runs(self) -> list[dict[str, Any]]:
         return _json_list(self.cli("dags", "list-runs", DAG, "-o", "json"))
@@ -110,7 +114,7 @@ class LiveAirflow:
             run = next((r for r in self.runs() if r["run_id"] == run_id), None)
             if run is not None and run["state"] in ("success", "failed"):
                 states = self.task_states(run_id)
-                assert run["state"] == "success", f"run {run_id} {run['state']}: {states}\n{self.logs()}"
+                assert run["state"] == "success", f"run {run_id} {run['state']}: {states}\n{self.logs(run_id=run_id)}"
                 return states
             time.sleep(2)
         raise AssertionError(f"run {run_id} did not finish in {timeout:.0f}s\n{self.logs()}")
