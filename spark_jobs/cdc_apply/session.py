@@ -142,6 +142,55 @@ def tune(spark: SparkSession) -> dict[str, str]:
 RETRY_ENV = "AIRFLOW_CDC_CONNECT_RETRY_SECONDS"
 
 
+#: set (to anything) to log every Spark Connect RPC of a client job with its seconds and the job
+#: line that made it, and a summary by line at exit: where a small apply's time goes
+TRACE_ENV = "AIRFLOW_CDC_CONNECT_TRACE"
+
+
+def _trace_rpcs(client: object) -> None:
+    """Wrap the client's analyze and execute calls with timers (see :data:`TRACE_ENV`)."""
+    import atexit
+    import time
+    import traceback
+
+    totals: dict[str, list[float]] = {}
+
+    def caller() -> str:
+        for frame in reversed(traceback.extract_stack()[:-3]):
+            if "cdc_apply" in frame.filename or "airflow_cdc" in frame.filename:
+                return f"{os.path.basename(frame.filename)}:{frame.lineno} {frame.name}"
+        return "?"
+
+    def timed(kind: str, call: object) -> object:
+        def run(*args: object, **kwargs: object) -> object:
+            began = time.monotonic()
+            try:
+                return call(*args, **kwargs)  # type: ignore[operator]
+            finally:
+                seconds = time.monotonic() - began
+                where = f"{kind} {caller()}"
+                totals.setdefault(where, []).append(seconds)
+                log.warning("connect rpc %.3fs %s", seconds, where)
+
+        return run
+
+    client._analyze = timed("analyze", client._analyze)  # type: ignore[attr-defined]
+    client._execute_and_fetch = timed("execute", client._execute_and_fetch)  # type: ignore[attr-defined]
+    client._execute = timed("command", client._execute)  # type: ignore[attr-defined]
+
+    def summary() -> None:
+        ranked = sorted(totals.items(), key=lambda kv: -sum(kv[1]))
+        lines = [f"{sum(v):7.3f}s x{len(v):<3} {k}" for k, v in ranked]
+        log.warning(
+            "connect rpcs: %.3fs in %d\n%s",
+            sum(map(sum, totals.values())),
+            sum(map(len, totals.values())),
+            "\n".join(lines),
+        )
+
+    atexit.register(summary)
+
+
 def remote(url: str, conf: dict[str, str] | None = None) -> SparkSession:
     """A Spark Connect client session of the server at ``url`` (``sc://host:port``), retrying an
     unreachable server for :data:`RETRY_ENV` seconds (120 by default), with the runtime settings
@@ -158,6 +207,8 @@ def remote(url: str, conf: dict[str, str] | None = None) -> SparkSession:
         if retries > len(waits):
             waits.append(10.0)
     spark.client.set_retry_policies([DefaultPolicy(max_retries=max(1, retries), max_backoff=10_000)])  # type: ignore[attr-defined]
+    if os.environ.get(TRACE_ENV):
+        _trace_rpcs(spark.client)  # type: ignore[attr-defined]
     for key, value in {"spark.sql.session.timeZone": "UTC", **(conf or {})}.items():
         spark.conf.set(key, value)
     return spark

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from functools import lru_cache
@@ -138,12 +139,17 @@ class _ObjectStore:
         import obstore
 
         key = path.split("/", 1)[1]
-        try:
-            obstore.put(self._client(), key, data, mode="create")
-        except obstore.exceptions.AlreadyExistsError as e:
-            raise FileExistsError(f"{self.prefix}/{key} exists") from e
-        except obstore.exceptions.BaseError as e:  # its first line says what; the rest is a debug dump
-            raise OSError(self.scrub(str(e).splitlines()[0])) from e
+        for attempt in range(CREATE_CONFLICT_RETRIES + 1):
+            try:
+                obstore.put(self._client(), key, data, mode="create")
+                return
+            except obstore.exceptions.AlreadyExistsError as e:
+                raise FileExistsError(f"{self.prefix}/{key} exists") from e
+            except obstore.exceptions.BaseError as e:  # its first line says what; the rest is a debug dump
+                if attempt < CREATE_CONFLICT_RETRIES and _create_conflict(e):
+                    time.sleep(0.1 * 2**attempt)
+                    continue
+                raise OSError(self.scrub(str(e).splitlines()[0])) from e
 
     def scrub(self, text: str) -> str:
         # a request URL's query may carry a SAS token; the secrets themselves, wherever they are
@@ -158,6 +164,24 @@ class _ObjectStore:
             ):
                 text = text.replace(piece, "***")
         return text
+
+
+#: times a put-if-absent is sent again after the store answered that a concurrent conditional
+#: write of the same key was in progress
+CREATE_CONFLICT_RETRIES = 5
+
+
+def _create_conflict(error: Exception) -> bool:
+    """Whether a put-if-absent met another conditional write of the key in flight: AWS S3 answers
+    ``409 ConditionalRequestConflict`` and asks for a retry, which then gets 412 (the other won)
+    or succeeds (it failed) -- "Conditional writes", Amazon S3 user guide; a ``PreconditionError``
+    is how obstore may report it."""
+    import obstore
+
+    if isinstance(error, obstore.exceptions.PreconditionError):
+        return True
+    first = str(error).splitlines()[0] if str(error) else ""
+    return "ConditionalRequestConflict" in first or "409 Conflict" in first
 
 
 class S3Store(_ObjectStore):

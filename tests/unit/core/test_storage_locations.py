@@ -170,3 +170,47 @@ def test_apply_job_reads_gcs_and_azure_from_hadoop_keys(monkeypatch):
     with pytest.raises(ValueError, match="AZURE_STORAGE_ACCOUNT_NAME"):
         monkeypatch.setattr(delta_log, "_AZURE", {})
         delta_log.filesystem("az://box/t")
+
+
+def test_put_if_absent_retries_a_conflicting_conditional_write(monkeypatch):
+    """AWS answers a put-if-absent that meets another conditional write of the key in flight with
+    ``409 ConditionalRequestConflict`` and asks for a retry: the retry then sees the winner (412,
+    exists) or wins itself.  Only that answer is retried; others fail at once, secrets scrubbed."""
+    import obstore
+    import obstore.exceptions as oe
+
+    from airflow_cdc.core.storage import stores
+    from airflow_cdc.core.storage.settings import StorageSettings
+
+    store = stores.S3Store(
+        "bkt", StorageSettings(endpoint="http://127.0.0.1:9", access_key="AK", secret_key="s3cr3t-value")
+    )
+    monkeypatch.setattr(store, "_client", lambda: object())
+    monkeypatch.setattr(stores.time, "sleep", lambda s: None)
+    conflict = oe.GenericError(
+        "Generic S3 error: Error performing PUT http://127.0.0.1:9/bkt/m.json in 3ms - Server returned "
+        "non-2xx status code: 409 Conflict: <Code>ConditionalRequestConflict</Code>\nDebug dump"
+    )
+    answers: list[Exception | None] = [conflict, conflict, None]
+    calls: list[str] = []
+
+    def put(client, key, data, mode):
+        calls.append(key)
+        answer = answers.pop(0)
+        if answer is not None:
+            raise answer
+
+    monkeypatch.setattr(obstore, "put", put)
+    store.create("bkt/m.json", b"{}")
+    assert calls == ["m.json"] * 3
+    answers[:] = [conflict, oe.AlreadyExistsError("412 Precondition Failed")]
+    with pytest.raises(FileExistsError, match="s3://bkt/m.json exists"):
+        store.create("bkt/m.json", b"{}")
+    answers[:] = [conflict] * (stores.CREATE_CONFLICT_RETRIES + 1)
+    with pytest.raises(OSError, match="409 Conflict"):
+        store.create("bkt/m.json", b"{}")
+    assert not answers
+    answers[:] = [oe.GenericError("Server returned 403 Forbidden for s3cr3t-value"), None]
+    with pytest.raises(OSError) as failed:
+        store.create("bkt/m.json", b"{}")
+    assert "s3cr3t-value" not in str(failed.value) and len(answers) == 1  # not retried
