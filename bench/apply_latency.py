@@ -17,6 +17,8 @@ Parts, from the job's JSON report (``timings``, ``plan_seconds``, per table ``se
 * per table: bronze, silver (and its Delta log replay);
 * end: the job's shutdown, then the commit of the batch (state store and slot).
 
+With ``AIRFLOW_CDC_CONNECT_TRACE=1`` each Connect round also prints the client's RPCs by job line.
+
 Also measured: ``spark-submit`` of a script that builds the same session and counts one row (the
 fixed cost of any Spark job started that way).
 
@@ -175,6 +177,8 @@ def main() -> None:
                 all_parts[engine].append(split)
                 detail = ", ".join(f"{k.strip()} {v:.2f}s" for k, v in split.items())
                 log(f"round {i + 1} {engine}: {events} events, apply --commit {wall:.2f}s ({detail})")
+                if engine == "connect" and "connect rpcs:" in output:  # AIRFLOW_CDC_CONNECT_TRACE=1
+                    log(output[output.index("connect rpcs:") :].strip())
             submit_config = engines["spark-submit"][0]
             last = list_batches(submit_config["staging.path"], submit_config["name"])[-1]
             bares.append(bare_session(build_apply_job(last.path, submit_config["delta.root"]), work))

@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from . import deltasql
+from . import delta_log
 from .delta_log import filesystem
 from .frames import read_group
 from .staged import StagedTable
@@ -198,9 +198,9 @@ def commit_files(spark: SparkSession, table_path: str, adds: list[dict[str, Any]
 
 def table_layout(spark: SparkSession, table_path: str) -> tuple[list[str], str, T.StructType] | None:
     """The bronze table's partition columns, column mapping mode and schema (None: no table)."""
-    if not deltasql.is_delta_table(table_path):
+    state = delta_log.replay(table_path)  # DESCRIBE DETAIL would run a Spark job for file counts
+    if state.schema_string is None:
         return None
-    detail = deltasql.detail(spark, table_path)
-    mapping = (detail["properties"] or {}).get("delta.columnMapping.mode", "none")
+    mapping = state.configuration.get("delta.columnMapping.mode", "none")
     schema = spark.read.format("delta").load(table_path).schema
-    return list(detail["partitionColumns"]), mapping, schema
+    return list(state.partition_columns), mapping, schema

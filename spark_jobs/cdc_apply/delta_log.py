@@ -290,6 +290,9 @@ class LogState:
     configuration: dict[str, str] = field(default_factory=dict)
     sizes: dict[str, int] = field(default_factory=dict)  # path -> bytes on storage
     deleted: dict[str, int] = field(default_factory=dict)  # path -> rows its deletion vector hides
+    stats: dict[str, str] = field(default_factory=dict)  # path -> its statistics (JSON), if recorded
+    partition_columns: list[str] = field(default_factory=list)
+    schema_string: str | None = None  # the newest metaData's schema (JSON)
 
     def has_applied(self, app_id: str, version: int = 1) -> bool:
         return self.txns.get(app_id, -1) >= version
@@ -304,8 +307,47 @@ class LogState:
             total += count
         return total
 
+    def physical_name(self, column: str) -> str | None:
+        """``column``'s name in the data files and their statistics (column mapping's physical
+        name, or the name itself); None when the table has no such top-level column."""
+        if self.schema_string is None:
+            return None
+        for f in json.loads(self.schema_string).get("fields", []):
+            if f.get("name") == column:
+                return (f.get("metadata") or {}).get("delta.columnMapping.physicalName", column)
+        return None
+
+    def all_null(self, column: str) -> bool | None:
+        """Whether every live file's statistics prove ``column`` NULL in all its rows (True also
+        when the table has no such column); None when some file's statistics do not say (none
+        recorded, or the column beyond ``delta.dataSkippingNumIndexedCols``).  False means some
+        file may hold a value, which its deletion vector may hide."""
+        if self.schema_string is None:
+            return None
+        name = self.physical_name(column)
+        if name is None:
+            return True
+        for path in self.files:
+            text = self.stats.get(path)
+            if not text:
+                return None
+            stats = json.loads(text)
+            rows, nulls = stats.get("numRecords"), (stats.get("nullCount") or {}).get(name)
+            if rows is None or not isinstance(nulls, int):
+                return None
+            if nulls < rows:
+                return False
+        return True
+
+    def _meta(self, meta: dict[str, Any]) -> None:
+        self.configuration = dict(meta.get("configuration") or {})
+        self.partition_columns = list(meta.get("partitionColumns") or [])
+        self.schema_string = meta.get("schemaString") or self.schema_string
+
     def _add(self, add: dict[str, Any]) -> None:
         stats = add.get("stats")
+        if stats:
+            self.stats[add["path"]] = stats
         records = json.loads(stats).get("numRecords") if stats else None
         deleted = (add.get("deletionVector") or {}).get("cardinality") or 0
         self.files[add["path"]] = None if records is None else int(records) - int(deleted)
@@ -337,7 +379,7 @@ def replay(table_path: str) -> LogState:
                     state._add(add)
             for meta in table.column("metaData").to_pylist():
                 if meta:
-                    state.configuration = dict(meta.get("configuration") or {})
+                    state._meta(meta)
     commits = sorted(int(m.group(1)) for n in names if (m := _COMMIT.match(n)))
     for version in commits:
         if version <= start:
@@ -354,13 +396,14 @@ def _apply_commit(state: LogState, actions: list[dict[str, Any]]) -> None:
             state.files.pop(action["remove"]["path"], None)
             state.sizes.pop(action["remove"]["path"], None)
             state.deleted.pop(action["remove"]["path"], None)
+            state.stats.pop(action["remove"]["path"], None)
     for action in actions:
         if "txn" in action:
             state.txns[action["txn"]["appId"]] = action["txn"]["version"]
         elif "add" in action:
             state._add(action["add"])
         elif "metaData" in action:
-            state.configuration = dict(action["metaData"].get("configuration") or {})
+            state._meta(action["metaData"])
 
 
 def row_bytes(table_path: str, state: LogState, sample: int = 2) -> int:

@@ -4,7 +4,7 @@ Over Spark Connect the job runs as a client without a JVM of its own: ``delta.ta
 needs ``delta-connect-server`` on the server (not part of Delta 4.4), and the transaction API
 (``DeltaLog.startTransaction``) is not reachable at all.  Every table the job creates, merges into
 or deletes from goes through SQL here instead (``CREATE TABLE IF NOT EXISTS delta.`path```,
-``MERGE INTO``, ``DELETE FROM``, ``DESCRIBE DETAIL``), in both modes, so the one code path the
+``MERGE INTO``, ``DELETE FROM``), in both modes, so the one code path the
 whole test suite runs is the one a Connect client runs.  The session confs of
 :meth:`writes.Commit.conf` (``txnAppId``/``txnVersion``, ``userMetadata``) reach these commands as
 they reach the builder's: Delta reads them from the session for DML too.
@@ -18,7 +18,6 @@ deletion vectors.
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
@@ -93,11 +92,6 @@ def create_table(
 def delete(spark: SparkSession, path: str, condition: str) -> None:
     """``DELETE FROM`` the table at ``path`` where the SQL ``condition`` holds."""
     spark.sql(f"DELETE FROM {table_ref(path)} WHERE {condition}").collect()  # noqa: S608 - quoted; the job's own condition
-
-
-def detail(spark: SparkSession, path: str) -> Any:
-    """``DESCRIBE DETAIL``'s row (``partitionColumns``, ``properties`` ...)."""
-    return spark.sql(f"DESCRIBE DETAIL {table_ref(path)}").first()
 
 
 class Merge:

@@ -224,7 +224,7 @@ def merge_silver(
     # Lean MERGE: no event of the batch lists unchanged-TOAST columns and no stored row waits for
     # one, so no clause reads a stored value; the MERGE then reads the stored rows' keys and
     # positions only (with deletion vectors it never reads the other columns of the touched files).
-    lean = not frame.toast and not has_pending(spark, path)
+    lean = not frame.toast and not has_pending(spark, path, stored_log)
     one_scan = not soft and not deltasql.connected(spark)  # the transaction API: classic sessions only
     if lean and one_scan and vectors.applies(stored_log, list(current), [*data, *meta, PENDING]):
         row = _vector_row(current)
@@ -272,9 +272,13 @@ def _vector_row(current: dict[str, T.DataType]) -> list[Column]:
     return out
 
 
-def has_pending(spark: SparkSession, path: str) -> bool:
-    """Whether a stored row still waits for unchanged-TOAST values.  Files whose statistics
-    count no ``__pending`` value are skipped unread, so this is usually planning only."""
+def has_pending(spark: SparkSession, path: str, state: LogState | None = None) -> bool:
+    """Whether a stored row still waits for unchanged-TOAST values.  Answered from the log's file
+    statistics when they prove every ``__pending`` NULL (no Spark job: over Spark Connect the
+    query cost seconds per batch); else by a query, which skips files whose statistics count no
+    ``__pending`` value."""
+    if state is not None and state.all_null(PENDING):
+        return False
     stored = spark.read.format("delta").load(path)
     return bool(stored.where(F.col(PENDING).isNotNull()).select(POSITION).limit(1).count())
 
