@@ -78,7 +78,12 @@ AZURE_ENV = {
 def use_hadoop_conf(conf: Mapping[str, str]) -> None:
     """Read endpoints and credentials from Hadoop's keys (S3A's ``fs.s3a.*``, the GCS
     connector's ``fs.gs.*``, hadoop-azure's ``fs.azure.*``; with or without ``spark.hadoop.``),
-    so pyarrow reaches the same store as Spark."""
+    so pyarrow reaches the same store as Spark.  They replace those of an earlier call: a
+    process that applies for several pipelines (an Airflow worker's in-process applies) must not
+    reach one pipeline's store with another's endpoint or credentials."""
+    _S3A.clear()
+    _GCS.clear()
+    _AZURE.clear()
     for key, value in conf.items():
         key = key.removeprefix("spark.hadoop.")
         if not value:
