@@ -20,6 +20,7 @@ from pyspark.sql import types as T
 
 from . import bronze_copy
 from .crash import crash_point
+from .delta_log import LogState
 from .staged import StagedTable
 from .writes import Commit, commit_actions, create_table
 
@@ -37,12 +38,21 @@ def events(spark: SparkSession, table: StagedTable, batch_id: str) -> DataFrame:
 
 
 def append_bronze(
-    spark: SparkSession, path: str, table: StagedTable, commit: Commit, copy: bool = True
+    spark: SparkSession,
+    path: str,
+    table: StagedTable,
+    commit: Commit,
+    copy: bool = True,
+    state: LogState | None = None,
 ) -> str:
     """Append every event of ``table`` in this batch (marked write; a re-run is a no-op);
-    returns ``copied`` (the staged files were added as they are) or ``appended``."""
+    returns ``copied`` (the staged files were added as they are) or ``appended``.  ``state``:
+    the bronze log as the caller just replayed it."""
     frame = events(spark, table, commit.batch_id)
-    layout = _layout(spark, path, lambda: frame.schema) if copy else bronze_copy.table_layout(spark, path)
+    if copy:
+        layout = _layout(spark, path, lambda: frame.schema, state)
+    else:
+        layout = bronze_copy.table_layout(spark, path, state)
     schema = _copy_schema(layout) if copy else None
     if schema is not None:
         parts = bronze_copy.plan(spark, table, commit.batch_id, schema)
@@ -56,13 +66,20 @@ def append_bronze(
 
 
 def append_bronze_stretch(
-    spark: SparkSession, path: str, batches: list[tuple[StagedTable, Commit]], copy: bool = True
+    spark: SparkSession,
+    path: str,
+    batches: list[tuple[StagedTable, Commit]],
+    copy: bool = True,
+    state: LogState | None = None,
 ) -> str:
     """Append several batches' events of a table (each ``(table, commit)`` not yet in bronze):
     their staged files and marks in one Delta commit when every batch can be added as files,
-    else batch by batch (:func:`append_bronze`); returns how (``copied`` or ``appended``)."""
+    else batch by batch (:func:`append_bronze`); returns how (``copied`` or ``appended``).
+    ``state``: the bronze log as the caller just replayed it."""
     first, commit = batches[0]
-    layout = _layout(spark, path, lambda: events(spark, first, commit.batch_id).schema) if copy else None
+    layout = None
+    if copy:
+        layout = _layout(spark, path, lambda: events(spark, first, commit.batch_id).schema, state)
     schema = _copy_schema(layout)
     if schema is not None:
         planned = [bronze_copy.plan(spark, table, c.batch_id, schema) for table, c in batches]
@@ -79,10 +96,12 @@ def append_bronze_stretch(
 Layout = tuple[list[str], str, T.StructType]
 
 
-def _layout(spark: SparkSession, path: str, schema: Callable[[], T.StructType]) -> Layout | None:
+def _layout(
+    spark: SparkSession, path: str, schema: Callable[[], T.StructType], state: LogState | None = None
+) -> Layout | None:
     """The bronze table's layout, creating the table first when there is none: partitioned by
     date and batch, without column mapping where the names allow it, so files can be added."""
-    layout = bronze_copy.table_layout(spark, path)
+    layout = bronze_copy.table_layout(spark, path, state)
     if layout is None:
         columns = schema()
         names_ok = bronze_copy.valid_without_mapping(columns)

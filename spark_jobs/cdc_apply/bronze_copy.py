@@ -196,9 +196,14 @@ def commit_files(spark: SparkSession, table_path: str, adds: list[dict[str, Any]
     return commit_actions(spark, table_path, adds, [commit], commit)
 
 
-def table_layout(spark: SparkSession, table_path: str) -> tuple[list[str], str, T.StructType] | None:
-    """The bronze table's partition columns, column mapping mode and schema (None: no table)."""
-    state = delta_log.replay(table_path)  # DESCRIBE DETAIL would run a Spark job for file counts
+def table_layout(
+    spark: SparkSession, table_path: str, state: delta_log.LogState | None = None
+) -> tuple[list[str], str, T.StructType] | None:
+    """The bronze table's partition columns, column mapping mode and schema (None: no table),
+    from its log (``state``: replayed by the caller already; DESCRIBE DETAIL would run a Spark
+    job for file counts)."""
+    if state is None:
+        state = delta_log.replay(table_path)
     if state.schema_string is None:
         return None
     mapping = state.configuration.get("delta.columnMapping.mode", "none")

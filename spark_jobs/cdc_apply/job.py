@@ -239,7 +239,8 @@ def _apply_stretch(
         missing = [(e.table, _commit(e.staged, settings)) for e in stretch]
         missing = [(t, c) for t, c in missing if not marks.has_applied(c.app_id)]
         if missing:
-            out["bronze"] = bronze.append_bronze_stretch(spark, bronze_path, missing, settings.bronze_copy)
+            copy = settings.bronze_copy
+            out["bronze"] = bronze.append_bronze_stretch(spark, bronze_path, missing, copy, marks)
             crash_point("apply_after_bronze")
     earlier = [_commit(e.staged, settings) for e in stretch[:-1]]
     _apply_silver(spark, last, table, frame, target, commit, settings, silver_log, out, tuple(earlier))
@@ -278,9 +279,12 @@ def _bronze(
     settings: ApplySettings,
     out: dict[str, Any],
 ) -> None:
+    if not settings.bronze:
+        return
     bronze_path = _path(target, "bronze", staged, table)
-    if settings.bronze and not delta_log.has_applied(bronze_path, commit.app_id):
-        out["bronze"] = bronze.append_bronze(spark, bronze_path, table, commit, settings.bronze_copy)
+    marks = delta_log.replay(bronze_path)
+    if not marks.has_applied(commit.app_id):
+        out["bronze"] = bronze.append_bronze(spark, bronze_path, table, commit, settings.bronze_copy, marks)
         crash_point("apply_after_bronze")
 
 
