@@ -5,7 +5,13 @@ this side), and beside it with ``spark-submit`` on ``local[2]`` (a JVM and sessi
 
 Two pipelines (two slots) capture the same changes each round, so both engines apply batches of
 the same 1,000 events; the Connect server is started once and warmed by the untimed first batch
-(the initial snapshot, which creates the tables).
+(the initial snapshot, which creates the tables) and ``--warmup`` untimed rounds (2): a server that
+applies a pipeline's batches every few minutes has its JIT-compiled code, as one fresh from its
+start does not (its first 1,000-event apply took 8-9 s where the fifth took 5-6 s, 2026-12-04).
+
+Options for measuring settings: ``--conf`` (the Connect client's runtime conf), ``--server-conf``
+(the Connect server's launch conf: a profiler, an event log), ``--property`` (pipeline properties,
+both engines), ``--connect-only`` (no spark-submit rounds, no ratio).
 
 Parts, from the job's JSON report (``timings``, ``plan_seconds``, per table ``seconds`` and
 ``log_replay_seconds``) and the wall clock around the CLI process:
@@ -121,7 +127,19 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--rows", type=int, default=20_000, help="rows of the table before the timed batches")
     p.add_argument("--events", type=int, default=1_000, help="events per timed batch (half inserts)")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=2,
+        help="untimed rounds first (a server applying every few minutes is warm)",
+    )
+    p.add_argument("--conf", action="append", default=[], help="KEY=VALUE for the Connect applies")
+    p.add_argument("--server-conf", action="append", default=[], help="KEY=VALUE for the Connect server")
+    p.add_argument(
+        "--property", action="append", default=[], help="KEY=VALUE pipeline property (both engines)"
+    )
+    p.add_argument("--connect-only", action="store_true", help="no spark-submit path (no ratio)")
     args = p.parse_args()
     from airflow_cdc.apply.submit import build_apply_job
     from airflow_cdc.core.batch import list_batches
@@ -131,7 +149,10 @@ def main() -> None:
     with (
         PostgresServer() as server,
         tempfile.TemporaryDirectory(prefix="bench_latency_") as tmp,
-        SparkConnectServer(env={"PYSPARK_PYTHON": sys.executable}) as connect,
+        SparkConnectServer(
+            env={"PYSPARK_PYTHON": sys.executable},
+            conf=dict(item.partition("=")[::2] for item in args.server_conf),
+        ) as connect,
     ):
         server.start()
         work = Path(tmp)
@@ -141,11 +162,16 @@ def main() -> None:
             conn.commit()
             insert_range(conn, TABLE, 1, args.rows)
         engines: dict[str, tuple[dict[str, Any], list[str]]] = {}
-        for engine, extra in (("spark-submit", []), ("connect", ["--remote", connect.url])):
+        conf = [arg for item in args.conf for arg in ("--conf", item)]
+        choices = [("connect", ["--remote", connect.url, *conf])]
+        if not args.connect_only:
+            choices.insert(0, ("spark-submit", []))
+        for engine, extra in choices:
             name = f"bench_latency_{engine.replace('-', '_')}"
             config = pipeline_config(
                 server, DB, work / engine / "staging", name, f"{name}_slot", f"{name}_pub",
                 **{"delta.root": str(work / engine / "delta")},
+                **dict(item.partition("=")[::2] for item in args.property),
             )  # fmt: skip
             path = work / f"{engine}.json"
             path.write_text(json.dumps(config))
@@ -158,7 +184,8 @@ def main() -> None:
         all_parts: dict[str, list[dict[str, float]]] = {e: [] for e in engines}
         bares = []
         next_id = args.rows + 1
-        for i in range(args.repeats):
+        for i in range(args.warmup + args.repeats):
+            timed, label = i >= args.warmup, f"round {i + 1 - args.warmup}" if i >= args.warmup else "warm-up"
             half = args.events // 2
             with psycopg.connect(dsn) as conn:
                 insert_range(conn, TABLE, next_id, next_id + half - 1)
@@ -173,22 +200,31 @@ def main() -> None:
                     raise RuntimeError(f"{engine}: batch has {events} events, not {args.events}")
                 started, wall, output = _cli(["apply", "--commit", "--batch", str(batch.path), *cli])
                 split = parts(started, wall, _report(output))
-                walls[engine].append(wall)
-                all_parts[engine].append(split)
+                if timed:
+                    walls[engine].append(wall)
+                    all_parts[engine].append(split)
                 detail = ", ".join(f"{k.strip()} {v:.2f}s" for k, v in split.items())
-                log(f"round {i + 1} {engine}: {events} events, apply --commit {wall:.2f}s ({detail})")
+                log(f"{label} {engine}: {events} events, apply --commit {wall:.2f}s ({detail})")
                 if engine == "connect" and "connect rpcs:" in output:  # AIRFLOW_CDC_CONNECT_TRACE=1
-                    log(output[output.index("connect rpcs:") :].strip())
+                    rpcs = [line for line in output.splitlines() if "connect rpc " in line]
+                    log("\n".join([*rpcs, output[output.index("connect rpcs:") :].strip()]))
+            if args.connect_only or not timed:
+                continue
             submit_config = engines["spark-submit"][0]
             last = list_batches(submit_config["staging.path"], submit_config["name"])[-1]
             bares.append(bare_session(build_apply_job(last.path, submit_config["delta.root"]), work))
-            log(f"round {i + 1}: bare spark-submit session {bares[-1]:.1f}s")
+            log(f"{label}: bare spark-submit session {bares[-1]:.1f}s")
         for engine in engines:
             log(f"{engine}: apply --commit walls {fmt(walls[engine], 2)} s")
             for key in all_parts[engine][0]:
                 log(f"  median {key.strip()}: {median([s[key] for s in all_parts[engine]]):.2f}s")
-        log(f"bare spark-submit sessions {fmt(bares, 1)} s")
-        remote, submit = median(walls["connect"]), median(walls["spark-submit"])
+        if bares:
+            log(f"bare spark-submit sessions {fmt(bares, 1)} s")
+        remote = median(walls["connect"])
+        if args.connect_only:
+            print(f"apply_latency: {remote:.2f} s (Connect only, no baseline)")
+            return
+        submit = median(walls["spark-submit"])
         print(f"apply_latency: {remote:.2f} s; ratio {remote / submit:.2f} vs spark-submit apply")
 
 

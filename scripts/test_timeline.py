@@ -30,7 +30,8 @@ def main() -> None:
         print(f"tail: the last worker ran alone for {ends[-1] - ends[-2]:.0f} s")
     for worker, rows in runs.items():
         busy = sum(r["end"] - r["start"] for r in rows)
-        print(f"{worker}: {len(rows)} tests, busy {busy:.0f} s, done at +{max(r['end'] for r in rows) - t0:.0f} s")
+        done = max(r["end"] for r in rows) - t0
+        print(f"{worker}: {len(rows)} tests, busy {busy:.0f} s, done at +{done:.0f} s")
     per_file: dict[str, float] = defaultdict(float)
     worker_of: dict[str, str] = {}
     for worker, rows in runs.items():

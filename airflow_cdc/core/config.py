@@ -453,7 +453,9 @@ COMMON_PROPERTIES: tuple[Property, ...] = (
         "Add the staged Parquet parts to bronze as they are (a hard link or file copy, one Delta commit) "
         "instead of re-encoding them. Bronze tables created with this on are partitioned by `__date` and "
         "`__batch_id`; a batch with new or changed columns, parts spanning two dates, column names Delta "
-        "accepts only with column mapping, or a table of an earlier layout is re-encoded.",
+        "accepts only with column mapping, or a table of an earlier layout is re-encoded. Over Spark Connect "
+        "(`spark.remote`) the client places the files and writes the Delta commit itself, so the Airflow "
+        "worker needs write access to the Delta root; off, every Delta write stays on the server.",
     ),
     Property(
         "commit.require.applied",

@@ -12,17 +12,20 @@ by earlier versions (partitioned by ``__date`` only) keep their layout and are r
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from . import bronze_copy
+from . import bronze_copy, delta_log, deltasql, log_commit
 from .crash import crash_point
 from .delta_log import LogState
 from .staged import StagedTable
 from .writes import Commit, commit_actions, create_table
+
+log = logging.getLogger("airflow_cdc.apply")
 
 PARTITION = "__date"
 
@@ -53,14 +56,14 @@ def append_bronze(
         layout = _layout(spark, path, lambda: frame.schema, state)
     else:
         layout = bronze_copy.table_layout(spark, path, state)
-    schema = _copy_schema(layout) if copy else None
+    schema = _copy_schema(layout, spark, path) if copy else None
     if schema is not None:
         parts = bronze_copy.plan(spark, table, commit.batch_id, schema)
         if parts is not None:
             adds = bronze_copy.copy_parts(parts, path)
             crash_point("apply_bronze_files_placed")
-            bronze_copy.commit_files(spark, path, adds, commit)
-            return "copied"
+            if bronze_copy.commit_files(spark, path, adds, commit) is not None:
+                return "copied"
     commit.append(frame, path, partition_by=layout[0] if layout is not None else [PARTITION])
     return "appended"
 
@@ -80,15 +83,15 @@ def append_bronze_stretch(
     layout = None
     if copy:
         layout = _layout(spark, path, lambda: events(spark, first, commit.batch_id).schema, state)
-    schema = _copy_schema(layout)
+    schema = _copy_schema(layout, spark, path)
     if schema is not None:
         planned = [bronze_copy.plan(spark, table, c.batch_id, schema) for table, c in batches]
         if all(parts is not None for parts in planned):
             adds = [add for parts in planned for add in bronze_copy.copy_parts(parts or [], path)]
             crash_point("apply_bronze_files_placed")
             commits = [c for _, c in batches]
-            commit_actions(spark, path, adds, commits, commits[-1])
-            return "copied"
+            if commit_actions(spark, path, adds, commits, commits[-1]) is not None:
+                return "copied"
     ways = {append_bronze(spark, path, table, c, copy) for table, c in batches}
     return ", ".join(sorted(ways))
 
@@ -111,8 +114,17 @@ def _layout(
     return layout
 
 
-def _copy_schema(layout: Layout | None) -> T.StructType | None:
-    """The table's schema when staged files can be added to it as they are (``bronze_copy``)."""
-    if layout is not None and layout[0] == bronze_copy.PARTITIONS and layout[1] == "none":
-        return layout[2]
-    return None
+def _copy_schema(layout: Layout | None, spark: SparkSession, path: str) -> T.StructType | None:
+    """The table's schema when staged files can be added to it as they are (``bronze_copy``):
+    over Spark Connect, also only where this process may write the commit (``log_commit``)."""
+    if layout is None or layout[0] != bronze_copy.PARTITIONS or layout[1] != "none":
+        return None
+    if deltasql.connected(spark):
+        state = delta_log.replay(path)
+        why = log_commit.refusal(state) or (
+            "a checkpoint version" if log_commit.checkpoint_due(state) else None
+        )
+        if why is not None:
+            log.info("bronze %s: re-encoding the events over Spark Connect (%s)", path, why)
+            return None
+    return layout[2]

@@ -190,9 +190,12 @@ def _link(source_fs: pafs.FileSystem, source: str, target_fs: pafs.FileSystem, d
     return True
 
 
-def commit_files(spark: SparkSession, table_path: str, adds: list[dict[str, Any]], commit: Commit) -> bool:
+def commit_files(
+    spark: SparkSession, table_path: str, adds: list[dict[str, Any]], commit: Commit
+) -> bool | None:
     """One Delta commit of ``adds`` plus the batch's idempotent-transaction mark; False when a
-    concurrent run already committed the mark (nothing added)."""
+    concurrent run already committed the mark (nothing added); None over Spark Connect when this
+    process may not commit to the table (``log_commit``: the caller re-encodes the rows)."""
     return commit_actions(spark, table_path, adds, [commit], commit)
 
 
@@ -201,11 +204,12 @@ def table_layout(
 ) -> tuple[list[str], str, T.StructType] | None:
     """The bronze table's partition columns, column mapping mode and schema (None: no table),
     from its log (``state``: replayed by the caller already; DESCRIBE DETAIL would run a Spark
-    job for file counts)."""
+    job for file counts, and reading the schema through Spark costs a Connect client a round trip
+    for what the log's ``schemaString`` says)."""
     if state is None:
         state = delta_log.replay(table_path)
     if state.schema_string is None:
         return None
     mapping = state.configuration.get("delta.columnMapping.mode", "none")
-    schema = spark.read.format("delta").load(table_path).schema
+    schema = T.StructType.fromJson(json.loads(state.schema_string))
     return list(state.partition_columns), mapping, schema

@@ -298,6 +298,8 @@ class LogState:
     stats: dict[str, str] = field(default_factory=dict)  # path -> its statistics (JSON), if recorded
     partition_columns: list[str] = field(default_factory=list)
     schema_string: str | None = None  # the newest metaData's schema (JSON)
+    version: int = -1  # the newest commit replayed (-1: no table)
+    protocol: dict[str, Any] = field(default_factory=dict)  # the newest protocol action
 
     def has_applied(self, app_id: str, version: int = 1) -> bool:
         return self.txns.get(app_id, -1) >= version
@@ -375,7 +377,12 @@ def replay(table_path: str) -> LogState:
     if checkpoints:
         start = max(checkpoints)
         for name in checkpoints[start]:
-            table = pq.read_table(f"{log_dir}/{name}", columns=["txn", "add", "metaData"], filesystem=fs)
+            table = pq.read_table(
+                f"{log_dir}/{name}", columns=["txn", "add", "metaData", "protocol"], filesystem=fs
+            )
+            for protocol in table.column("protocol").to_pylist():
+                if protocol:
+                    state.protocol = {k: v for k, v in protocol.items() if v is not None}
             for txn in table.column("txn").to_pylist():
                 if txn:
                     state.txns[txn["appId"]] = txn["version"]
@@ -386,10 +393,12 @@ def replay(table_path: str) -> LogState:
                 if meta:
                     state._meta(meta)
     commits = sorted(int(m.group(1)) for n in names if (m := _COMMIT.match(n)))
+    state.version = start
     for version in commits:
         if version <= start:
             continue
         _apply_commit(state, _actions(fs, f"{log_dir}/{version:020d}.json"))
+        state.version = version
     return state
 
 
@@ -409,6 +418,8 @@ def _apply_commit(state: LogState, actions: list[dict[str, Any]]) -> None:
             state._add(action["add"])
         elif "metaData" in action:
             state._meta(action["metaData"])
+        elif "protocol" in action:
+            state.protocol = dict(action["protocol"])
 
 
 def row_bytes(table_path: str, state: LogState, sample: int = 2) -> int:

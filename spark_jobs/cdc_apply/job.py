@@ -15,7 +15,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from . import backlog, bronze, compaction, delta_log, deltasql, frames, history, rechunk, silver, toast
+from . import backlog, bronze, compaction, delta_log, frames, history, rechunk, silver, toast
 from .catalog import DEFAULT_FORMAT, CatalogNames
 from .crash import crash_point
 from .layout import table_path
@@ -61,8 +61,6 @@ def apply_batches(
     if not batch_paths:
         raise ValueError("no batch to apply")
     settings = settings or ApplySettings()
-    if deltasql.connected(spark):  # adding staged files as they are takes the transaction API
-        settings = replace(settings, bronze_copy=False)
     # the job's own readers (staged parts, the Delta log) reach S3 with Spark's S3A settings
     delta_log.use_hadoop_conf(s3a_settings(spark))
     target = delta_log.hadoop_url(target)

@@ -21,7 +21,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from . import delta_log, deltasql
+from . import delta_log, deltasql, log_commit
 from .frames import SchemaChangeError, quoted
 from .layout import app_id
 from .types import refused, widening
@@ -126,18 +126,21 @@ def ensure_columns(spark: SparkSession, path: str, schema: T.StructType) -> dict
 
 def commit_actions(
     spark: SparkSession, path: str, actions: list[dict[str, Any]], marks: list[Commit], info: Commit
-) -> bool:
+) -> bool | None:
     """One Delta commit of ``actions`` (Delta log JSON) plus the idempotent-transaction marks of
     ``marks`` the table lacks, with ``info``'s commit metadata; False, committing nothing, when it
     has every mark already.  A commit of marks alone records batches whose rows an earlier write
     of several batches brought (``job.apply_batches``).
 
-    Over Spark Connect (no transaction API) only marks can be committed, each in a commit of its
-    own (:func:`commit_marks`)."""
+    Over Spark Connect (no transaction API) the commit is written from this process
+    (``log_commit``) where the table allows it; where it does not, marks alone are committed one
+    each (:func:`commit_marks`), and a commit with ``actions`` returns None, committing nothing
+    (the caller writes its rows the Spark way)."""
     if deltasql.connected(spark):
-        if actions:
-            raise RuntimeError(f"{path}: a commit of Delta log actions needs a classic Spark session")
-        return commit_marks(spark, path, marks)
+        done = log_commit.commit(path, actions, [(c.app_id, c.version) for c in marks], info.metadata)
+        if done is not None:
+            return done
+        return None if actions else commit_marks(spark, path, marks)
     jvm = spark._jvm  # type: ignore[attr-defined]
     delta = jvm.org.apache.spark.sql.delta
     txn = delta.DeltaLog.forTable(spark._jsparkSession, path).startTransaction()
@@ -171,7 +174,7 @@ def write_marked(
     writing nothing, when the table has every mark already.
 
     Over Spark Connect: the table is created first, the rows are appended as ``info``'s marked
-    write, and the other marks follow one commit each (:func:`commit_marks`); a crash in between
+    write, and the other marks follow in a commit of their own (:func:`commit_actions`); a crash in between
     leaves marks missing, which a re-run adds (the rows carry ``info``'s mark, so they are not
     appended twice)."""
     if deltasql.connected(spark):
@@ -181,7 +184,7 @@ def write_marked(
         create_table(spark, path, schema, properties)
         if not state.has_applied(info.app_id, info.version):
             info.append(rows, path)
-        commit_marks(spark, path, [c for c in marks if c.app_id != info.app_id])
+        commit_actions(spark, path, [], [c for c in marks if c.app_id != info.app_id], info)
         return True
     jvm = spark._jvm  # type: ignore[attr-defined]
     delta = jvm.org.apache.spark.sql.delta

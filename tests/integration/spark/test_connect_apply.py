@@ -1,7 +1,8 @@
 """The apply job as a Spark Connect client (``spark.remote``), on local disk and on S3.
 
 The job runs in a subprocess as a Connect client, as ``airflow-cdc apply`` runs it: no JVM of its
-own, every Delta operation as SQL (``deltasql``), marks one commit each, bronze re-encoded.  The
+own, every Delta operation as SQL (``deltasql``), bronze's staged files and marks committed by the
+client itself (``log_commit``).  The
 same batches applied through a classic session must give the same Delta tables row by row
 (silver, tombstones, history, the bronze events), silver must equal the source, a re-run must
 write nothing, and a SIGKILL of the client or of the Connect server mid-apply must be repaired by
@@ -211,10 +212,9 @@ def test_connect_apply_equals_classic_apply(spark, pg_db, connect, tmp_path):
     compared = 0
     for table in TABLES:
         for layer in ("bronze", "silver", "tombstones", "history"):
-            # bronze's layout differs by design (classic adds the staged files; Connect re-encodes)
-            drop = ("__date", "__batch_id") if layer == "bronze" else ()
-            got = _table_rows(spark, table_path(remote, layer, name, table), drop)
-            want = _table_rows(spark, table_path(classic, layer, name, table), drop)
+            # bronze too: both add the staged files (Connect through log_commit), every column
+            got = _table_rows(spark, table_path(remote, layer, name, table))
+            want = _table_rows(spark, table_path(classic, layer, name, table))
             assert got == want, f"{layer} of {table}: Connect apply differs from the classic one"
             compared += len(got)
     assert compared > 50
