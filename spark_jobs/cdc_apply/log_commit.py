@@ -9,7 +9,8 @@ apply.  What those commits hold is simple enough to write here, as Delta's proto
 * one file ``_delta_log/<version, 20 digits>.json`` of newline-delimited actions -- a
   ``commitInfo``, a ``txn`` per mark (``appId``, ``version``, ``lastUpdated``) and the ``add``
   actions -- created only if absent: on a local disk a private temporary file hard-linked to its
-  name (``link`` fails when the name exists, and readers never see a partial file); on S3, GCS
+  name (``link`` fails when the name exists, and readers never see a partial file; a filesystem
+  without hard links leaves the commit to Spark); on S3, GCS
   and ADLS a conditional put (``If-None-Match: *`` and the like, ``core.storage``).  Losing the
   race for a version means another writer committed it: the log is read again, and the commit
   is either found done (its marks are there) or tried at the next version;
@@ -142,6 +143,8 @@ def commit(
             return True
         except FileExistsError:
             state = None  # another writer took the version: read the log again
+        except _NoAtomicCreate:
+            return None
     raise RuntimeError(f"{table_path}: other writers took {ATTEMPTS} versions in a row; run the batch again")
 
 
@@ -183,6 +186,10 @@ def _now() -> int:
     return int(time.time() * 1000)
 
 
+class _NoAtomicCreate(OSError):
+    """The local filesystem cannot create a file put-if-absent and atomically (no hard links)."""
+
+
 def _create(table_path: str, name: str, data: bytes) -> None:
     """Write ``name`` below the table only if absent, atomically (readers never see part of it).
 
@@ -198,6 +205,10 @@ def _create(table_path: str, name: str, data: bytes) -> None:
             os.fsync(f.fileno())
         try:
             os.link(temp, target)
+        except FileExistsError:
+            raise
+        except OSError as e:  # a filesystem without hard links: Spark's rename-based store serves
+            raise _NoAtomicCreate(str(e)) from e
         finally:
             os.unlink(temp)
         return

@@ -172,3 +172,15 @@ def test_tables_that_ask_more_of_a_writer_are_refused(
 def test_no_table_is_refused(tmp_path: Path) -> None:
     assert log_commit.refusal(delta_log.replay(str(tmp_path / "none"))) == "no table yet"
     assert log_commit.commit(str(tmp_path / "none"), [], [("app:1", 1)], "m") is None
+
+
+def test_a_filesystem_without_hard_links_leaves_the_commit_to_spark(tmp_path: Path, monkeypatch) -> None:
+    table = _table(tmp_path / "t")
+
+    def no_links(src: str, dst: str) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(log_commit.os, "link", no_links)
+    assert log_commit.commit(table, [_add("a")], [("app:1", 1)], "m") is None
+    assert delta_log.replay(table).version == 0
+    assert sorted(os.listdir(tmp_path / "t" / "_delta_log")) == ["00000000000000000000.json"]
