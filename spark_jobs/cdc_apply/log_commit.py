@@ -8,7 +8,7 @@ apply.  What those commits hold is simple enough to write here, as Delta's proto
 
 * one file ``_delta_log/<version, 20 digits>.json`` of newline-delimited actions -- a
   ``commitInfo``, a ``txn`` per mark (``appId``, ``version``, ``lastUpdated``) and the ``add``
-  actions -- created only if absent: on a local disk a private temporary file hard-linked to its
+  actions -- created only if absent: on a local disk a temporary file hard-linked to its
   name (``link`` fails when the name exists, and readers never see a partial file; a filesystem
   without hard links leaves the commit to Spark); on S3, GCS
   and ADLS a conditional put (``If-None-Match: *`` and the like, ``core.storage``).  Losing the
