@@ -144,7 +144,8 @@ REFUSED: dict[str, str] = {
     "database.ssl.keystore": "a Java keystore; client certificates are not supported yet",
     "database.ssl.keystore.password": "a Java keystore; client certificates are not supported yet",
     "database.ssl.truststore.password": "a Java keystore password; give `database.ssl.truststore` as PEM",
-    "database.initial.statements": "not implemented; set session defaults on the database user",
+    "database.initial.statements": "PostgreSQL and MySQL/MariaDB only; set session defaults on the "
+    "database user (SQL Server: the login's defaults)",
     "database.connection.factory.class": _SPI,
     "converters": f"{_SPI}; convert after apply (a Spark transform on the silver table)",
     "snapshot.mode.custom.name": _SPI,

@@ -25,6 +25,7 @@ from airflow_cdc.core.errors import (
     ProtocolError,
     ServerMisconfigured,
 )
+from airflow_cdc.core.session_sql import split_statements
 from airflow_cdc.sources.mysql import protocol as p
 from airflow_cdc.sources.mysql.config import default_server_id
 from airflow_cdc.sources.mysql.flavour import Flavour, detect
@@ -59,8 +60,11 @@ def tls_params(config: ConnectorConfig) -> dict[str, Any]:
     return {"ssl": ctx}
 
 
-def connect(config: ConnectorConfig, **kwargs: Any) -> pymysql.connections.Connection:
-    """Open a connection (UTC session time zone, utf8mb4) and run ``database.initial.statements``.
+def connect(
+    config: ConnectorConfig, *, initial: bool = True, **kwargs: Any
+) -> pymysql.connections.Connection:
+    """Open a connection (UTC session time zone, utf8mb4) and, unless not ``initial`` (the binlog
+    dump's connection, as Debezium), run ``database.initial.statements``.
 
     :raises AuthenticationFailed: the server rejected the user or password.
     :raises ConnectionFailed: the server cannot be reached.
@@ -96,12 +100,11 @@ def connect(config: ConnectorConfig, **kwargs: Any) -> pymysql.connections.Conne
                 f"{config['database.ssl.mode']}: {detail}"
             ) from None
         raise ConnectionFailed(f"cannot connect to MySQL at {where}: error {code}") from None
-    statements = config["database.initial.statements"]
+    statements = split_statements(config["database.initial.statements"]) if initial else []
     if statements:
         with conn.cursor() as cur:
-            for stmt in (s.strip() for s in statements.split(";")):
-                if stmt:
-                    cur.execute(stmt)  # the operator's own SQL, by definition
+            for stmt in statements:
+                cur.execute(stmt)  # the operator's own SQL, by definition
     return conn
 
 
@@ -266,7 +269,7 @@ class BinlogStream:
     ) -> None:
         """:param gtid_state: MariaDB only: start after this GTID position (``domain-server-seq``
         list) instead of at ``file:pos`` (pass ``""`` and 4 for those)."""
-        self.conn = connect(config, read_timeout=600)
+        self.conn = connect(config, initial=False, read_timeout=600)
         self.checksum = info.checksum
         with self.conn.cursor() as cur:
             if info.checksum:

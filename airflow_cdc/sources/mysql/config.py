@@ -89,7 +89,8 @@ MYSQL_PROPERTIES: tuple[Property, ...] = tuple(p for p in COMMON_PROPERTIES if p
         "database.initial.statements",
         "str",
         None,
-        "`;`-separated SQL run on every connection after it opens.",
+        "`;`-separated SQL run on every connection after it opens (`;;` for a `;` inside a "
+        "statement); not on the binlog connection.",
     ),
 )
 

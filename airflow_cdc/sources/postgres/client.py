@@ -26,6 +26,7 @@ from airflow_cdc.core.errors import (
     ServerMisconfigured,
 )
 from airflow_cdc.core.filters import TableFilter, TableId
+from airflow_cdc.core.session_sql import split_statements
 from airflow_cdc.sources.postgres import sql as q
 from airflow_cdc.sources.postgres.types import PgTypeInfo
 
@@ -33,18 +34,67 @@ log = logging.getLogger(__name__)
 
 
 def connect(config: ConnectorConfig, *, autocommit: bool = True) -> psycopg.Connection:
-    """Open a connection with the session settings that fix every type's text output.
+    """Open a connection with the session settings that fix every type's text output, then run
+    ``database.initial.statements`` on it (committed, so a later rollback keeps them).
 
     :raises AuthenticationFailed: wrong user or password.
-    :raises ConfigError: the database does not exist.
+    :raises ConfigError: the database does not exist; an initial statement failed, or changed a
+        setting the connector fixes.
     :raises ConnectionFailed: server unreachable.
     """
     try:
-        return psycopg.connect(
+        conn = psycopg.connect(
             **connect_params(config, "airflow-cdc"), options=q.SESSION_OPTIONS, autocommit=autocommit
         )
     except psycopg.OperationalError as e:
         raise_connect_error(config, e)
+    statements = split_statements(config["database.initial.statements"])
+    if statements:
+        try:
+            run_initial_statements(conn, statements)
+        except BaseException:
+            conn.close()
+            raise
+    return conn
+
+
+#: the session settings of :data:`q.SESSION_OPTIONS` that decoding relies on
+FIXED_SETTINGS = {
+    "DateStyle": "ISO, MDY",
+    "IntervalStyle": "postgres",
+    "TimeZone": "UTC",
+    "extra_float_digits": "1",
+    "bytea_output": "hex",
+    "client_encoding": "UTF8",
+}
+
+
+def run_initial_statements(conn: psycopg.Connection, statements: list[str]) -> None:
+    """Run the operator's ``database.initial.statements`` and commit them.
+
+    :raises ConfigError: a statement failed (named by its number and text), or one changed a
+        setting whose text output the connector decodes (``DateStyle``, ``TimeZone`` ...).
+    """
+    for number, statement in enumerate(statements, 1):
+        try:
+            conn.execute(statement)  # the operator's own SQL, by definition
+        except psycopg.Error as e:
+            conn.rollback()
+            raise ConfigError(
+                f"database.initial.statements: statement {number} ({statement[:200]!r}) failed: "
+                f"{str(e).strip()}; fix or remove it"
+            ) from None
+    conn.commit()
+    for name, value in FIXED_SETTINGS.items():
+        found = conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(name))).fetchone()
+        if found is None or str(found[0]) != value:
+            conn.close()
+            raise ConfigError(
+                f"database.initial.statements sets {name} to {found[0] if found else None!r}; the "
+                f"connector decodes values with {name}={value!r}: remove that statement"
+            )
+    if not conn.autocommit:
+        conn.commit()
 
 
 def connect_params(config: ConnectorConfig, application: str) -> dict[str, Any]:

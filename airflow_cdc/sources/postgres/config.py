@@ -40,6 +40,16 @@ PG_PROPERTIES: tuple[Property, ...] = COMMON_PROPERTIES + (
         "Stands for unchanged TOAST values the server did not send ('hex:' prefix for bytes).",
     ),
     Property("heartbeat.action.query", "str", None, "SQL run at the start of each capture run."),
+    Property(
+        "database.initial.statements",
+        "str",
+        None,
+        "`;`-separated SQL run on every connection the connector opens for queries (catalog, "
+        "snapshot chunks, the peek window reader), after it opens; `;;` for a `;` inside a "
+        "statement. Not run on the replication connection (`window.reader: stream`). For session "
+        "parameters: a statement that changes DateStyle, IntervalStyle, TimeZone, "
+        "extra_float_digits, bytea_output or client_encoding is refused.",
+    ),
     Property("message.prefix.include.list", "list", (), "Regexes of logical-message prefixes to capture."),
     Property("message.prefix.exclude.list", "list", (), "Regexes of logical-message prefixes to skip."),
     Property(
