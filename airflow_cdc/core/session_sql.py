@@ -9,23 +9,12 @@ the replication protocol.
 
 from __future__ import annotations
 
+#: stands for an escaped ``;`` while the text is split (a private-use character: not SQL)
+_ESCAPED = "\ue000"
+
 
 def split_statements(text: str | None) -> list[str]:
-    """The statements of ``text``, trimmed, empty ones dropped (``a;;b; c;`` -> ``["a;b", "c"]``)."""
-    out: list[str] = []
-    current: list[str] = []
-    i = 0
-    while i < len(text or ""):
-        char = (text or "")[i]
-        if char == ";" and (text or "")[i + 1 : i + 2] == ";":
-            current.append(";")
-            i += 2
-            continue
-        if char == ";":
-            out.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-        i += 1
-    out.append("".join(current))
-    return [s.strip() for s in out if s.strip()]
+    """The statements of ``text``, trimmed, empty ones dropped (``a;;b; c;`` -> ``["a;b", "c"]``).
+    Pairs are read left to right, as Debezium reads them: ``a;;;b`` is ``a;`` then ``b``."""
+    parts = (text or "").replace(";;", _ESCAPED).split(";")
+    return [p.replace(_ESCAPED, ";").strip() for p in parts if p.strip()]
