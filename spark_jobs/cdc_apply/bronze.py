@@ -56,7 +56,7 @@ def append_bronze(
         layout = _layout(spark, path, lambda: frame.schema, state)
     else:
         layout = bronze_copy.table_layout(spark, path, state)
-    schema = _copy_schema(layout, spark, path) if copy else None
+    schema = _copy_schema(layout, spark, path, state) if copy else None
     if schema is not None:
         parts = bronze_copy.plan(spark, table, commit.batch_id, schema)
         if parts is not None:
@@ -83,7 +83,7 @@ def append_bronze_stretch(
     layout = None
     if copy:
         layout = _layout(spark, path, lambda: events(spark, first, commit.batch_id).schema, state)
-    schema = _copy_schema(layout, spark, path)
+    schema = _copy_schema(layout, spark, path, state)
     if schema is not None:
         planned = [bronze_copy.plan(spark, table, c.batch_id, schema) for table, c in batches]
         if all(parts is not None for parts in planned):
@@ -114,13 +114,18 @@ def _layout(
     return layout
 
 
-def _copy_schema(layout: Layout | None, spark: SparkSession, path: str) -> T.StructType | None:
+def _copy_schema(
+    layout: Layout | None, spark: SparkSession, path: str, state: LogState | None = None
+) -> T.StructType | None:
     """The table's schema when staged files can be added to it as they are (``bronze_copy``):
-    over Spark Connect, also only where this process may write the commit (``log_commit``)."""
+    over Spark Connect, also only where this process may write the commit (``log_commit``).
+    ``state``: the bronze log as the caller replayed it (read again when there was no table
+    then: :func:`_layout` has just created it)."""
     if layout is None or layout[0] != bronze_copy.PARTITIONS or layout[1] != "none":
         return None
     if deltasql.connected(spark):
-        state = delta_log.replay(path)
+        if state is None or state.version < 0:
+            state = delta_log.replay(path)
         why = log_commit.refusal(state) or (
             "a checkpoint version" if log_commit.checkpoint_due(state) else None
         )

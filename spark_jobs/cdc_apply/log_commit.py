@@ -173,13 +173,17 @@ def _can_create(table_path: str) -> bool:
     """Whether this process can create objects put-if-absent on the table's store (local disks
     always; object stores through ``airflow_cdc.core.storage``, which a Spark cluster that runs
     the job alone may lack)."""
-    if "://" not in table_path or table_path.startswith("file://"):
+    if _local(table_path):
         return True
     try:
         import airflow_cdc.core.storage  # noqa: F401
     except ImportError:
         return False
     return True
+
+
+def _local(table_path: str) -> bool:
+    return "://" not in table_path or table_path.startswith("file://")
 
 
 def _now() -> int:
@@ -197,7 +201,7 @@ def _create(table_path: str, name: str, data: bytes) -> None:
     """
     fs, local = delta_log.filesystem(table_path)
     target = f"{local}/{name}"
-    if "://" not in table_path or table_path.startswith("file://"):
+    if _local(table_path):
         temp = f"{os.path.dirname(target)}/.{os.path.basename(target)}.{uuid.uuid4().hex}.tmp"
         with open(temp, "wb") as f:
             f.write(data)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import re
 import threading
 from collections.abc import Generator
 from dataclasses import dataclass
@@ -58,15 +59,9 @@ def connect(config: ConnectorConfig, *, autocommit: bool = True) -> psycopg.Conn
     return conn
 
 
-#: the session settings of :data:`q.SESSION_OPTIONS` that decoding relies on
-FIXED_SETTINGS = {
-    "DateStyle": "ISO, MDY",
-    "IntervalStyle": "postgres",
-    "TimeZone": "UTC",
-    "extra_float_digits": "1",
-    "bytea_output": "hex",
-    "client_encoding": "UTF8",
-}
+#: the settings :data:`q.SESSION_OPTIONS` fixes, whose text output the decoders rely on
+FIXED_SETTINGS = tuple(re.findall(r"-c (\w+)=", q.SESSION_OPTIONS))
+_SHOW_FIXED = "SELECT current_setting(name) FROM unnest(%s::text[]) WITH ORDINALITY AS s(name, i) ORDER BY i"
 
 
 def run_initial_statements(conn: psycopg.Connection, statements: list[str]) -> None:
@@ -75,6 +70,7 @@ def run_initial_statements(conn: psycopg.Connection, statements: list[str]) -> N
     :raises ConfigError: a statement failed (named by its number and text), or one changed a
         setting whose text output the connector decodes (``DateStyle``, ``TimeZone`` ...).
     """
+    fixed = [r[0] for r in conn.execute(_SHOW_FIXED, (list(FIXED_SETTINGS),)).fetchall()]
     for number, statement in enumerate(statements, 1):
         try:
             conn.execute(statement)  # the operator's own SQL, by definition
@@ -84,17 +80,14 @@ def run_initial_statements(conn: psycopg.Connection, statements: list[str]) -> N
                 f"database.initial.statements: statement {number} ({statement[:200]!r}) failed: "
                 f"{str(e).strip()}; fix or remove it"
             ) from None
-    conn.commit()
-    for name, value in FIXED_SETTINGS.items():
-        found = conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(name))).fetchone()
-        if found is None or str(found[0]) != value:
-            conn.close()
+    after = [r[0] for r in conn.execute(_SHOW_FIXED, (list(FIXED_SETTINGS),)).fetchall()]
+    for name, value, now in zip(FIXED_SETTINGS, fixed, after, strict=True):
+        if now != value:
             raise ConfigError(
-                f"database.initial.statements sets {name} to {found[0] if found else None!r}; the "
-                f"connector decodes values with {name}={value!r}: remove that statement"
+                f"database.initial.statements sets {name} to {now!r}; the connector decodes values "
+                f"with {name}={value!r}: remove that statement"
             )
-    if not conn.autocommit:
-        conn.commit()
+    conn.commit()
 
 
 def connect_params(config: ConnectorConfig, application: str) -> dict[str, Any]:
