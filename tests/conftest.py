@@ -14,18 +14,22 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from airflow_cdc.testing.servers import MariaDbServer, PostgresServer
+from airflow_cdc.testing.servers import PG_DEFAULT_VERSION, PG_MATRIX, MariaDbServer, PostgresServer
 
 REPO = Path(__file__).resolve().parents[1]
 INTEGRATION_DIR = Path(__file__).parent / "integration"
-SERVER_FIXTURES = frozenset({"pg_server", "pg_db", "mariadb_server", "mariadb_db"})
+#: Every PostgreSQL major the suite runs on (15: Debian's; the others: ``make pg-versions``).
+PG_VERSIONS = sorted(PG_MATRIX)
+SERVER_FIXTURES = frozenset(
+    {"pg_server", "pg_servers", "pg_db", "mariadb_server", "mariadb_db"} | {f"pg{v}_db" for v in PG_VERSIONS}
+)
 _PG_BASELINE: dict[int, dict[str, str]] = {}  # settings each session server started with
 
 
@@ -100,14 +104,32 @@ class MariaDbDatabase:
 
 
 @pytest.fixture(scope="session")
-def pg_server() -> Iterator[PostgresServer]:
-    """A PostgreSQL 15 server for the whole session (or the one ``AIRFLOW_CDC_TEST_PG_DSN`` names)."""
-    server = PostgresServer.from_env().start()
-    _PG_BASELINE[id(server)] = dict(server.settings)
+def pg_servers() -> Iterator[Callable[[int], PostgresServer]]:
+    """``pg_servers(version)``: one server per PostgreSQL major for the whole session, started on
+    first use (15: the one ``AIRFLOW_CDC_TEST_PG_DSN`` names, if set)."""
+    servers: dict[int, PostgresServer] = {}
+
+    def get(version: int) -> PostgresServer:
+        if version not in servers:
+            if version == PG_DEFAULT_VERSION:
+                server = PostgresServer.from_env().start()
+            else:
+                server = PostgresServer(version=version).start()
+            _PG_BASELINE[id(server)] = dict(server.settings)
+            servers[version] = server
+        return servers[version]
+
     try:
-        yield server
+        yield get
     finally:
-        server.stop()
+        for server in servers.values():
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_server(pg_servers: Callable[[int], PostgresServer]) -> PostgresServer:
+    """The PostgreSQL 15 server of the session (or the one ``AIRFLOW_CDC_TEST_PG_DSN`` names)."""
+    return pg_servers(PG_DEFAULT_VERSION)
 
 
 @pytest.fixture(scope="session")
@@ -130,17 +152,41 @@ def _ensure_running(server: PostgresServer) -> None:
         server.restart()
 
 
-@pytest.fixture
-def pg_db(pg_server: PostgresServer) -> Iterator[PgDatabase]:
-    """A new, uniquely named database; dropped afterwards with its replication slots, pass or fail."""
-    _ensure_running(pg_server)
+def _pg_database(server: PostgresServer) -> Iterator[PgDatabase]:
+    _ensure_running(server)
     name = _unique_name("t")
-    dsn = pg_server.create_database(name)
+    dsn = server.create_database(name)
     try:
-        yield PgDatabase(name=name, dsn=dsn, server=pg_server)
+        yield PgDatabase(name=name, dsn=dsn, server=server)
     finally:
-        _ensure_running(pg_server)
-        pg_server.drop_database(name)
+        _ensure_running(server)
+        server.drop_database(name)
+
+
+@pytest.fixture
+def pg_version() -> int:
+    """The PostgreSQL major of ``pg_db`` (15); a module runs on every major with
+    ``pytestmark = pytest.mark.parametrize("pg_version", PG_VERSIONS)``."""
+    return PG_DEFAULT_VERSION
+
+
+@pytest.fixture
+def pg_db(pg_servers: Callable[[int], PostgresServer], pg_version: int) -> Iterator[PgDatabase]:
+    """A new, uniquely named database on the ``pg_version`` server; dropped afterwards with its
+    replication slots, pass or fail."""
+    yield from _pg_database(pg_servers(pg_version))
+
+
+def _versioned_db(version: int) -> Any:
+    def fixture(pg_servers: Callable[[int], PostgresServer]) -> Iterator[PgDatabase]:
+        yield from _pg_database(pg_servers(version))
+
+    fixture.__doc__ = f"``pg_db`` on PostgreSQL {version} (the contract harness ``postgresql-{version}``)."
+    return pytest.fixture(fixture, name=f"pg{version}_db")
+
+
+for _version in PG_VERSIONS:
+    globals()[f"pg{_version}_db"] = _versioned_db(_version)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_cdc.core import snapshot_parts
+from airflow_cdc.core import snapshot_blocking, snapshot_parts, snapshot_whole
 from airflow_cdc.core.batch import Batch, BatchWriter, clean_incomplete, expire_batches
 from airflow_cdc.core.conditions import RAW_SQL_PROPERTY
 from airflow_cdc.core.config import ConnectorConfig, signal_table
@@ -113,6 +113,7 @@ class Capture:
         self.source, self.config, self.store = source, config, store
         self.name = config.state_name  # the partition's own state, lease and batches
         self.leases = Leases(store, self.name, config["lease.timeout.ms"] / 1000)
+        self._blocking: list[TableSnapshot] = []  # this run's blocking snapshots (never stored)
 
     def _stored_data(self, name: str) -> dict[str, Any] | None:
         stored = self.store.load(name)
@@ -206,7 +207,8 @@ class Capture:
             tables = self.source.tables()
             # a bad signal (unknown table or column, a condition outside the safe language) fails
             # here, before the start is anchored or anything else is stored
-            check_signals(parsed, tables, self.source.table_columns, self.config[RAW_SQL_PROPERTY])
+            refused = snapshot_blocking.refused(self.source)
+            check_signals(parsed, tables, self.source.table_columns, self.config[RAW_SQL_PROPERTY], refused)
             guard = _guardrail(self.config, tables)
             table = signal_table(self.config)
             if table is not None and table not in tables:
@@ -236,7 +238,8 @@ class Capture:
             version = stored.version if stored else None
             if reason is not None:
                 data, version = self._anchor(lease, stored, from_lsn, ctx, tables)
-            notes += apply_signals(ctx, parsed, tables)
+            self._blocking = []
+            notes += apply_signals(ctx, parsed, tables, self._blocking)
             writer = BatchWriter(
                 staging,
                 self.name,
@@ -279,8 +282,11 @@ class Capture:
             self.source.plan_native_snapshots(ctx.pending)
         deferred = [s for s in ctx.pending if s.id in getattr(self, "_deferred", ())]
         ctx.pending = [s for s in ctx.pending if s not in deferred]
+        order = ctx.pending
+        whole, ctx.pending = snapshot_whole.split(self.source, ctx.pending, notes)
+        read_whole = snapshot_whole.read(self.source, writer, whole, self.config["snapshot.max.rows.per.run"])
         chunks, groups = self._snapshot_chunks(ctx, from_lsn, version, prepared)
-        ctx.pending += deferred
+        ctx.pending = [s for s in order if s in whole or s in ctx.pending] + deferred
         flush = self.source.head()
         need = max(c.watermark.lsn_after for c in chunks) if chunks else None
         upto = max(flush, self._wait_flushed(need)) if need is not None and need > flush else flush
@@ -304,6 +310,7 @@ class Capture:
             snap_rows = self._finish_native(writer, ctx, window, end_lsn, notes)
         else:
             snap_rows = self._reconcile(writer, ctx, chunks, tracker, end_lsn, notes)
+        snap_rows += snapshot_whole.book(ctx, read_whole, self._snapshot_counts, notes)
         born = self.source.created_in_log()
         if born:  # complete from the log: a snapshot planned when the run opened is not needed
             dropped = ctx.stop([p.table for p in ctx.pending if p.table in born and p.origin == "initial"])
@@ -317,6 +324,9 @@ class Capture:
                 read = sum(c.data.num_rows for c in chunks)
                 window, end_lsn, more = self._signal_chunks(writer, ctx, begun, window, read, seen, notes)
                 snap_rows += more
+        # blocking snapshots (run signals, signal-table rows of this run's windows): read whole
+        # at a position past the windows, so the batch holds the signal, its reads and no gap
+        snap_rows += snapshot_blocking.read(self.source, writer, self._blocking, self._snapshot_counts, notes)
         if not any(p.origin == "initial" for p in ctx.pending):
             ctx.initial_done = True
         if end_lsn < from_lsn and previous is not None:
@@ -438,6 +448,7 @@ class Capture:
         cannot continue a window in the same run, the chunks start with the next run."""
         end = window.end
         budget = self.config["snapshot.max.rows.per.run"] - read
+        started = [s for s in started if not self.source.snapshot_whole(s.table)]  # next run's
         if getattr(window, "bounded", False) or budget <= 0 or not self.source.continue_window(window):
             notes.append("snapshot(s) started by the signal table are read from the next run on")
             return window, end, 0
@@ -475,12 +486,14 @@ class Capture:
                 if len(values) < 3:
                     raise ConfigError("the signal table needs the columns id, type, data (in that order)")
                 sig = parse_signal({"type": values[1], "data": values[2] or "{}"})
-                check_signals([sig], tables, self.source.table_columns, self.config[RAW_SQL_PROPERTY])
+                raw, refused = self.config[RAW_SQL_PROPERTY], snapshot_blocking.refused(self.source)
+                check_signals([sig], tables, self.source.table_columns, raw, refused)
             except (ConfigError, ValueError) as e:
                 log.warning("signal %r from %s ignored: %s", sig_id, table, e)
                 notes.append(f"signal {sig_id!r} from {table} ignored: {e}")
                 continue
-            notes += [f"signal {sig_id!r} from {table}: {n}" for n in apply_signals(ctx, [sig], tables)]
+            applied = apply_signals(ctx, [sig], tables, self._blocking)
+            notes += [f"signal {sig_id!r} from {table}: {n}" for n in applied]
         return notes, len(rows)
 
     def _reconcile(

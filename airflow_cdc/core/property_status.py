@@ -108,7 +108,8 @@ IGNORED: dict[str, str] = {
     "incremental.snapshot.watermarking.strategy": "windows are bounded by log positions, not signal rows",
     "incremental.snapshot.allow.schema.changes": "a schema change in a window starts a new part",
     "incremental.snapshot.option.recompile": _FETCH,
-    "read.only": "incremental snapshots never write to the source",
+    # MySQL/MariaDB declare it (a read-only session on every connection); elsewhere only this holds
+    "read.only": "windows are bounded by log positions: no watermark or signal rows are written",
     "snapshot.delay.ms": _STARTUP,
     "streaming.delay.ms": _STARTUP,
     "xmin.fetch.interval.ms": "xmin is not tracked; the slot's confirmed position is the offset",
@@ -127,23 +128,11 @@ IGNORED: dict[str, str] = {
 
 #: Refused with a ConfigError saying what to use instead.
 REFUSED: dict[str, str] = {
-    "snapshot.select.statement.overrides.": "use an `execute-snapshot` signal with "
-    "`additional-conditions` to filter a table's snapshot",
-    "snapshot.select.statement.overrides": "use an `execute-snapshot` signal with "
-    "`additional-conditions` to filter a table's snapshot",
-    "replica.identity.autoset.values": "run `ALTER TABLE ... REPLICA IDENTITY ...` on the server",
-    "slot.drop.on.stop": "drop the slot with `SELECT pg_drop_replication_slot(...)` when retiring it",
-    "slot.failover": "create the slot yourself with failover enabled and set `slot.name`",
     "slot.stream.params": "pgoutput's parameters are fixed (proto_version, publication_names, messages)",
-    "database.sslcert": "client certificates are PostgreSQL-only here; use `database.ssl.mode`",
-    "database.sslkey": "client certificates are PostgreSQL-only here; use `database.ssl.mode`",
-    "database.sslrootcert": "client certificates are PostgreSQL-only here; use `database.ssl.mode`",
-    "database.sslpassword": "client certificates are PostgreSQL-only here; use `database.ssl.mode`",
-    "bigint.unsigned.handling.mode": "not implemented for this connector; BIGINT UNSIGNED is staged "
-    "as the default `long` handling",
-    "database.ssl.keystore": "a Java keystore; client certificates are not supported yet",
-    "database.ssl.keystore.password": "a Java keystore; client certificates are not supported yet",
-    "database.ssl.truststore.password": "a Java keystore password; give `database.ssl.truststore` as PEM",
+    "database.sslcert": "a PostgreSQL property; MySQL/MariaDB take `database.ssl.keystore`",
+    "database.sslkey": "a PostgreSQL property; MySQL/MariaDB take `database.ssl.keystore`",
+    "database.sslrootcert": "a PostgreSQL property; MySQL/MariaDB take `database.ssl.truststore`",
+    "database.sslpassword": "a PostgreSQL property; MySQL/MariaDB take `database.ssl.keystore.password`",
     "database.initial.statements": "PostgreSQL and MySQL/MariaDB only; set session defaults on the "
     "database user (SQL Server: the login's defaults)",
     "database.connection.factory.class": _SPI,
@@ -153,7 +142,6 @@ REFUSED: dict[str, str] = {
     "when_needed, always)",
     "snapshot.locking.mode.custom.name": _SPI,
     "snapshot.query.mode.custom.name": _SPI,
-    "skip.messages.without.change": "not implemented; unchanged updates are staged as `u` events",
     "event.processing.failure.handling.mode": "only `fail` (the default) is supported: a bad event "
     "stops the run with nothing committed; `warn`/`skip` would drop data silently",
     "event.deserialization.failure.handling.mode": "only `fail` (the default) is supported",

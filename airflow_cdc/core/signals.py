@@ -8,6 +8,11 @@ Accepted shapes (from DAG run conf, the trigger form, the CLI or Python)::
     {"execute-snapshot": {...data...}}         # run-conf shorthand
     {"type": "stop-snapshot", "data": {"data-collections": [...], "type": "incremental"}}
 
+``"type": "incremental"`` (the default) queues chunked, watermarked snapshots in the snapshot
+context; ``"type": "blocking"`` asks the run that meets the signal to read the tables whole at one
+exact log position (:mod:`airflow_cdc.core.snapshot_blocking`): nothing is queued, so a committed
+run never repeats it and a run that dies before its commit meets the signal again.
+
 A filter is a condition in the safe language of :mod:`airflow_cdc.core.conditions` (raw SQL only
 with the pipeline property ``snapshot.additional.conditions.raw.sql``); :func:`check_signals`
 parses it against the table's columns before a capture run stores anything.
@@ -23,7 +28,7 @@ from typing import Any
 
 from airflow_cdc.core.conditions import condition_pieces
 from airflow_cdc.core.errors import ConfigError
-from airflow_cdc.core.snapshot import SnapshotContext, match_tables
+from airflow_cdc.core.snapshot import SnapshotContext, TableSnapshot, match_tables
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +39,7 @@ class SnapshotSignal:
     data_collections: tuple[str, ...] = ()
     conditions: dict[str, str] = field(default_factory=dict)
     surrogate_key: str | None = None
+    kind: str = "incremental"  # incremental | blocking
 
 
 def parse_signal(raw: dict[str, Any] | str) -> SnapshotSignal:
@@ -55,10 +61,13 @@ def parse_signal(raw: dict[str, Any] | str) -> SnapshotSignal:
     if action not in ("execute-snapshot", "stop-snapshot"):
         raise ConfigError(f"signal type {action!r} is not supported; use execute-snapshot or stop-snapshot")
     kind = str(data.get("type", "incremental")).lower()
-    if kind == "blocking":
-        log.warning("blocking snapshots are run as incremental snapshots (never one long transaction)")
-    elif kind != "incremental":
+    if kind not in ("incremental", "blocking"):
         raise ConfigError(f"signal {action}: snapshot type {kind!r} is not supported (incremental, blocking)")
+    if kind == "blocking" and data.get("surrogate-key"):
+        raise ConfigError(
+            f"signal {action}: 'surrogate-key' chunks an incremental snapshot; a blocking snapshot "
+            "reads its tables whole (drop the surrogate-key, or use \"type\": \"incremental\")"
+        )
     collections = data.get("data-collections") or []
     if isinstance(collections, str):
         collections = [c.strip() for c in collections.split(",") if c.strip()]
@@ -72,7 +81,8 @@ def parse_signal(raw: dict[str, Any] | str) -> SnapshotSignal:
                 f"and 'filter', got {cond!r}"
             )
         conditions[str(cond["data-collection"])] = str(cond["filter"])
-    return SnapshotSignal(action, tuple(collections), conditions, data.get("surrogate-key") or None)
+    surrogate = data.get("surrogate-key") or None
+    return SnapshotSignal(action, tuple(collections), conditions, surrogate, kind)
 
 
 def _execute_tables(sig: SnapshotSignal, tables: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -104,26 +114,43 @@ def check_signals(
     tables: list[str],
     columns_of: Callable[[str], Sequence[str] | None],
     raw_sql: bool,
+    blocking_refused: str | None = None,
 ) -> None:
     """Validate execute-snapshot signals against the captured tables, before anything is stored.
 
     Each additional condition is parsed in the safe condition language against its table's
     columns (``columns_of(table)``, None when the source cannot tell), unless ``raw_sql``.
 
-    :raises ConfigError: naming the signal field, table and column at fault.
+    :param blocking_refused: why the source cannot run ``blocking`` snapshots (None: it can).
+    :raises ConfigError: naming the signal field, table and column at fault, or a ``blocking``
+        snapshot the source cannot run (with ``incremental`` as the alternative).
     """
     for sig in signals:
         if sig.action != "execute-snapshot":
             continue
+        if sig.kind == "blocking" and blocking_refused is not None:
+            raise ConfigError(
+                f"signal execute-snapshot: snapshot type 'blocking' is not supported: {blocking_refused}",
+                hint='send the signal with "type": "incremental" (chunked, watermarked, exact)',
+            )
         _, conds = _execute_tables(sig, tables)
         for table, text in conds.items():
             condition_pieces(table, text, None if raw_sql else columns_of(table), raw_sql)
 
 
-def apply_signals(ctx: SnapshotContext, signals: list[SnapshotSignal], tables: list[str]) -> list[str]:
+def apply_signals(
+    ctx: SnapshotContext,
+    signals: list[SnapshotSignal],
+    tables: list[str],
+    blocking: list[TableSnapshot] | None = None,
+) -> list[str]:
     """Apply signals to the snapshot context; returns log lines saying what changed.
 
-    :raises ConfigError: as :func:`check_signals` (without parsing the conditions).
+    An incremental ``execute-snapshot`` queues its tables in ``ctx``; a blocking one appends them
+    to ``blocking`` (origin ``blocking``), for this run to read whole, and stores nothing.
+
+    :raises ConfigError: as :func:`check_signals` (without parsing the conditions); a blocking
+        signal without a ``blocking`` list to take it.
     """
     notes = []
     for sig in signals:
@@ -132,6 +159,12 @@ def apply_signals(ctx: SnapshotContext, signals: list[SnapshotSignal], tables: l
             notes.append(f"stop-snapshot: stopped {stopped or 'nothing'}")
             continue
         matched, conds = _execute_tables(sig, tables)
+        if sig.kind == "blocking":
+            if blocking is None:
+                raise ConfigError("signal execute-snapshot: a blocking snapshot cannot be run here")
+            blocking.extend(TableSnapshot(t, "blocking", conds.get(t)) for t in matched)
+            notes.append(f"execute-snapshot (blocking): {matched} read whole in this run")
+            continue
         ctx.add(matched, "adhoc", conds, sig.surrogate_key)
         notes.append(f"execute-snapshot: queued {matched}")
     return notes

@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,6 +27,8 @@ from airflow_cdc.core.errors import ServerMisconfigured
 from airflow_cdc.core.filters import any_full_match, compile_patterns
 
 log = logging.getLogger(__name__)
+
+_Read = TypeVar("_Read")  # what a read retried by read_when_visible returns (a chunk ...)
 
 #: How long a chunk read waits for transactions the log already holds to become visible to it.
 VISIBILITY_TIMEOUT = 30.0
@@ -38,7 +40,7 @@ class TableSnapshot:
     """One pending table snapshot and its cursor (last emitted key, as text values)."""
 
     table: str
-    origin: str = "initial"  # initial | adhoc
+    origin: str = "initial"  # initial | adhoc (| verify: never stored)
     condition: str | None = None
     surrogate_key: str | None = None
     last_key: list[str | None] | None = None
@@ -149,10 +151,10 @@ class ChunkRead:
 
 def read_when_visible(
     table: str,
-    attempt: Callable[[], tuple[ChunkRead | None, str]],
+    attempt: Callable[[], tuple[_Read | None, str]],
     hint: str,
     timeout: float | None = None,
-) -> ChunkRead:
+) -> _Read:
     """Read a chunk whose snapshot sees every transaction the log may already have handed out.
 
     With synchronous replication a commit is in the log (and maybe emitted by an earlier window)
@@ -242,8 +244,9 @@ def read_budgeted(
 
 def key_ordered_chunks(source: Any, table: str, chunk_size: int) -> Iterator[ChunkRead]:
     """Read a live table in key order, ``chunk_size`` rows at a time, with the source's snapshot
-    chunk reader (``read_chunks``), for ``verify``: no snapshot state is stored, nothing written."""
-    snap = TableSnapshot(table)
+    chunk reader (``read_chunks``), for ``verify``: no snapshot state is stored, nothing written.
+    The whole table, whatever ``snapshot.select.statement.overrides`` says (origin ``verify``)."""
+    snap = TableSnapshot(table, origin="verify")
     while True:
         chunk = source.read_chunks([snap], chunk_size, chunk_size)[0]
         yield chunk

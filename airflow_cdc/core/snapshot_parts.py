@@ -119,6 +119,9 @@ def plan_parts(capture: Capture, parts: int) -> list[dict[str, Any]]:
         if snap.table not in capture.source.tables():
             log.info("snapshot parts: %s is not captured; capture handles it", snap.table)
             return []
+        if capture.source.snapshot_whole(snap.table):
+            log.info("snapshot parts: %s has no key columns, capture reads it whole", snap.table)
+            return []
         max_key, bounds = capture.source.snapshot_bounds(
             snap, [per_part * k - 1 for k in range(1, parts + 1)]
         )

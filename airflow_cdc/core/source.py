@@ -56,6 +56,10 @@ class Capabilities:
     :param logs_creation: :meth:`ChangeSource.created_in_log` names the tables whose creation the
         window read; a table found new when a run opens is then snapshotted from the next run on,
         once the window showed whether the log holds all its rows.
+    :param blocking_snapshots: :meth:`ChangeSource.read_whole` reads any captured table (keyed
+        too) in one consistent snapshot at an exact log position, with an ``additional-conditions``
+        filter: ``execute-snapshot`` signals of type ``blocking`` run
+        (:mod:`airflow_cdc.core.snapshot_blocking`); False: they are refused.
     """
 
     acknowledges: bool = False
@@ -64,6 +68,7 @@ class Capabilities:
     snapshot_readers: bool = False
     checks: tuple[str, ...] = ("wal",)
     logs_creation: bool = False
+    blocking_snapshots: bool = False
 
 
 class ChangeSource(abc.ABC):
@@ -172,6 +177,25 @@ class ChangeSource(abc.ABC):
     def read_chunks(self, pending: list, max_rows: int, chunk_size: Any) -> list:
         """Key-ordered chunks of the pending table snapshots (``chunked_snapshots`` sources)."""
         raise NotImplementedError(f"{self.kind} does not read snapshot chunks")
+
+    def snapshot_whole(self, table: str) -> bool:
+        """Whether ``table``'s snapshot is read whole, in one consistent read (:meth:`read_whole`),
+        instead of in key-ordered chunks: a table without key columns has no order to chunk by."""
+        return False
+
+    def read_whole(self, snap: Any, writer: Any) -> int:
+        """Stage a table's snapshot (``snap``, :meth:`snapshot_whole`) whole, read in one consistent
+        snapshot of the source and streamed into ``writer`` in bounded pieces; returns the rows.
+
+        The rows are positioned where that snapshot stands in the log: every event at or below the
+        position is in them, none above it -- whatever window the batch holds (an applier skips
+        events it already holds by position).  A table whose silver mirrors its rows (``keyless``
+        ``multiset``) gets a truncate at that same position first: the image replaces silver; a
+        keyed table gets none (a blocking snapshot re-reads rows, ``blocking_snapshots``), and only
+        its rows matching ``snap.condition`` (an ``additional-conditions`` filter) are staged.
+        Repeating it stages the table again at a new position.
+        """
+        raise NotImplementedError(f"{self.kind} does not read tables whole")
 
     def snapshot_reader(self) -> ChangeSource:
         """A source on a connection of its own that reads snapshot chunks (:meth:`read_chunks`) of

@@ -36,6 +36,7 @@ from airflow_cdc.core.events import (
     envelope_schema,
     now_us,
 )
+from airflow_cdc.core.unchanged import drop_unchanged_piece, drop_unchanged_rows
 
 try:
     from airflow_cdc.core._columns import columns as _transpose
@@ -230,6 +231,9 @@ class TableSink:
 
     #: whether row images may hold :data:`NOT_SENT` (checked per piece only then)
     partial_images = False
+    #: ``skip.messages.without.change``: updates that change no captured column are not written
+    #: (:mod:`airflow_cdc.core.unchanged`); a source sets it on the stream sinks it applies to
+    skip_unchanged = False
 
     def expect_partial_images(self) -> None:
         self.partial_images = True
@@ -425,6 +429,12 @@ class TableSink:
         rows = self._rows
         if not rows:
             return
+        if self.skip_unchanged:
+            native = [getattr(c, "convert_values", None) is not None for c in self._codecs]
+            rows = drop_unchanged_rows(rows, self._columns, self._select, native, text_array, (NOT_SENT,))
+            if not rows:
+                self._reset()
+                return
         ops = [r[0] for r in rows]
         before, _ = self._image([r[1] for r in rows], False)
         after, unavailable = self._image([r[2] for r in rows], True)
@@ -445,11 +455,12 @@ class TableSink:
     def write_piece(self, piece: ColumnarPiece) -> None:
         """Write a piece given column-wise as one row group (after any buffered events)."""
         self.flush()
-        before, _ = self._struct(piece.before, False)
-        after, unavailable = self._struct(piece.after, True)
-        self._write(
-            piece.ops, piece.op_counts, before, after, piece.positions, piece.source, None, unavailable
-        )
+        kept = drop_unchanged_piece(piece) if self.skip_unchanged else piece
+        if kept is None:
+            return
+        before, _ = self._struct(kept.before, False)
+        after, unavailable = self._struct(kept.after, True)
+        self._write(kept.ops, kept.op_counts, before, after, kept.positions, kept.source, None, unavailable)
 
     def _write(
         self,

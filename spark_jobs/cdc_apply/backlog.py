@@ -15,8 +15,8 @@ A table's stretch ends where the batches stop being consecutive windows:
   (a batch missing in between);
 * where the key columns change.
 
-Tables not combined at all, applied batch by batch (:func:`combinable`): keyless tables (an
-append-only log: a re-run of a stretch whose mark did not land would append it twice), tables
+Tables not combined at all, applied batch by batch (:func:`combinable`): keyless tables (their
+writes skip events by the greatest position applied, ``keyless.py``, recorded per write), tables
 with SCD type 2 history (their history log records each batch), and soft deletes (a soft-deleted
 row keeps the values silver held when the delete was applied, so they depend on where batches
 end).
@@ -98,4 +98,5 @@ def combined_table(stretch: list[Entry]) -> StagedTable:
         toast=any(e.table.toast for e in stretch),
         ops_counted=all(e.table.ops_counted for e in stretch),
         row_bytes=max(e.table.row_bytes for e in stretch),
+        keyless=first.keyless,
     )

@@ -479,6 +479,13 @@ def newest_fence(table_path: str, partition: str | None = None) -> int | None:
     commits such as OPTIMIZE carry no token); commits older than the newest checkpoint are gone
     from view, which is fine: a token only matters while it is the newest.
     """
+    found = newest_recorded(table_path, "fence", partition)
+    return None if found is None else int(found)
+
+
+def newest_recorded(table_path: str, name: str, partition: str | None = None) -> Any:
+    """The value of ``name`` in the newest airflow-cdc commit info of the table by ``partition``
+    that records one (None: none does), walking the JSON commits from the newest down."""
     fs, local = filesystem(table_path)
     log_dir = f"{local}/_delta_log"
     commits = sorted(
@@ -493,8 +500,8 @@ def newest_fence(table_path: str, partition: str | None = None) -> int | None:
                 ours = json.loads(meta).get("airflow_cdc") or {}
             except (ValueError, AttributeError):
                 continue
-            if "fence" in ours and ours.get("partition") == partition:
-                return int(ours["fence"])
+            if name in ours and ours.get("partition") == partition:
+                return ours[name]
     return None
 
 

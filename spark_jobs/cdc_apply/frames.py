@@ -93,9 +93,11 @@ def _group_actions(
     columns: dict[str, T.DataType],
     keys: list[str],
     removes: bool,
+    images: bool = False,
 ) -> DataFrame:
     """The actions of schema groups with one staged schema (of one batch, or of consecutive
-    batches of a backlog: read as one, each part's rows tagged with its batch)."""
+    batches of a backlog: read as one, each part's rows tagged with its batch).  With ``images``
+    (a keyless multiset table) every ``u`` that carries a before image also removes it."""
     group = groups[0]
     parts = [read_group(spark, g).select("*", F.lit(g.batch_id).alias(_PART_BATCH)) for g in groups]
     events = parts[0]
@@ -123,8 +125,9 @@ def _group_actions(
     )
     if not removes:
         return after
+    moved = F.lit(True) if images else _key_changed(conv, keys)
     removed = events.where(
-        (F.col("op") == "d") | ((F.col("op") == "u") & F.col("before").isNotNull() & _key_changed(conv, keys))
+        (F.col("op") == "d") | ((F.col("op") == "u") & F.col("before").isNotNull() & moved)
     ).select(
         F.lit("delete").alias(ACTION),
         *meta,
@@ -212,8 +215,9 @@ def table_frame(
             runs[-1][1].append(group)
         else:
             runs.append((i, [group]))
+    keys, images = table.key_columns, table.keyless == "multiset"
     frames = [
-        _group_actions(spark, groups, per_group.get(i, {}), columns, table.key_columns, table.may_remove)
+        _group_actions(spark, groups, per_group.get(i, {}), columns, keys, table.may_remove, images)
         for i, groups in runs
     ]
     every = frames[0]

@@ -15,7 +15,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from . import backlog, bronze, compaction, delta_log, frames, history, rechunk, silver, toast
+from . import backlog, bronze, compaction, delta_log, frames, history, keyless, rechunk, silver, toast
 from .catalog import DEFAULT_FORMAT, CatalogNames
 from .crash import crash_point
 from .layout import table_path
@@ -304,8 +304,9 @@ def _apply_silver(
         return out
     soft = settings.delete_mode == "soft"
     if not table.key_columns:
-        silver.append_keyless(spark, silver_path, frame, commit)
-        out["silver"] = "appended (no key)"
+        mode = table.keyless or keyless.APPEND
+        partition = staged.manifest.get("partition")
+        out["silver"] = keyless.apply_keyless(spark, silver_path, frame, commit, mode, partition)
         return out
     actions = silver.drop_superseded(
         spark, frame.actions, _path(target, "tombstones", staged, table), table.key_columns

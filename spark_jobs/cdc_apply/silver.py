@@ -361,22 +361,6 @@ def older_pending() -> str:
     )
 
 
-def append_keyless(spark: SparkSession, path: str, frame: TableFrame, commit: Commit) -> None:
-    """Tables without a key: silver is an append-only log of row images."""
-    schema = target_schema(frame, soft=False)
-    create_table(spark, path, schema, TABLE_PROPERTIES)
-    current = ensure_columns(spark, path, schema)
-    rows = frame.actions.select(
-        *(F.col(quoted(n)).cast(current[n]).alias(n) for n in frame.columns),
-        POSITION,
-        OP,
-        TS_MS,
-        BATCH,
-        F.lit(None).cast(PENDING_TYPE).alias(PENDING),
-    )
-    commit.append(rows, path)
-
-
 def _lit(name: str) -> str:
     return name.replace("\\", "\\\\").replace("'", "\\'")
 

@@ -44,6 +44,10 @@ class StagedTable:
     toast: bool = True  # some event may list unchanged-TOAST columns (see may_have_unavailable)
     ops_counted: bool = True  # every part lists its op counts
     row_bytes: int = 0  # the widest row group's uncompressed bytes per event (sizes Spark's reads)
+    #: tables without key columns: ``multiset`` (silver mirrors the rows, duplicates included: the
+    #: source sends full old images) or ``append`` (silver is an append-only log of row images);
+    #: decided at capture, recorded in the manifest (batches staged before it: ``append``)
+    keyless: str | None = None
 
     @property
     def may_remove(self) -> bool:
@@ -149,7 +153,9 @@ class StagedBatch:
                 counted = counted and "ops" in part
                 for op, n in part.get("ops", {}).items():
                     ops[op] = ops.get(op, 0) + n
-            table = StagedTable(name, list(info.get("key_columns") or []), groups, ops, ops_counted=counted)
+            keys = list(info.get("key_columns") or [])
+            keyless = None if keys else str(info.get("keyless") or "append")
+            table = StagedTable(name, keys, groups, ops, ops_counted=counted, keyless=keyless)
             table.toast = table.may_have_unavailable(self.footer)
             table.row_bytes = max((row_bytes(self.footer(f)) for g in groups for f in g.files), default=0)
             out.append(table)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from airflow_cdc.testing.servers import MariaDbServer, PostgresServer
+from airflow_cdc.testing.servers import PG_DEFAULT_VERSION, PG_MATRIX, MariaDbServer, PostgresServer
 from tests.integration.mysql import support as my
 from tests.integration.postgres import support as pg
 
@@ -132,8 +132,14 @@ class MariaDbHarness(Harness):
         return my.assert_converged(config, tables)
 
 
-HARNESSES = {"postgresql": PgHarness, "mariadb": MariaDbHarness}
+HARNESSES: dict[str, type[Harness]] = {"postgresql": PgHarness, "mariadb": MariaDbHarness}
 DB_FIXTURES = {"postgresql": "pg_db", "mariadb": "mariadb_db"}
+# The suite on every other PostgreSQL major (``postgresql`` is 15, Debian's): same harness, the
+# database on that major's session server.
+for _version in PG_MATRIX:
+    if _version != PG_DEFAULT_VERSION:
+        HARNESSES[f"postgresql-{_version}"] = PgHarness
+        DB_FIXTURES[f"postgresql-{_version}"] = f"pg{_version}_db"
 
 
 # -- servers of their own, for restores ----------------------------------------------------------
@@ -165,8 +171,9 @@ def own_server(kind: str) -> Iterator[Any]:
 
         with own_sqlserver() as db:
             yield db
-    elif kind == "postgresql":
-        pserver = PostgresServer().start()
+    elif kind.startswith("postgresql"):
+        version = int(kind.partition("-")[2] or PG_DEFAULT_VERSION)
+        pserver = PostgresServer(version=version).start()
         try:
             pserver.execute("CREATE DATABASE restored")
             yield OwnPgDb("restored", pserver)

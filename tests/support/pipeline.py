@@ -9,12 +9,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Self
 
 from airflow_cdc.core.batch import list_batches
 from airflow_cdc.core.pipeline import build_capture, build_config, build_store
-from tests.support.oracle import ReferenceApplier
+from tests.support.oracle import ReferenceApplier, frozen
 
 
 def run_capture(config: dict[str, Any], commit: bool = True, signals: list | None = None) -> Any:
@@ -45,6 +46,21 @@ def assert_rows_equal(
         f"e.g. missing {sorted(missing)[:3]}, extra {sorted(extra)[:3]}, "
         f"different {[(k, _diff(expected[k], got[k])) for k in wrong[:3]]}"
     )
+
+
+def assert_multiset_equal(table: str, expected: list[dict[str, Any]], got: list[dict[str, Any]]) -> None:
+    """Compare the rows of a table without key as multisets (duplicates count)."""
+    want, have = Counter(map(_frozen, expected)), Counter(map(_frozen, got))
+    missing, extra = want - have, have - want
+    assert not missing and not extra, (
+        f"{table}: {sum(missing.values())} missing, {sum(extra.values())} extra of {len(expected)} rows; "
+        f"e.g. missing {[_short(dict(r)) for r in list(missing)[:3]]}, "
+        f"extra {[_short(dict(r)) for r in list(extra)[:3]]}"
+    )
+
+
+def _frozen(row: dict[str, Any]) -> tuple:
+    return tuple(sorted((k, frozen(v)) for k, v in row.items()))
 
 
 def _diff(expected: dict[str, Any] | None, got: dict[str, Any] | None) -> dict[str, tuple[str, str]]:

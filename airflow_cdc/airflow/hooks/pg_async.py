@@ -31,7 +31,7 @@ async def pg_changes_after(config: ConnectorConfig, offset: dict[str, Any], chec
         if check == "slot":
             # as the sync check: a slot missing or left behind the offset would be peeked from
             # below it, and the one change looked at could be one the offset covers
-            cur = await conn.execute(q.SLOT_INFO, (config["slot.name"],))
+            cur = await conn.execute(q.slot_info_query(conn.info.server_version), (config["slot.name"],))  # type: ignore[arg-type]
             slot = await cur.fetchone()
             if slot is None or slot[5] is None or parse_pg_lsn(slot[5]) < parse_pg_lsn(offset["lsn"]):
                 return True

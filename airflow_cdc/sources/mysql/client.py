@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import re
-import ssl
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +18,6 @@ import pymysql.converters
 from airflow_cdc.core.config import ConnectorConfig
 from airflow_cdc.core.errors import (
     AuthenticationFailed,
-    ConfigError,
     ConnectionFailed,
     MissingPrivilege,
     ProtocolError,
@@ -30,41 +28,18 @@ from airflow_cdc.sources.mysql import protocol as p
 from airflow_cdc.sources.mysql.config import default_server_id
 from airflow_cdc.sources.mysql.flavour import Flavour, detect
 from airflow_cdc.sources.mysql.position import binlog_file_number
+from airflow_cdc.sources.mysql.tls import auth_hint, tls_failure, tls_params
 
 log = logging.getLogger(__name__)
 COM_BINLOG_DUMP = 0x12
 
 
-def tls_params(config: ConnectorConfig) -> dict[str, Any]:
-    """pymysql arguments for ``database.ssl.mode``.
-
-    ``preferred`` upgrades to TLS when the server offers it (unverified, like MySQL's own
-    clients); ``required`` refuses a server without TLS; ``verify_ca`` also checks the server
-    certificate against ``database.ssl.truststore`` (a PEM CA bundle; the system CAs when unset);
-    ``verify_identity`` also checks that it names ``database.hostname``.
-    """
-    mode = config["database.ssl.mode"]
-    if mode == "disabled":
-        return {"ssl_disabled": True}
-    if mode == "preferred":
-        return {}  # pymysql's default: TLS when the server offers it, else plain
-    truststore = config["database.ssl.truststore"]
-    try:
-        ctx = ssl.create_default_context(cafile=truststore if mode != "required" else None)
-    except (OSError, ssl.SSLError) as e:
-        raise ConfigError(
-            f"property 'database.ssl.truststore': cannot load CA file {truststore!r}: {e}"
-        ) from None
-    ctx.check_hostname = mode == "verify_identity"
-    ctx.verify_mode = ssl.CERT_NONE if mode == "required" else ssl.CERT_REQUIRED
-    return {"ssl": ctx}
-
-
 def connect(
     config: ConnectorConfig, *, initial: bool = True, **kwargs: Any
 ) -> pymysql.connections.Connection:
-    """Open a connection (UTC session time zone, utf8mb4) and, unless not ``initial`` (the binlog
-    dump's connection, as Debezium), run ``database.initial.statements``.
+    """Open a connection (UTC session time zone, utf8mb4; read-only transactions with ``read.only``)
+    and, unless not ``initial`` (the binlog dump's connection, as Debezium), run
+    ``database.initial.statements``.
 
     :raises AuthenticationFailed: the server rejected the user or password.
     :raises ConnectionFailed: the server cannot be reached.
@@ -90,17 +65,18 @@ def connect(
         where = f"{params['host']}:{params['port']}"
         if code in (1045, 1044, 1698):
             raise AuthenticationFailed(
-                f"MySQL at {where} rejected the credentials of user {params['user']!r} (error {code})"
+                f"MySQL at {where} rejected the credentials of user {params['user']!r} (error {code})",
+                hint=auth_hint(config),
             ) from None
-        detail = str(e.args[1]) if len(e.args) > 1 else ""
-        # 2026: the server offers no TLS; 2003 wrapping an SSL error: the certificate check failed
-        if code == 2026 or (code == 2003 and "SSL" in detail):
-            raise ConnectionFailed(
-                f"cannot connect to MySQL at {where} with database.ssl.mode="
-                f"{config['database.ssl.mode']}: {detail}"
-            ) from None
+        failure = tls_failure(config, where, code, str(e.args[1]) if len(e.args) > 1 else "")
+        if failure is not None:
+            raise failure from None
         raise ConnectionFailed(f"cannot connect to MySQL at {where}: error {code}") from None
     statements = split_statements(config["database.initial.statements"]) if initial else []
+    if config["read.only"]:
+        # first: the server then refuses every write on this connection, whatever the user's
+        # privileges (SUPER and READ_ONLY ADMIN write through read_only=ON) and whoever's SQL it is
+        statements.insert(0, "SET SESSION TRANSACTION READ ONLY")
     if statements:
         with conn.cursor() as cur:
             for stmt in statements:

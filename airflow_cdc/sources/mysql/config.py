@@ -8,6 +8,9 @@ from typing import Any
 
 from airflow_cdc.core.config import COMMON_PROPERTIES, ConnectorConfig, Property
 from airflow_cdc.core.errors import ConfigError
+from airflow_cdc.core.snapshot_overrides import override_properties
+from airflow_cdc.core.unchanged import skip_property
+from airflow_cdc.sources.mysql.tls import check_properties
 
 _REPLACED = {"time.precision.mode", "schema.include.list", "schema.exclude.list", "database.dbname"}
 
@@ -33,8 +36,41 @@ MYSQL_PROPERTIES: tuple[Property, ...] = tuple(p for p in COMMON_PROPERTIES if p
         "database.ssl.truststore",
         "str",
         None,
-        "PEM file of CA certificates for `verify_ca`/`verify_identity` (default: the system CAs). "
-        "Unlike Debezium's JKS truststore, a PEM bundle.",
+        "CA certificates for `verify_ca`/`verify_identity` (default: the system CAs): a PKCS#12 "
+        "truststore or a PEM bundle (a JKS one is refused with the `keytool` command that converts it).",
+    ),
+    Property(
+        "database.ssl.truststore.password",
+        "secret",
+        None,
+        "Password of a PKCS#12 `database.ssl.truststore`.",
+    ),
+    Property(
+        "database.ssl.keystore",
+        "str",
+        None,
+        "Client certificate and private key for accounts created `REQUIRE X509`/`SUBJECT`/`ISSUER`, "
+        "sent on every connection (binlog dump included; TLS is then required even in `preferred`): a "
+        "PKCS#12 keystore or a PEM file holding both (a JKS one is refused with the `keytool` command "
+        "that converts it).",
+    ),
+    Property(
+        "database.ssl.keystore.password",
+        "secret",
+        None,
+        "Password of the PKCS#12 `database.ssl.keystore`, or of an encrypted PEM private key.",
+    ),
+    Property(
+        "database.ssl.cert",
+        "str",
+        None,
+        "Ours (MySQL's `--ssl-cert`): PEM client certificate (chain), instead of `database.ssl.keystore`.",
+    ),
+    Property(
+        "database.ssl.key",
+        "str",
+        None,
+        "Ours (MySQL's `--ssl-key`): PEM private key of `database.ssl.cert` (default: in that file).",
     ),
     Property(
         "time.precision.mode",
@@ -77,7 +113,18 @@ MYSQL_PROPERTIES: tuple[Property, ...] = tuple(p for p in COMMON_PROPERTIES if p
         True,
         "Years 0000-0099 in DATE and DATETIME values: 00-69 -> 2000-2069, 70-99 -> 1970-1999.",
     ),
+    skip_property("The binlog's full row images (`binlog_row_image=FULL`) always have the old row."),
+    *override_properties("<databaseName>.<tableName>"),
     Property("heartbeat.action.query", "str", None, "SQL run at the start of each capture run."),
+    Property(
+        "read.only",
+        "bool",
+        False,
+        "Debezium's read-only incremental snapshots: this connector writes nothing to the source either "
+        "way (watermarks are binlog coordinates, signal-table rows are read from the binlog), so it "
+        "captures from a read-only replica as it is; `true` also makes every connection read-only on "
+        "the server, and a `heartbeat.action.query` or `database.initial.statements` that writes fails.",
+    ),
     Property("converters", "list", (), "Debezium custom converter names; see `boolean.type`."),
     Property(
         "boolean.type",
@@ -107,7 +154,8 @@ def mysql_config(raw: Mapping[str, Any]) -> ConnectorConfig:
     ``database.include.list``/``database.exclude.list`` select databases (MySQL has no schemas);
     table names are ``database.table``.
 
-    :raises ConfigError: naming the first bad property.
+    :raises ConfigError: naming the first bad property (or a client certificate that cannot be
+        sent: see :func:`airflow_cdc.sources.mysql.tls.check_properties`).
     """
     values = dict(raw)
     for prop in ("schema.include.list", "schema.exclude.list", "database.dbname"):
@@ -125,4 +173,5 @@ def mysql_config(raw: Mapping[str, Any]) -> ConnectorConfig:
             "schema.exclude.list": values.get("database.exclude.list", ()),
         },
     )
+    check_properties(config)
     return config

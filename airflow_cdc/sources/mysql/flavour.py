@@ -18,6 +18,8 @@ exact snapshot watermark   ``binlog_snapshot_file/position``  none: chunks recon
                            under a consistent snapshot        change of the window (log wins)
 monitor privilege          BINLOG MONITOR (alias              REPLICATION CLIENT
                            REPLICATION CLIENT)
+replica status             ``SHOW ALL SLAVES STATUS``         ``SHOW REPLICA STATUS`` (8.0.22+),
+                           (SLAVE MONITOR)                    ``SHOW SLAVE STATUS`` before
 =========================  =================================  =======================================
 """
 
@@ -107,6 +109,13 @@ class Flavour:
             if self.is_mariadb
             else ("REPLICATION CLIENT", "SUPER")
         )
+
+    @property
+    def replica_status_sql(self) -> str:
+        """The server's replication connections, one row each (none when it replicates from no one)."""
+        if self.is_mariadb:
+            return "SHOW ALL SLAVES STATUS"
+        return "SHOW REPLICA STATUS" if self.version >= (8, 0, 22) else "SHOW SLAVE STATUS"
 
     def json_decoder(self) -> Any:
         return None if self.is_mariadb else _mysql_json

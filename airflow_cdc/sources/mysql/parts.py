@@ -29,8 +29,10 @@ def bounds(
     key: list[str],
     offsets: list[int],
     condition: list[q.Piece] | None = None,
+    relation: str | None = None,
 ) -> tuple[list, list]:
-    """``max_key`` and the cursors ``offsets`` rows past ``snap.last_key``, in one consistent snapshot.
+    """``max_key`` and the cursors ``offsets`` rows past ``snap.last_key``, in one consistent snapshot;
+    ``relation``: what is read instead of the table (``snapshot.select.statement.overrides``).
 
     A snapshot whose stored cursor has an older format is not split (``[]`` bounds: capture restarts
     it itself).
@@ -48,7 +50,8 @@ def bounds(
         try:
             max_key = snap.max_key
             if max_key is None:
-                query, params = q.max_key(tdef.db, tdef.table, [k.cursor for k in keys], order, condition)
+                cursors = [k.cursor for k in keys]
+                query, params = q.max_key(tdef.db, tdef.table, cursors, order, condition, relation)
                 cur.execute(query, params)
                 row = cur.fetchone()
                 max_key = [None if v is None else str(v) for v in row] if row else []
@@ -64,7 +67,7 @@ def bounds(
                     where.append(text)
                     args += more
                 select = [k.cursor for k in keys]
-                query = q.chunk(tdef.db, tdef.table, select, [k.name for k in keys], where, 1)
+                query = q.chunk(tdef.db, tdef.table, select, [k.name for k in keys], where, 1, relation)
                 cur.execute(f"{query} OFFSET {int(offset)}", args)
                 row = cur.fetchone()
                 if row is None:

@@ -125,6 +125,7 @@ def read_chunk(
     limit: int,
     status_sql: str,
     condition: list[Piece] | None = None,
+    relation: str | None = None,
 ) -> MySqlChunk:
     """Read one chunk of ``snap`` after ``cursor`` in a consistent snapshot of its own.
 
@@ -133,7 +134,8 @@ def read_chunk(
     straddles two chunks.
 
     ``condition``: the ad hoc snapshot's additional condition
-    (:func:`airflow_cdc.core.conditions.condition_pieces`).
+    (:func:`airflow_cdc.core.conditions.condition_pieces`); ``relation``: what is read instead of
+    the table (a ``snapshot.select.statement.overrides`` statement, :func:`sql.override_relation`).
 
     :raises UnsupportedType: a chunking column has no exact order (nothing is read).
     """
@@ -154,14 +156,16 @@ def read_chunk(
                     status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
                 )
             if snap.max_key is None:
-                cur.execute(*q.max_key(tdef.db, tdef.table, [k.cursor for k in keys], order, condition))
+                cursors = [k.cursor for k in keys]
+                cur.execute(*q.max_key(tdef.db, tdef.table, cursors, order, condition, relation))
                 row = cur.fetchone()
                 snap.max_key = [None if v is None else str(v) for v in row] if row else []
             rows: list[tuple] = []
             if snap.max_key:
-                rows = _select(cur, tdef, keys, cursor, snap.max_key, condition, limit)
+                rows = _select(cur, tdef, keys, cursor, snap.max_key, (condition, relation), limit)
                 if len(rows) == limit and order != tdef.key:
-                    rows = _select(cur, tdef, keys, cursor, _cursor_of(rows[-1], keys), condition, None)
+                    upto = _cursor_of(rows[-1], keys)
+                    rows = _select(cur, tdef, keys, cursor, upto, (condition, relation), None)
             lsn_after = coord
             if coord is None:
                 cur.execute(status_sql)
@@ -182,10 +186,12 @@ def _select(
     keys: list[ck.KeyColumn],
     after: list | None,
     upto: list,
-    condition: list[Piece] | None,
+    filters: tuple[list[Piece] | None, str | None],
     limit: int | None,
 ) -> list[tuple]:
-    """Rows after ``after`` up to ``upto`` (cursor texts): table columns then cursor texts."""
+    """Rows after ``after`` up to ``upto`` (cursor texts): table columns then cursor texts.
+    ``filters``: the additional condition and the relation read instead of the table."""
+    condition, relation = filters
     upper, args = ck.bound(keys, upto, "<=")
     where = [upper]
     if after is not None:
@@ -197,7 +203,7 @@ def _select(
         text, more = q.condition_sql(condition)
         where.append(text)
         args += more
-    cur.execute(q.chunk(tdef.db, tdef.table, select, [k.name for k in keys], where, limit), args)
+    cur.execute(q.chunk(tdef.db, tdef.table, select, [k.name for k in keys], where, limit, relation), args)
     return list(cur.fetchall())
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from airflow_cdc.core import snapshot_overrides as so
 from airflow_cdc.core.batch import BatchWriter, list_batches
 from airflow_cdc.core.column_mapping import configured_mappers
 from airflow_cdc.core.conditions import RAW_SQL_PROPERTY, condition_pieces
@@ -33,7 +34,17 @@ from airflow_cdc.core.snapshot import (
 )
 from airflow_cdc.core.source import Capabilities, ChangeSource, columns_changed
 from airflow_cdc.core.table_sink import SnapshotSinks
-from airflow_cdc.sources.mysql import charsets, chunk_keys, client, offsets, parts, snapshot
+from airflow_cdc.core.unchanged import SKIP_PROPERTY
+from airflow_cdc.sources.mysql import (
+    charsets,
+    chunk_keys,
+    client,
+    offsets,
+    overrides,
+    parts,
+    replica,
+    snapshot,
+)
 from airflow_cdc.sources.mysql.flavour import GtidSet
 from airflow_cdc.sources.mysql.position import MySqlPosition, binlog_file_number
 from airflow_cdc.sources.mysql.schema import SchemaHistory, TableDef, load_tables
@@ -48,7 +59,9 @@ class MySqlSource(ChangeSource):
     """One MySQL or MariaDB server captured from its binlog."""
 
     kind = "mysql"
-    capabilities = Capabilities(keeps_state=True, checks=offsets.CHECKS, logs_creation=True)
+    capabilities = Capabilities(
+        keeps_state=True, checks=offsets.CHECKS, logs_creation=True, blocking_snapshots=True
+    )
 
     def __init__(self, config: ConnectorConfig) -> None:
         self.config, self.name = config, config["name"]
@@ -68,6 +81,7 @@ class MySqlSource(ChangeSource):
             "gtid.source.excludes",
             config["gtid.source.excludes"],
         )
+        self.overrides = so.Overrides(config, so.MYSQL, fold_case=True)
         self.conn: Any = None
         self.history = SchemaHistory()
         self.files: dict[int, str] = {}
@@ -85,6 +99,7 @@ class MySqlSource(ChangeSource):
         self.info = client.check_server(self.conn)
         self.flavour = self.info.flavour
         client.check_privileges(self.conn, self.flavour)
+        replica.check(self.conn, self.flavour)  # a replica: its binlog must hold what it replicates
         tables = load_tables(self.conn)
         self._tables = {n: t for n, t in tables.items() if self.filters.includes_table(_tid(t))}
         charsets.learn(self.conn, {c.charset for t in self._tables.values() for c in t.columns})
@@ -104,6 +119,28 @@ class MySqlSource(ChangeSource):
             # no key / unsupported type / a key without exact chunk order: fail before anything is read
             chunk_keys.check_key(tdef, self.resolver.build(tdef).key_columns)
         self._snapshot_sinks.clear()
+        self._check_overrides()
+
+    def _check_overrides(self) -> None:
+        """Check every captured table's snapshot statement on the server (start-up).
+
+        :raises ConfigError: a statement breaks chunking (see ``core.snapshot_overrides``).
+        """
+        self.overrides.clear()
+        if not self.overrides.statements:
+            return
+        unused = self.overrides.unused(self._tables)
+        if unused:
+            log.warning("%s: %s not captured; not used", so.OVERRIDES, ", ".join(unused))
+        for table in self._tables:
+            self._snapshot_relation(table)
+
+    def _snapshot_relation(self, table: str, origin: str = "initial") -> str | None:
+        """What snapshot chunks of ``table`` read instead of it (None: the table itself)."""
+        if not self.overrides.statements or not so.applies(origin):
+            return None
+        key = self.resolver.build(self._tables[table]).key_columns
+        return overrides.relation(self.overrides, self.conn, table, self._tables[table], key)
 
     def restore_state(self, data: Any) -> None:
         """Load the schema history kept in the connector state."""
@@ -115,7 +152,7 @@ class MySqlSource(ChangeSource):
     def heartbeat(self) -> None:
         sql = self.config["heartbeat.action.query"]
         if sql and self.conn is not None:
-            client.query(self.conn, sql)  # the operator's own SQL, by definition
+            replica.heartbeat(self.conn, sql, self.config["read.only"])
 
     def close(self) -> None:
         if self.conn is not None:
@@ -337,6 +374,17 @@ class MySqlSource(ChangeSource):
         """Columns of a captured table, as the schema history has it now."""
         return [c.name for c in self._tables[table].columns]
 
+    def snapshot_whole(self, table: str) -> bool:
+        """Tables without key columns are snapshotted whole (:mod:`.whole`); False for a table not
+        captured (any more), whose snapshot the chunk reader skips with a warning."""
+        return table in self._tables and not self.table_state(table).key_columns
+
+    def read_whole(self, snap: TableSnapshot, writer: BatchWriter) -> int:
+        """Stage a table without key columns whole, at its consistent snapshot's coordinate."""
+        from airflow_cdc.sources.mysql.whole import read_whole  # whole builds on this class
+
+        return read_whole(self, snap, writer)
+
     def read_chunks(
         self, pending: list[TableSnapshot], max_rows: int, chunk_size: int | ChunkSizer
     ) -> list[ChunkRead]:
@@ -391,6 +439,7 @@ class MySqlSource(ChangeSource):
                     limit,
                     self.flavour.status_sql,
                     condition,
+                    self._snapshot_relation(snap.table, snap.origin),
                 )
             except Exception as e:
                 if not snapshot.is_missing_column(e) or attempt == 2:
@@ -408,7 +457,8 @@ class MySqlSource(ChangeSource):
         tdef = self._tables[snap.table]
         columns = [c.name for c in tdef.columns]
         condition = condition_pieces(snap.table, snap.condition, columns, self.config[RAW_SQL_PROPERTY])
-        return parts.bounds(self.conn, tdef, snap, state.key_columns, offsets, condition)
+        relation = self._snapshot_relation(snap.table, snap.origin)
+        return parts.bounds(self.conn, tdef, snap, state.key_columns, offsets, condition, relation)
 
     def chunk_floor(self, watermark: snapshot.Watermark) -> int | None:
         return watermark.coord  # the consistent snapshot's binlog position (MariaDB)
@@ -485,6 +535,7 @@ class MySqlSource(ChangeSource):
             "gtid_filter": self.gtid_filter,
             "skip_gtids": self._skip,
             "epoch": self.epoch,
+            "skip_unchanged": self.config[SKIP_PROPERTY],
         }
         reader = WindowReader(self.resolver, self.flavour, writer, tracker, options)
         if upto_lsn <= from_lsn:

@@ -56,13 +56,20 @@ def condition_sql(pieces: Sequence[Piece]) -> tuple[str, list[Any]]:
 
 
 def max_key(
-    db: str, table: str, cursors: Sequence[str], order: Sequence[str], condition: Sequence[Piece] | None
+    db: str,
+    table: str,
+    cursors: Sequence[str],
+    order: Sequence[str],
+    condition: Sequence[Piece] | None,
+    relation: str | None = None,
 ) -> tuple[str, list[Any] | None]:
     """The cursor texts of the greatest key (``ORDER BY ... DESC``: NULLs last, as ascending
-    order puts them first), and the parameters of the query (None: it takes none)."""
+    order puts them first), and the parameters of the query (None: it takes none).
+    ``relation``: what is read instead of the table (:func:`override_relation`)."""
     desc = ", ".join(f"{ident(c)} DESC" for c in order)
+    source = qualified(db, table) if relation is None else relation
     # identifiers quoted by ident(); literals of the condition are parameters
-    query = f"SELECT {', '.join(cursors)} FROM {qualified(db, table)}"  # noqa: S608
+    query = f"SELECT {', '.join(cursors)} FROM {source}"  # noqa: S608
     if not condition:
         return f"{query} ORDER BY {desc} LIMIT 1", None
     where, args = condition_sql(condition)
@@ -76,12 +83,32 @@ def chunk(
     order: Sequence[str],
     where: Sequence[str],
     limit: int | None,
+    relation: str | None = None,
 ) -> str:
     """A key-ordered chunk: rows matching the predicates ``where`` (the bounds of
     :func:`airflow_cdc.sources.mysql.chunk_keys.bound`, then any :func:`condition_sql`), ``limit``
-    rows at most (None: all)."""
+    rows at most (None: all).  Executed with parameters: ``relation`` (what is read instead of the
+    table, :func:`override_relation`) has its ``%`` doubled."""
     tail = f" LIMIT {int(limit)}" if limit is not None else ""
+    source = qualified(db, table) if relation is None else _percent(relation)
     return (
-        f"SELECT {', '.join(select)} FROM {qualified(db, table)} WHERE {' AND '.join(where)} "  # noqa: S608
+        f"SELECT {', '.join(select)} FROM {source} WHERE {' AND '.join(where)} "  # noqa: S608
         f"ORDER BY {', '.join(ident(c) for c in order)}{tail}"
     )
+
+
+def override_relation(statement: str, columns: Sequence[str], present: set[str]) -> str:
+    """A ``snapshot.select.statement.overrides`` statement as the derived table snapshot chunks read
+    (:mod:`airflow_cdc.core.snapshot_overrides`): every column of the table, NULL for those the
+    statement leaves out.  The statement is the operator's own SQL, on lines of its own."""
+    inner = f"(\n{statement}\n) AS `snapshot_override`"
+    if set(columns) <= present:
+        return inner
+    cols = ", ".join(ident(c) if c in present else f"NULL AS {ident(c)}" for c in columns)
+    return f"(SELECT {cols} FROM {inner}) AS `snapshot_rows`"  # noqa: S608
+
+
+def describe_statement(statement: str) -> str:
+    """An override statement as chunks wrap it, reading no row (LIMIT 0): its result columns.
+    Executed without parameters."""
+    return f"SELECT * FROM (\n{statement}\n) AS `snapshot_override` LIMIT 0"  # noqa: S608

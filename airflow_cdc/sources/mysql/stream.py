@@ -21,6 +21,8 @@ from airflow_cdc.core.batch import BatchWriter
 from airflow_cdc.core.failpoints import failpoint
 from airflow_cdc.core.progress import Progress
 from airflow_cdc.core.snapshot import ChunkTracker
+from airflow_cdc.core.table_sink import TableSink
+from airflow_cdc.core.unchanged import unchanged_row
 from airflow_cdc.sources.mysql import protocol as p
 from airflow_cdc.sources.mysql.client import BinlogStream
 from airflow_cdc.sources.mysql.flavour import Flavour, GtidSet
@@ -132,6 +134,8 @@ class WindowReader:
         self.gtid_filter = options["gtid_filter"]
         self.skip_gtids: GtidSet | None = options.get("skip_gtids")
         self.epoch: int = options.get("epoch", 0)
+        #: skip.messages.without.change (the binlog's row images are full: always comparable)
+        self.skip_unchanged = bool(options.get("skip_unchanged", False))
         self.tracked = tracker.tables() if tracker else frozenset()
         self.maps: dict[int, TableState | None] = {}
         self.schema_changes: list[dict[str, Any]] = []
@@ -300,9 +304,7 @@ class WindowReader:
             if "t" not in self.skipped:
                 txn.seq += 1
                 block = txn.block(table) if self.provide_txn else None
-                state.stream_sink(self.writer, expand_events).add(
-                    ("t", None, None, txn.info, start & 0xFFFFFFFF, 0, block, 0)
-                )
+                self._sink(state).add(("t", None, None, txn.info, start & 0xFFFFFFFF, 0, block, 0))
 
     # -- rows --------------------------------------------------------------------------------
     def _rows(self, data: bytes, etype: int, file_no: int, pos: int, txn: _Txn) -> int:
@@ -325,7 +327,7 @@ class WindowReader:
             built = state.events(data, o + p.HEADER_SIZE, op, present, present_after, pos, info)
             if built is not None:  # the compiled reader built the events
                 if built:
-                    state.stream_sink(self.writer, expand_events).add_many(built)
+                    self._sink(state).add_many(built)
                 txn.seq += len(built)
                 return len(built)
         images = state.decode(data, o + p.HEADER_SIZE, op, present, present_after, pos)
@@ -339,12 +341,14 @@ class WindowReader:
             if op == "u" and _key_changed(before, after, state.key_index):
                 # Debezium: d for the old key, c for the new one carrying the old image as old key
                 events: tuple = (("d", before, None), ("c", before, after))
+            elif op == "u" and self.skip_unchanged and unchanged_row(before, after, state.select):
+                continue  # skip.messages.without.change: no event, so no chunk row is dropped for it
             else:
                 events = ((op, before, after),)
             for event_op, b, a in events:
                 if event_op in self.skipped:
                     continue
-                sink = sink or state.stream_sink(self.writer, expand_events)
+                sink = sink or self._sink(state)
                 txn.seq += 1
                 block = txn.block(state.name) if self.provide_txn else None
                 sink.add((event_op, b, a, info, pos, row, block, emitted))
@@ -356,7 +360,7 @@ class WindowReader:
     def _add_all(self, state: TableState, op: str, images: list, info: tuple, pos: int) -> int:
         """Append every event of a rows event (the common case of :meth:`_rows`: no skipped
         operation applies, no transaction blocks, no snapshot chunk tracking)."""
-        add = state.stream_sink(self.writer, expand_events).add
+        add = self._sink(state).add
         if op != "u":
             for row, (before, after) in enumerate(images):
                 add((op, before, after, info, pos, row, None, row))
@@ -371,6 +375,13 @@ class WindowReader:
                 add(("u", before, after, info, pos, row, None, n))
                 n += 1
         return n
+
+    def _sink(self, state: TableState) -> TableSink:
+        """The table's stream sink; it drops unchanged updates the compiled reader built
+        (``skip.messages.without.change``), by the rule :func:`unchanged_row` applies here."""
+        sink = state.stream_sink(self.writer, expand_events)
+        sink.skip_unchanged = self.skip_unchanged
+        return sink
 
     def _observe(self, state: TableState, before: Any, after: Any, txn_start: int) -> None:
         for image in (before, after):

@@ -112,12 +112,14 @@ class TableState:
             for i, c in enumerate(self.tdef.columns)
             if i in self.select
         ]
-        return {
+        info = {
             "schema": self.tdef.db,
             "table": self.tdef.table,
             "key_columns": self.key_columns,
             "columns": cols,
         }
+        # no key: binlog row images are full (binlog_row_image=FULL), so silver mirrors the rows
+        return info if self.key_index else {**info, "keyless": "multiset"}
 
     def open_sink(self, writer: BatchWriter, kind: str, expand: Any = None) -> TableSink:
         return writer.sink(
@@ -353,20 +355,20 @@ class TableResolver:
         return None
 
     def build(self, tdef: TableDef, tm: p.TableMap | None = None) -> TableState:
-        """Capture state of a structure (column filters, key, codecs).
+        """Capture state of a structure (column filters, key, codecs).  A table without a primary
+        key and ``message.key.columns`` entry has no key columns (its silver is a multiset).
 
-        :raises SchemaError: no key and no ``message.key.columns``.
+        :raises SchemaError: ``message.key.columns`` names columns the table lacks.
         :raises UnsupportedType: naming table and column.
         """
         tid = TableId(tdef.db, tdef.table)
         names = [c.name for c in tdef.columns]
         key = list(self.filters.message_key_columns(tid) or tdef.key)
         missing = [k for k in key if k not in names]
-        if not key or missing:
+        if missing:
             raise SchemaError(
-                f"table {tdef.name} has no primary key{f' (missing {missing})' if missing else ''};"
-                " set message.key.columns to name its key columns",
-                hint="add a primary key or set message.key.columns=<db.table>:<col>,...",
+                f"table {tdef.name} has no column(s) {missing} that message.key.columns names",
+                hint="fix message.key.columns=<db.table>:<col>,...",
             )
         select, codecs, layout, infos = [], [], [], []
         for i, col in enumerate(tdef.columns):

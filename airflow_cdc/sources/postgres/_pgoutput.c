@@ -69,6 +69,7 @@ Decoder_dealloc(Decoder *d)
     for (int i = 0; i < d->nrels; i++)
         rel_free(d->rels[i]);
     PyMem_Free(d->rels);
+    Py_CLEAR(d->txn.origin);
     Py_TYPE(d)->tp_free((PyObject *)d);
 }
 
@@ -196,14 +197,39 @@ Decoder_unregister(Decoder *d, PyObject *arg)
     return PyBool_FromLong(rc);
 }
 
+/* The transaction's replication origin (a str, or None: none). */
+static int
+set_origin(Txn *t, PyObject *origin, unsigned long long origin_lsn)
+{
+    const char *utf8 = NULL;
+    Py_ssize_t len = 0;
+    if (origin == Py_None)
+        origin = NULL;
+    else if (!PyUnicode_Check(origin)) {
+        PyErr_SetString(PyExc_TypeError, "origin must be a str or None");
+        return -1;
+    }
+    else if ((utf8 = PyUnicode_AsUTF8AndSize(origin, &len)) == NULL)
+        return -1;
+    Py_XINCREF(origin);
+    Py_XSETREF(t->origin, origin);
+    t->origin_utf8 = utf8;
+    t->origin_len = len;
+    t->origin_lsn = origin_lsn;
+    return 0;
+}
+
 static PyObject *
 Decoder_set_txn(Decoder *d, PyObject *args)
 {
     int active;
-    unsigned long long final_lsn;
+    unsigned long long final_lsn, origin_lsn = 0;
     long long ts_us, xid, seq;
-    PyObject *prev;
-    if (!PyArg_ParseTuple(args, "pKLLOL", &active, &final_lsn, &ts_us, &xid, &prev, &seq))
+    PyObject *prev, *origin = Py_None;
+    if (!PyArg_ParseTuple(args, "pKLLOL|OK", &active, &final_lsn, &ts_us, &xid, &prev, &seq, &origin,
+                          &origin_lsn))
+        return NULL;
+    if (set_origin(&d->txn, origin, origin_lsn) < 0)
         return NULL;
     if (prev != Py_None) {
         unsigned long long v = PyLong_AsUnsignedLongLong(prev);
@@ -298,6 +324,18 @@ image_take(Rel *r, Image *img)
     return Py_BuildValue("(NN)", buf_bytes(&img->present, bitmap), cols);
 }
 
+/* The piece's ``source.origin`` buffers (offsets, UTF-8, validity, origin_lsn), or None when no
+ * row of it came through a replication origin. */
+static PyObject *
+origin_take(Rel *r)
+{
+    Py_ssize_t n = r->n;
+    if (!r->origins)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(NNNN)", buf_bytes(&r->ooff, (n + 1) * 4), buf_bytes(&r->odata, r->odata.len),
+                         buf_bytes(&r->ovalid, (n + 7) / 8), buf_bytes(&r->olsn, n * 8));
+}
+
 static PyObject *
 Decoder_take(Decoder *d, PyObject *arg)
 {
@@ -318,18 +356,20 @@ Decoder_take(Decoder *d, PyObject *arg)
         ((int32_t *)steps.p)[n + 1 + i] = (int32_t)(POS_LEN * i);
     }
     PyObject *out = Py_BuildValue(
-        "(n{sn,sn,sn}NNNNNNNNNNN)", n, "c", r->counts[0], "u", r->counts[1], "d", r->counts[2],
+        "(n{sn,sn,sn}NNNNNNNNNNNN)", n, "c", r->counts[0], "u", r->counts[1], "d", r->counts[2],
         PyBytes_FromStringAndSize(steps.p, (n + 1) * 4), buf_bytes(&r->ops, n),
         PyBytes_FromStringAndSize(steps.p + (n + 1) * 4, (n + 1) * 4), buf_bytes(&r->pos, n * POS_LEN),
         buf_bytes(&r->ts, n * 8), buf_bytes(&r->xid, n * 8), buf_bytes(&r->lsn, n * 8),
         buf_bytes(&r->seqoff, (n + 1) * 4), buf_bytes(&r->seqdata, r->seqdata.len),
-        image_take(r, &r->img[0]), image_take(r, &r->img[1]));
+        image_take(r, &r->img[0]), image_take(r, &r->img[1]), origin_take(r));
     buf_free(&steps);
     if (out == NULL)
         return NULL;
     rel_rollback(r, 0);
     r->img[0].present.len = r->img[1].present.len = 0;
     r->ops.len = r->pos.len = r->ts.len = r->xid.len = r->lsn.len = r->seqoff.len = r->seqdata.len = 0;
+    r->ooff.len = r->odata.len = r->ovalid.len = r->olsn.len = 0;
+    r->origins = 0;
     r->n = r->bytes = 0;
     r->counts[0] = r->counts[1] = r->counts[2] = 0;
     return out;
@@ -395,7 +435,8 @@ static PyMethodDef Decoder_methods[] = {
     {"unregister", (PyCFunction)Decoder_unregister, METH_O,
      "unregister(relid): stop decoding a relation (its events must have been taken)."},
     {"set_txn", (PyCFunction)Decoder_set_txn, METH_VARARGS,
-     "set_txn(active, final_lsn, ts_us, xid, prev_commit_or_None, seq): the current transaction."},
+     "set_txn(active, final_lsn, ts_us, xid, prev_commit_or_None, seq, origin=None, origin_lsn=0):\n"
+     "the current transaction (origin: its replication origin's name, None without)."},
     {"feed", (PyCFunction)Decoder_feed, METH_VARARGS,
      "feed(rows, start) -> index of the first (lsn, data) row not consumed."},
     {"take", (PyCFunction)Decoder_take, METH_O,

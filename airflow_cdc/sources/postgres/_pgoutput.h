@@ -43,6 +43,10 @@ typedef struct {
     Py_ssize_t counts[3];  /* c, u, d */
     Image img[2];          /* before, after */
     Buf ops, pos, ts, xid, lsn, seqoff, seqdata;
+    /* source.origin / origin_lsn: kept only once a row of the piece came through a replication
+     * origin (rare), the piece's earlier rows then null; without, take() hands over None */
+    int origins;
+    Buf ooff, odata, ovalid, olsn;
 } Rel;
 
 /* The current transaction, as the Python decoder last described it, and the window's options. */
@@ -53,6 +57,10 @@ typedef struct {
     uint32_t epoch; /* position epoch: prefixes every position (see sources/postgres/position.py) */
     int64_t ts_us, xid, seq;
     Py_ssize_t events;
+    PyObject *origin;        /* the transaction's replication origin name (str), or NULL */
+    const char *origin_utf8; /* its UTF-8 text (owned by ``origin``) */
+    Py_ssize_t origin_len;
+    uint64_t origin_lsn;     /* the commit LSN on the origin server */
 } Txn;
 
 static inline uint16_t

@@ -102,7 +102,8 @@ rel_free(Rel *r)
         }
         buf_free(&r->img[k].present);
     }
-    Buf *bufs[] = {&r->ops, &r->pos, &r->ts, &r->xid, &r->lsn, &r->seqoff, &r->seqdata};
+    Buf *bufs[] = {&r->ops, &r->pos, &r->ts, &r->xid, &r->lsn, &r->seqoff, &r->seqdata,
+                   &r->ooff, &r->odata, &r->ovalid, &r->olsn};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         buf_free(bufs[i]);
     PyMem_Free(r->map);
@@ -220,6 +221,36 @@ put_i64(char *out, int64_t v)
     return put_u64(out, (uint64_t)v);
 }
 
+/* ``source.origin`` / ``origin_lsn`` of row ``r->n``: 0, -1 (leave the row to Python) or -2.
+ * Nothing is stored while no row of the piece has an origin; the first one that has fills the
+ * buffers with nulls for the rows before it. */
+static int
+origin_put(Txn *tx, Rel *r)
+{
+    Py_ssize_t row = r->n;
+    int has = tx->origin != NULL;
+    if (!has && !r->origins)
+        return 0;
+    if (!r->origins) {
+        if (buf_reserve(&r->ooff, (row + 2) * 4) < 0 || buf_reserve(&r->olsn, (row + 1) * 8) < 0)
+            return -2;
+        memset(r->ooff.p, 0, (size_t)(row + 1) * 4);
+        memset(r->olsn.p, 0, (size_t)row * 8);
+        r->ooff.len = (row + 1) * 4;
+        r->olsn.len = row * 8;
+        r->odata.len = r->ovalid.len = 0;
+        r->origins = 1;
+    }
+    uint64_t lsn = has ? tx->origin_lsn : 0;
+    if ((has && buf_put(&r->odata, tx->origin_utf8, tx->origin_len) < 0) || bit_put(&r->ovalid, row, has) < 0
+        || buf_put(&r->olsn, &lsn, 8) < 0)
+        return -2;
+    if (r->odata.len > INT32_MAX)
+        return -1;
+    int32_t end = (int32_t)r->odata.len;
+    return buf_put(&r->ooff, &end, 4) < 0 ? -2 : 0;
+}
+
 /* Envelope facts of an accepted event. */
 static int
 meta_put(Txn *tx, Rel *r, int op, int64_t change_lsn)
@@ -260,7 +291,7 @@ meta_put(Txn *tx, Rel *r, int op, int64_t change_lsn)
     if (r->seqdata.len > INT32_MAX)
         return -1;
     int32_t end = (int32_t)r->seqdata.len;
-    return buf_put(&r->seqoff, &end, 4) < 0 ? -2 : 0;
+    return buf_put(&r->seqoff, &end, 4) < 0 ? -2 : origin_put(tx, r);
 }
 
 /* Whether row ``row`` of an image holds an unchanged-TOAST value in a captured column. */
@@ -285,6 +316,13 @@ rel_cut(Rel *r, Py_ssize_t row)
     r->ts.len = r->xid.len = r->lsn.len = row * 8;
     r->seqoff.len = row ? (row + 1) * 4 : 0;
     r->seqdata.len = row ? ((int32_t *)r->seqoff.p)[row] : 0;
+    if (r->origins && row == 0)
+        r->origins = 0;
+    else if (r->origins) {
+        r->ooff.len = (row + 1) * 4;
+        r->odata.len = ((int32_t *)r->ooff.p)[row];
+        r->olsn.len = row * 8;
+    }
 }
 
 /* Whether row ``row``'s after image has other key values than its before image (the text as

@@ -29,6 +29,7 @@ from airflow_cdc.core.errors import (
 from airflow_cdc.core.filters import TableFilter, TableId
 from airflow_cdc.core.session_sql import split_statements
 from airflow_cdc.sources.postgres import sql as q
+from airflow_cdc.sources.postgres import versions
 from airflow_cdc.sources.postgres.types import PgTypeInfo
 
 log = logging.getLogger(__name__)
@@ -188,14 +189,46 @@ def check_server(conn: psycopg.Connection) -> dict[str, Any]:
             hint="set wal_level = logical in postgresql.conf (ALTER SYSTEM SET wal_level = logical) "
             "and restart PostgreSQL",
         )
-    if version < 100000:
-        raise ServerMisconfigured(f"PostgreSQL {version} is too old: pgoutput needs 10 or later")
+    if version < versions.OLDEST:
+        raise ServerMisconfigured(
+            f"PostgreSQL {versions.major(version)} is too old: the connector needs 13 or later "
+            "(snapshot chunks use pg_current_snapshot())",
+            hint="upgrade the server, or capture it with Debezium 2.x",
+        )
     if not (can_replicate or is_super):
         raise MissingPrivilege(
             f"database user {user!r} lacks the REPLICATION attribute",
             hint=f"ALTER ROLE {sql.Identifier(user).as_string(conn)} REPLICATION",
         )
-    return {"version": version, "user": user, "dbname": dbname, "superuser": is_super}
+    standby = check_standby(conn, version)
+    return {"version": version, "user": user, "dbname": dbname, "superuser": is_super, "standby": standby}
+
+
+def check_standby(conn: psycopg.Connection, version: int) -> bool:
+    """Whether the server is a standby; logical decoding there needs PostgreSQL 16.
+
+    Without ``hot_standby_feedback`` the primary's vacuum may remove catalog rows the standby's
+    slot still needs; recovery then invalidates the slot (a lost offset, reported as such), so it
+    is only warned about.
+
+    :raises ServerMisconfigured: a standby older than 16.
+    """
+    row = conn.execute(q.IN_RECOVERY).fetchone()
+    assert row is not None
+    standby, feedback = row
+    if standby and version < versions.STANDBY_DECODING:
+        raise ServerMisconfigured(
+            f"the server is a standby running PostgreSQL {versions.major(version)}: logical decoding on a "
+            "standby needs PostgreSQL 16 or later",
+            hint="point database.hostname at the primary, or upgrade the standby cluster to 16+",
+        )
+    if standby and not feedback:
+        log.warning(
+            "capturing from a standby with hot_standby_feedback=off: the primary may remove catalog rows "
+            "the slot needs, and recovery then invalidates the slot (set hot_standby_feedback=on and a "
+            "physical slot, primary_slot_name)"
+        )
+    return bool(standby)
 
 
 def check_commit_visibility(conn: psycopg.Connection) -> None:
@@ -235,6 +268,15 @@ class TableMeta:
     columns: list[Column]
     key: list[str]
     replica_identity: str
+
+    @property
+    def keyless(self) -> str | None:
+        """How silver holds a table without key columns (None: it has some): ``multiset`` with
+        ``REPLICA IDENTITY FULL`` (every old row is sent whole), else ``append`` (no old row:
+        PostgreSQL refuses UPDATE and DELETE on such a published table)."""
+        if self.key:
+            return None
+        return "multiset" if self.replica_identity == "f" else "append"
 
 
 class Catalog:
@@ -284,7 +326,11 @@ class Catalog:
     def table_meta(self, tid: TableId, oid: int, filters: TableFilter) -> TableMeta:
         """Columns and key of a table (cached for this catalog's life: one capture run).
 
-        :raises SchemaError: the table has no primary key and no ``message.key.columns`` entry.
+        The key is the ``message.key.columns`` entry, else the primary key, else the
+        ``REPLICA IDENTITY USING INDEX`` index (unique and NOT NULL); a table with none of them
+        has no key columns (see :attr:`TableMeta.keyless`).
+
+        :raises ConfigError: ``message.key.columns`` names a column the table lacks.
         """
         cached = self._meta.get((oid, tid))
         if cached is not None:
@@ -292,15 +338,12 @@ class Catalog:
         cols = [Column(*row) for row in self.conn.execute(q.TABLE_COLUMNS, (oid,))]
         ident = self.conn.execute("SELECT relreplident FROM pg_class WHERE oid = %s", (oid,)).fetchone()
         key = filters.message_key_columns(tid) or [r[0] for r in self.conn.execute(q.PRIMARY_KEY, (oid,))]
+        if not key and ident and ident[0] == "i":
+            key = [r[0] for r in self.conn.execute(q.IDENTITY_INDEX, (oid,))]
         names = {c.name for c in cols}
         missing = [k for k in key if k not in names]
         if missing:
             raise ConfigError(f"property 'message.key.columns': table {tid} has no column(s) {missing}")
-        if not key:
-            raise SchemaError(
-                f"table {tid} has no primary key and no entry in 'message.key.columns'",
-                hint=f"add a primary key, or set message.key.columns={tid}:<col>[,<col>]",
-            )
         meta = TableMeta(tid, oid, cols, list(key), ident[0] if ident else "d")
         self._meta[(oid, tid)] = meta
         return meta

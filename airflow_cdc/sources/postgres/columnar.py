@@ -77,11 +77,23 @@ def _images(n: int, taken: tuple[bytes, list[tuple]]) -> RowImages:
     return RowImages(_bools(n, present), texts, unchanged)
 
 
+def _origins(n: int, taken: tuple[bytes, bytes, bytes, bytes] | None) -> dict[str, pa.Array]:
+    """``source.origin`` and ``origin_lsn`` of a piece (None: no row has an origin)."""
+    if taken is None:
+        return {"origin": pa.nulls(n, pa.string()), "origin_lsn": pa.nulls(n, pa.int64())}
+    offsets, data, valid, lsn = taken
+    return {
+        "origin": _strings(n, offsets, data, valid),
+        "origin_lsn": pa.Array.from_buffers(pa.int64(), n, [pa.py_buffer(valid), pa.py_buffer(lsn)]),
+    }
+
+
 def to_piece(taken: tuple) -> ColumnarPiece:
     """Wrap what ``Decoder.take`` returned as Arrow arrays (no value is copied again).
 
     The ``source`` values are the PostgreSQL varying fields: ``ts_ms/us/ns`` from the commit
-    time, ``sequence`` (``["<previous commit LSN>","<change LSN>"]``), ``txId`` and ``lsn``.
+    time, ``sequence`` (``["<previous commit LSN>","<change LSN>"]``), ``txId``, ``lsn``, and
+    ``origin``/``origin_lsn`` (all null unless a row of the piece came through a replication origin).
 
     :raises pyarrow.ArrowInvalid: a text value is not valid UTF-8.
     """
@@ -99,6 +111,7 @@ def to_piece(taken: tuple) -> ColumnarPiece:
         seq_data,
         before,
         after,
+        origin,
     ) = taken
     ts_us = _int64(n, ts)
     source = {
@@ -108,6 +121,7 @@ def to_piece(taken: tuple) -> ColumnarPiece:
         "sequence": _strings(n, seq_offsets, seq_data),
         "txId": _int64(n, xid),
         "lsn": _int64(n, lsn),
+        **_origins(n, origin),
     }
     return ColumnarPiece(
         ops=_strings(n, op_offsets, ops),

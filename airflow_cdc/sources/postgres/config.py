@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_cdc.core.config import COMMON_PROPERTIES, ConnectorConfig, Property
+from airflow_cdc.core.snapshot_overrides import override_properties
+from airflow_cdc.core.unchanged import skip_property
 
 PG_PROPERTIES: tuple[Property, ...] = COMMON_PROPERTIES + (
     Property("plugin.name", "enum", "pgoutput", "Logical decoding plugin.", choices=("pgoutput",)),
@@ -21,6 +23,22 @@ PG_PROPERTIES: tuple[Property, ...] = COMMON_PROPERTIES + (
     Property("database.sslrootcert", "str", None, "CA certificates checked by `verify-ca`/`verify-full`."),
     Property("database.sslpassword", "secret", None, "Password of an encrypted `database.sslkey`."),
     Property("slot.name", "str", "debezium", "Logical replication slot."),
+    Property(
+        "slot.failover",
+        "bool",
+        False,
+        "Create the slot as a failover slot (PostgreSQL 17+), which a standby with "
+        "`sync_replication_slots = on` keeps in step, so capture can go on from it after a "
+        "failover. An existing slot without it is altered (ALTER_REPLICATION_SLOT). Refused below 17.",
+    ),
+    Property(
+        "slot.drop.on.stop",
+        "bool",
+        False,
+        "Drop the slot when a run stops gracefully (after its batch is committed). For tests only, "
+        "as in Debezium: the next run finds no slot, which is a lost offset (an error, or a "
+        "re-snapshot with `snapshot.mode` `when_needed`).",
+    ),
     Property("publication.name", "str", "dbz_publication", "Publication read by pgoutput."),
     Property(
         "publication.autocreate.mode",
@@ -30,6 +48,15 @@ PG_PROPERTIES: tuple[Property, ...] = COMMON_PROPERTIES + (
         choices=("all_tables", "disabled", "filtered", "no_tables"),
     ),
     Property("publish.via.partition.root", "bool", False, "Publish partition changes as the root table."),
+    Property(
+        "replica.identity.autoset.values",
+        "str",
+        None,
+        "Replica identity set on captured tables at start: comma-separated `<schema.table regex>:"
+        "<identity>` pairs (DEFAULT, FULL, NOTHING, INDEX <name>), e.g. "
+        "`public.orders:FULL,inv.*:INDEX inv_uk`; the first match wins, other tables are left alone. "
+        "Needs the table's owner.",
+    ),
     Property("hstore.handling.mode", "enum", "json", choices=("json", "map")),
     Property("interval.handling.mode", "enum", "numeric", choices=("numeric", "string")),
     Property("money.fraction.digits", "int", 2, "Scale of MONEY values.", minimum=0),
@@ -39,6 +66,12 @@ PG_PROPERTIES: tuple[Property, ...] = COMMON_PROPERTIES + (
         "__debezium_unavailable_value",
         "Stands for unchanged TOAST values the server did not send ('hex:' prefix for bytes).",
     ),
+    skip_property(
+        "Applies only to tables with `REPLICA IDENTITY FULL`, as in Debezium: without it PostgreSQL sends "
+        "no old row to compare with, and every update is emitted. An unchanged TOAST value counts as "
+        "unchanged."
+    ),
+    *override_properties("<schemaName>.<tableName>"),
     Property("heartbeat.action.query", "str", None, "SQL run at the start of each capture run."),
     Property(
         "database.initial.statements",

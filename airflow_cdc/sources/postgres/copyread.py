@@ -18,7 +18,7 @@ import functools
 import io
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -90,21 +90,53 @@ def read_table(conn: psycopg.Connection, query: Callable[[str], Any], ncols: int
     return parse_csv(_copy_bytes(conn, query("csv")), ncols)
 
 
+def iter_table(
+    conn: psycopg.Connection, query: Callable[[str], Any], ncols: int, piece_bytes: int = 16 << 20
+) -> Iterator[pa.Table]:
+    """:func:`read_table` handed on in pieces of about ``piece_bytes`` value bytes, as the COPY
+    streams in: a table of any size passes through a bounded amount of memory.
+
+    :raises psycopg.Error: the server failed the query (after the pieces before the failure).
+    """
+    if native_available():
+        yield from _native_pieces(conn, query("text"), ncols, piece_bytes)
+        return
+    rows: list[bytes] = []
+    size = 0
+    with conn.cursor().copy(query("csv")) as copy:
+        while data := copy.read():  # one row per call (libpq hands COPY data over row by row)
+            rows.append(bytes(data))
+            size += len(data)
+            if size >= piece_bytes:
+                yield parse_csv(b"".join(rows), ncols)
+                rows, size = [], 0
+    if rows:
+        yield parse_csv(b"".join(rows), ncols)
+
+
 def _names(ncols: int) -> list[str]:
     return [f"c{i}" for i in range(ncols)]
 
 
 def _native_table(conn: psycopg.Connection, statement: Any, ncols: int) -> pa.Table:
+    pieces = list(_native_pieces(conn, statement, ncols, MAX_PIECE_BYTES))
+    if not pieces:
+        return parse_csv(b"", ncols)
+    return pa.concat_tables(pieces)
+
+
+def _native_pieces(
+    conn: psycopg.Connection, statement: Any, ncols: int, piece_bytes: int
+) -> Iterator[pa.Table]:
     functions = _libpq_functions()
     assert _read is not None and functions is not None
-    pieces: list[pa.Table] = []
     with conn.cursor().copy(statement) as copy:
         pgconn = conn.pgconn
         while True:
             address = pgconn.pgconn_ptr  # type: ignore[attr-defined]  # psycopg >= 3.1 (not in the stub)
-            status, n, columns = _read(address, *functions, ncols, MAX_PIECE_BYTES)
+            status, n, columns = _read(address, *functions, ncols, piece_bytes)
             if n:
-                pieces.append(pa.Table.from_arrays([_strings(n, *c) for c in columns], names=_names(ncols)))
+                yield pa.Table.from_arrays([_strings(n, *c) for c in columns], names=_names(ncols))
             if status == 0:
                 continue
             if status == 1:
@@ -118,9 +150,6 @@ def _native_table(conn: psycopg.Connection, statement: Any, ncols: int) -> pa.Ta
         result = results[-1]
         if result.status != pq.ExecStatus.COMMAND_OK:
             raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
-    if not pieces:
-        return parse_csv(b"", ncols)
-    return pa.concat_tables(pieces)
 
 
 def _error_text(pgconn: Any) -> str:

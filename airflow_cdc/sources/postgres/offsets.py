@@ -20,10 +20,13 @@ import psycopg
 from airflow_cdc.sources.postgres.position import format_pg_lsn, parse_pg_lsn
 
 #: The cluster's identity and the timeline of its current WAL (file names start with the timeline).
+#: A standby (recovery: ``pg_walfile_name`` and ``pg_current_wal_*`` refuse to run) gives the
+#: timeline of its last restartpoint and its replayed position.
 IDENTITY = (
-    "SELECT (SELECT system_identifier FROM pg_control_system())::text, "
-    "('x' || substr(pg_walfile_name(pg_current_wal_flush_lsn()), 1, 8))::bit(32)::int, "
-    "pg_current_wal_flush_lsn()::text"
+    "SELECT (SELECT system_identifier FROM pg_control_system())::text, CASE WHEN pg_is_in_recovery() "
+    "THEN (SELECT timeline_id FROM pg_control_checkpoint()) "
+    "ELSE ('x' || substr(pg_walfile_name(pg_current_wal_flush_lsn()), 1, 8))::bit(32)::int END, "
+    "(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_flush_lsn() END)::text"
 )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 from psycopg import errors as pgerr
@@ -18,6 +19,7 @@ from psycopg import sql
 from airflow_cdc.core.errors import ConfigError, MissingPrivilege, ServerMisconfigured
 from airflow_cdc.core.filters import TableId
 from airflow_cdc.sources.postgres import sql as q
+from airflow_cdc.sources.postgres import versions
 from airflow_cdc.sources.postgres.position import format_pg_lsn, parse_pg_lsn
 
 log = logging.getLogger(__name__)
@@ -31,18 +33,75 @@ class SlotInfo:
     active: bool
     confirmed_flush: int | None
     wal_status: str | None
+    conflicting: bool | None = None  # 16+
+    failover: bool | None = None  # 17+
+    invalidation_reason: str | None = None  # 17+
+
+    def lost(self) -> str | None:
+        """Why the slot cannot be read any more (None: it can).  ``wal_status`` says so on every
+        version; 16 adds ``conflicting`` (a standby's slot invalidated by recovery conflicts) and 17
+        ``invalidation_reason`` (wal_removed, rows_removed, wal_level_insufficient, idle_timeout)."""
+        status = f"wal_status={self.wal_status}"
+        if self.invalidation_reason:
+            return f"it was invalidated (invalidation_reason={self.invalidation_reason}, {status})"
+        if self.conflicting:
+            return f"it was invalidated by a recovery conflict (conflicting=true, {status})"
+        if self.wal_status == "lost":
+            return "it has lost required WAL (wal_status=lost)"
+        return None
 
 
 def slot_info(conn: psycopg.Connection, name: str) -> SlotInfo | None:
-    row = conn.execute(q.SLOT_INFO, (name,)).fetchone()
+    row = conn.execute(q.slot_info_query(conn.info.server_version), (name,)).fetchone()  # type: ignore[arg-type]
     if row is None:
         return None
-    slot, plugin, slot_type, database, active, confirmed, _restart, wal_status = row
+    slot, plugin, slot_type, database, active, confirmed, _restart, wal_status, *newer = row
     if slot_type != "logical":
         raise ConfigError(f"property 'slot.name': slot {name!r} is a physical slot, not a logical one")
-    return SlotInfo(
-        slot, plugin, database, active, parse_pg_lsn(confirmed) if confirmed else None, wal_status
-    )
+    confirmed_lsn = parse_pg_lsn(confirmed) if confirmed else None
+    return SlotInfo(slot, plugin, database, active, confirmed_lsn, wal_status, *newer)
+
+
+def check_failover(conn: psycopg.Connection, failover: bool, *, standby: bool = False) -> None:
+    """Refuse ``slot.failover`` below PostgreSQL 17 (failover slots are new in 17) and on a
+    standby (PostgreSQL refuses failover slots there: they are synchronised *to* standbys).
+
+    :raises ConfigError: naming the property and the server's version.
+    """
+    version = conn.info.server_version
+    if failover and standby:
+        raise ConfigError(
+            "property 'slot.failover': the server is a standby, where PostgreSQL allows no failover slots",
+            hint="set slot.failover=false, or capture from the primary",
+        )
+    if failover and version < versions.FAILOVER_SLOTS:
+        raise ConfigError(
+            f"property 'slot.failover': failover slots need PostgreSQL 17 or later; this server is "
+            f"{versions.major(version)}",
+            hint="set slot.failover=false (and keep a standby's slot with an external tool), or upgrade",
+        )
+
+
+def make_failover(config: Any, name: str) -> None:
+    """Turn an existing slot into a failover slot (``slot.failover`` on a slot created without it):
+    ``ALTER_REPLICATION_SLOT`` is a replication-protocol command, sent on a connection of its own.
+
+    :raises MissingPrivilege: the server refused the command.
+    """
+    from airflow_cdc.sources.postgres import client
+
+    params = client.connect_params(config, "airflow-cdc")
+    with psycopg.connect(**params, replication="database", autocommit=True) as rconn:
+        ident = '"' + name.replace('"', '""') + '"'
+        res = rconn.pgconn.exec_(f"ALTER_REPLICATION_SLOT {ident} ( FAILOVER true )".encode())
+        if res.status != psycopg.pq.ExecStatus.COMMAND_OK:
+            message = res.error_message.decode(errors="replace").strip()
+            raise MissingPrivilege(
+                f"property 'slot.failover': cannot make slot {name!r} a failover slot: {message}",
+                hint=f"drop the slot and let the connector create it, or run ALTER_REPLICATION_SLOT "
+                f"{ident} (FAILOVER true) on a replication connection",
+            )
+    log.info("replication slot %r is a failover slot now (slot.failover)", name)
 
 
 def check_slot(info: SlotInfo, dbname: str) -> None:
@@ -58,10 +117,21 @@ def check_slot(info: SlotInfo, dbname: str) -> None:
         )
 
 
-def create_slot(conn: psycopg.Connection, name: str) -> int:
-    """Create the logical slot; returns its consistent point.  Waits for running transactions."""
+def create_slot(conn: psycopg.Connection, name: str, *, failover: bool = False) -> int:
+    """Create the logical slot; returns its consistent point.  Waits for running transactions.
+
+    :param failover: a failover slot (``slot.failover``, PostgreSQL 17+: synchronised to standbys
+        that set ``sync_replication_slots``).
+    """
+    if conn.execute("SELECT pg_is_in_recovery()").fetchone() == (True,):
+        log.info(
+            "creating replication slot %r on a standby: it waits for the primary to log its running "
+            "transactions (every 15 s while it writes; SELECT pg_log_standby_snapshot() on the primary "
+            "does it at once)",
+            name,
+        )
     try:
-        row = conn.execute(q.CREATE_SLOT, (name,)).fetchone()
+        row = conn.execute(q.CREATE_FAILOVER_SLOT if failover else q.CREATE_SLOT, (name,)).fetchone()
     except pgerr.InsufficientPrivilege as e:
         raise MissingPrivilege(f"cannot create replication slot {name!r}: {e.diag.message_primary}") from e
     except pgerr.ObjectNotInPrerequisiteState as e:
@@ -75,7 +145,7 @@ def create_slot(conn: psycopg.Connection, name: str) -> int:
             hint="raise max_replication_slots or drop unused slots",
         ) from e
     assert row is not None
-    log.info("created replication slot %r at %s", name, row[0])
+    log.info("created replication slot %r at %s%s", name, row[0], " (failover)" if failover else "")
     return parse_pg_lsn(row[0])
 
 
@@ -181,6 +251,13 @@ def ensure_publication(
                     ident, sql.SQL("true" if via_root else "false")
                 )
             )
+    except pgerr.ReadOnlySqlTransaction as e:
+        raise ServerMisconfigured(
+            f"publication {name!r} must be created or changed, and the server is a standby "
+            f"(publication.autocreate.mode={mode}): {e.diag.message_primary}",
+            hint="create or alter the publication on the primary (it replicates to the standby), then use "
+            "publication.autocreate.mode=disabled",
+        ) from e
     except pgerr.InsufficientPrivilege as e:
         raise MissingPrivilege(
             f"cannot create or alter publication {name!r}: {e.diag.message_primary}",

@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 import pyarrow as pa
 
+from airflow_cdc.core import snapshot_overrides as so
 from airflow_cdc.core.batch import BatchWriter
 from airflow_cdc.core.column_mapping import configured_mappers
 from airflow_cdc.core.conditions import RAW_SQL_PROPERTY, condition_pieces
@@ -35,7 +36,8 @@ from airflow_cdc.core.snapshot import (
 )
 from airflow_cdc.core.source import Capabilities, ChangeSource, columns_changed
 from airflow_cdc.core.table_sink import SnapshotSinks
-from airflow_cdc.sources.postgres import client, copyread, replication
+from airflow_cdc.core.unchanged import SKIP_PROPERTY
+from airflow_cdc.sources.postgres import client, copyread, identity, overrides, replication
 from airflow_cdc.sources.postgres import sql as q
 from airflow_cdc.sources.postgres.offsets import PgOffset, ServerIdentity, restart_problem, server_identity
 from airflow_cdc.sources.postgres.position import PgPosition, format_pg_lsn, parse_pg_lsn
@@ -82,7 +84,9 @@ class PostgresSource(ChangeSource):
     """One PostgreSQL database captured through one slot and one publication."""
 
     kind = "postgresql"
-    capabilities = Capabilities(acknowledges=True, checks=("wal", "slot"), snapshot_readers=True)
+    capabilities = Capabilities(
+        acknowledges=True, checks=("wal", "slot"), snapshot_readers=True, blocking_snapshots=True
+    )
 
     def __init__(self, config: ConnectorConfig) -> None:
         self.config = config
@@ -100,6 +104,8 @@ class PostgresSource(ChangeSource):
             unavailable_value_placeholder=config["unavailable.value.placeholder"],
         )
         self.slot, self.publication = config["slot.name"], config["publication.name"]
+        self.overrides = so.Overrides(config, so.POSTGRES)
+        self.skip_unchanged = bool(config[SKIP_PROPERTY])
         self.conn: psycopg.Connection | None = None
         self._snapshot_sinks = SnapshotSinks()
         self._table_states: dict[str, RelationState] = {}
@@ -109,6 +115,8 @@ class PostgresSource(ChangeSource):
         #: (last commit LSN, source timestamp in µs) the stored offset ends with: the first
         #: events of the next window show them as Debezium's restored offset context does
         self._resume: tuple[int | None, int | None] = (None, None)
+        #: the slot position this run may confirm: the committed offset (see ReplicationStream)
+        self._committed_lsn: int | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
     def open(self) -> None:
@@ -122,6 +130,8 @@ class PostgresSource(ChangeSource):
         self._tables = {}
         self._ordered: set[int] = set()  # key types proved orderable in this run
         self._discover_tables()
+        identity.apply(self.conn, self.config[identity.PROPERTY], self._tables.values())
+        self._check_overrides()
         replication.ensure_publication(
             self.conn,
             self.publication,
@@ -138,6 +148,28 @@ class PostgresSource(ChangeSource):
         reader.server, reader.catalog = self.server, self.catalog.on_connection(reader.conn)
         reader._tables = dict(self._tables)
         return reader
+
+    def _check_overrides(self) -> None:
+        """Check every captured table's snapshot statement on the server (start-up).
+
+        :raises ConfigError: a statement breaks chunking (see ``core.snapshot_overrides``).
+        """
+        self.overrides.clear()
+        if not self.overrides.statements:
+            return
+        unused = self.overrides.unused(self._tables)
+        if unused:
+            log.warning("%s: %s not captured; not used", so.OVERRIDES, ", ".join(unused))
+        for table in self._tables:
+            self._snapshot_relation(table)
+
+    def _snapshot_relation(self, table: str, origin: str = "initial") -> Any:
+        """What snapshot chunks of ``table`` read instead of it (None: the table itself)."""
+        if not self.overrides.statements or not so.applies(origin):
+            return None
+        assert self.conn is not None
+        meta = self.catalog.table_meta(*self._tables[table], self.filters)
+        return overrides.relation(self.overrides, self.conn, self.catalog, meta)
 
     def _check_key_order(self, meta: Any, checked: set[int]) -> None:
         """Refuse key columns without a btree order (json, xml, point ...): chunks could not be
@@ -187,6 +219,16 @@ class PostgresSource(ChangeSource):
                 self._check_key_order(meta, self._ordered)
                 self._tables[str(tid)] = (tid, oid)
                 new.append(str(tid))
+                if meta.keyless == "append":
+                    log.warning(
+                        "table %s has no primary key, no message.key.columns entry and REPLICA IDENTITY "
+                        "%s: PostgreSQL sends no old row, so silver keeps an append-only log of its rows "
+                        "(not a mirror), and refuses UPDATE and DELETE on it while publication %r "
+                        "publishes them; ALTER TABLE ... REPLICA IDENTITY FULL mirrors it exactly",
+                        tid,
+                        "NOTHING" if meta.replica_identity == "n" else "DEFAULT",
+                        self.publication,
+                    )
         return new
 
     @property
@@ -210,15 +252,24 @@ class PostgresSource(ChangeSource):
             another cluster, another timeline, WAL below the offset) and ``snapshot.mode`` is not
             ``when_needed``.
         """
+        lsn, reason = self._resolve_start(offset, when_needed)
+        self._committed_lsn = lsn
+        return lsn, reason
+
+    def _resolve_start(self, offset: dict[str, Any] | None, when_needed: bool) -> tuple[int, str | None]:
         assert self.conn is not None
         self._identity = server_identity(self.conn)
+        failover = self.config["slot.failover"]
+        replication.check_failover(self.conn, failover, standby=self.server.get("standby", False))
         info = replication.slot_info(self.conn, self.slot)
         if info is not None:
             replication.check_slot(info, self.dbname)
+            if failover and info.failover is False and info.lost() is None:
+                replication.make_failover(self.config, self.slot)
         self._resume = _resume_facts(offset)
         if offset is None:
             if info is None:
-                return replication.create_slot(self.conn, self.slot), "no stored offset"
+                return replication.create_slot(self.conn, self.slot, failover=failover), "no stored offset"
             return info.confirmed_flush or 0, "no stored offset"
         stored = PgOffset.from_json(offset)
         self.epoch = stored.epoch
@@ -227,8 +278,10 @@ class PostgresSource(ChangeSource):
             pass
         elif info is None:
             problem = f"replication slot {self.slot!r} no longer exists"
-        elif info.wal_status == "lost":
-            problem = f"replication slot {self.slot!r} has lost required WAL (wal_status=lost)"
+            if self.config["slot.drop.on.stop"]:
+                problem += " (slot.drop.on.stop=true dropped it when the last run's batch was committed)"
+        elif info.lost() is not None:
+            problem = f"replication slot {self.slot!r} cannot be read: {info.lost()}"
         elif info.confirmed_flush is not None and info.confirmed_flush > stored.lsn:
             problem = (
                 f"replication slot {self.slot!r} is at {format_pg_lsn(info.confirmed_flush)}, past the "
@@ -247,7 +300,7 @@ class PostgresSource(ChangeSource):
         self._resume = (None, None)
         if info is not None:
             replication.drop_slot(self.conn, self.slot)
-        return replication.create_slot(self.conn, self.slot), problem
+        return replication.create_slot(self.conn, self.slot, failover=failover), problem
 
     def head(self) -> int:
         """The server's flushed WAL position now."""
@@ -263,6 +316,8 @@ class PostgresSource(ChangeSource):
         standby snapshot logged when our slot was created, say) otherwise waits for the next
         commit on the server.  Logical decoding emits nothing for a transaction without changes."""
         assert self.conn is not None
+        if self.server.get("standby"):
+            return  # recovery assigns no xid; the standby replays what the primary flushes
         with self.conn.transaction():
             self.conn.execute(q.ASSIGN_XID)
 
@@ -330,6 +385,12 @@ class PostgresSource(ChangeSource):
         try:
             replication.wait_slot_free(conn, self.slot, self.application_name)
             replication.advance_slot(conn, self.slot, parse_pg_lsn(offset["lsn"]))
+            self._committed_lsn = parse_pg_lsn(offset["lsn"])
+            if self.config["slot.drop.on.stop"]:
+                # Debezium drops the slot when the connector stops gracefully; a run stops here
+                log.warning("slot.drop.on.stop=true: dropping replication slot %r (testing only: the next "
+                            "run cannot continue from this offset)", self.slot)
+                replication.drop_slot(conn, self.slot)
         finally:
             if conn is not self.conn:
                 conn.close()
@@ -339,9 +400,10 @@ class PostgresSource(ChangeSource):
         name = str(tid)
         included = name in self._tables
         key: list[str] = []
+        keyless = None
         if included:
             meta = self.catalog.table_meta(tid, self._tables[name][1], self.filters)
-            key = meta.key
+            key, keyless = meta.key, meta.keyless
         return build_state(
             tid,
             included,
@@ -352,11 +414,15 @@ class PostgresSource(ChangeSource):
             self.catalog.type_info,
             source_constants(self.config["topic.prefix"] or self.name, self.dbname),
             self.mappers,
+            keyless,
         )
 
     def relation_state(self, rel: Any) -> RelationState:
         tid = TableId(rel.namespace, rel.name)
-        return self._state_for(tid, [(c.name, c.type_oid, c.typmod) for c in rel.columns])
+        state = self._state_for(tid, [(c.name, c.type_oid, c.typmod) for c in rel.columns])
+        # skip.messages.without.change needs the old row whole: REPLICA IDENTITY FULL (the seed)
+        state.skip_unchanged = self.skip_unchanged and rel.replica_identity == "f"
+        return state
 
     def table_state(self, table: str) -> RelationState:
         """Capture state of a table as the catalog has it now (cached for the run)."""
@@ -387,6 +453,17 @@ class PostgresSource(ChangeSource):
         if chunk.columns == now:
             return None
         return columns_changed(chunk.snapshot.table, chunk.columns, now, "reordered")
+
+    def snapshot_whole(self, table: str) -> bool:
+        """Tables without key columns are snapshotted whole (:mod:`.whole`); False for a table not
+        captured (any more), whose snapshot the chunk reader skips with a warning."""
+        return table in self._tables and not self.table_state(table).key_columns
+
+    def read_whole(self, snap: TableSnapshot, writer: BatchWriter) -> int:
+        """Stage a table without key columns whole, at its exported snapshot's position."""
+        from airflow_cdc.sources.postgres.whole import read_whole  # whole builds on this class
+
+        return read_whole(self, snap, writer)
 
     def read_chunks(
         self, pending: list[TableSnapshot], max_rows: int, chunk_size: int | ChunkSizer
@@ -442,6 +519,7 @@ class PostgresSource(ChangeSource):
         # to its last value so a run of equal values never straddles two chunks
         unique = not snap.surrogate_key and self.filters.message_key_columns(tid) is None
         condition = condition_pieces(snap.table, snap.condition, all_cols, self.config[RAW_SQL_PROPERTY])
+        relation = self._snapshot_relation(snap.table, snap.origin)
         with self.conn.transaction():
             self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             # a chunk is a key-ordered range read with LIMIT: without statistics (fresh tables) the
@@ -450,15 +528,17 @@ class PostgresSource(ChangeSource):
             self.conn.execute("SET LOCAL enable_bitmapscan = off")
             snap_text = self.conn.execute(q.SNAPSHOT_WATERMARK).fetchone()[0]  # type: ignore[index]
             if snap.max_key is None:
-                row = self.conn.execute(q.max_key(tid.schema, tid.table, order, condition)).fetchone()
+                query = q.max_key(tid.schema, tid.table, order, condition, relation)
+                row = self.conn.execute(query).fetchone()
                 snap.max_key = list(row) if row else []
             cursor_index = [all_cols.index(k) for k in order]
             data = copyread.parse_csv(b"", len(all_cols))
+            bounds = (condition, nullable, relation)
             if snap.max_key:
-                data = self._copy_chunk(tid, all_cols, order, after, snap.max_key, condition, limit, nullable)
+                data = self._copy_chunk(tid, all_cols, order, after, snap.max_key, limit, *bounds)
                 if not unique and data.num_rows == limit:
                     upto = [data.column(i)[-1].as_py() for i in cursor_index]
-                    data = self._copy_chunk(tid, all_cols, order, after, upto, condition, None, nullable)
+                    data = self._copy_chunk(tid, all_cols, order, after, upto, None, *bounds)
             lsn_after = parse_pg_lsn(self.conn.execute(q.INSERT_LSN).fetchone()[0])  # type: ignore[index]
         key_index = [all_cols.index(k) for k in state.key_columns]
         last = data.num_rows < limit or (
@@ -485,16 +565,19 @@ class PostgresSource(ChangeSource):
         nullable = [not not_null.get(c, False) for c in order]
         columns = [c.name for c in meta.columns]
         cond = condition_pieces(snap.table, snap.condition, columns, self.config[RAW_SQL_PROPERTY])
+        relation = self._snapshot_relation(snap.table, snap.origin)
         bounds: list = []
         with self.conn.transaction():
             self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             self.conn.execute("SET LOCAL enable_sort = off")  # walk the key's index, as chunks do
             max_key = snap.max_key
             if max_key is None:
-                row = self.conn.execute(q.max_key(tid.schema, tid.table, order, cond)).fetchone()
+                row = self.conn.execute(q.max_key(tid.schema, tid.table, order, cond, relation)).fetchone()
                 max_key = list(row) if row else []
             for offset in offsets if max_key else []:
-                query = q.key_at(tid.schema, tid.table, order, snap.last_key, max_key, cond, offset, nullable)
+                query = q.key_at(
+                    tid.schema, tid.table, order, snap.last_key, max_key, cond, offset, nullable, relation
+                )
                 row = self.conn.execute(query).fetchone()
                 if row is None:
                     break
@@ -511,16 +594,20 @@ class PostgresSource(ChangeSource):
         order: list[str],
         after: list | None,
         upto: list,
-        condition: Any,
         limit: int | None,
+        condition: Any,
         nullable: list[bool],
+        relation: Any,
     ) -> pa.Table:
-        """One chunk's rows as string columns (:func:`copyread.read_table`)."""
+        """One chunk's rows as string columns (:func:`copyread.read_table`); ``relation``: what is
+        read instead of the table (a ``snapshot.select.statement.overrides`` statement)."""
         assert self.conn is not None
 
         def statement(fmt: str) -> Any:
             schema, table = tid.schema, tid.table
-            return q.chunk_copy(schema, table, cols, order, after, upto, condition, limit, nullable, fmt)
+            return q.chunk_copy(
+                schema, table, cols, order, after, upto, condition, limit, nullable, fmt, relation
+            )
 
         return copyread.read_table(self.conn, statement, len(cols))
 
@@ -547,7 +634,8 @@ class PostgresSource(ChangeSource):
         try:
             if self.config["window.reader"] == "stream":
                 stream = ReplicationStream(
-                    self.config, self.slot, self.publication, from_lsn, upto_lsn, max_events
+                    self.config, self.slot, self.publication, from_lsn, upto_lsn, max_events,
+                    confirmed_lsn=self._committed_lsn,
                 )
                 try:
                     with stream:

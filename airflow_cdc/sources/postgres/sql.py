@@ -23,22 +23,42 @@ SELECT current_setting('wal_level'), current_setting('server_version_num')::int,
 FROM pg_roles r WHERE r.rolname = current_user
 """
 
-SLOT_INFO = """
-SELECT slot_name, plugin, slot_type, database, active, confirmed_flush_lsn::text,
-       restart_lsn::text, wal_status
-FROM pg_replication_slots WHERE slot_name = %s
-"""
+def slot_info_query(version_num: int) -> str:
+    """``pg_replication_slots`` of one slot, with the columns this server has (13: ``wal_status``;
+    16: ``conflicting``; 17: ``failover``, ``invalidation_reason``; NULL where absent)."""
+    conflicting = "conflicting" if version_num >= 160000 else "NULL::bool"
+    failover = "failover" if version_num >= 170000 else "NULL::bool"
+    reason = "invalidation_reason" if version_num >= 170000 else "NULL::text"
+    columns = f"restart_lsn::text, wal_status, {conflicting}, {failover}, {reason}"
+    return (
+        "SELECT slot_name, plugin, slot_type, database, active, confirmed_flush_lsn::text, "  # noqa: S608
+        + columns
+        + " FROM pg_replication_slots WHERE slot_name = %s"
+    )
+
 
 CREATE_SLOT = "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')"
+#: (slot_name, plugin, temporary, twophase, failover): PostgreSQL 17+
+CREATE_FAILOVER_SLOT = (
+    "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput', false, false, true)"
+)
 
 SLOT_HOLDER = "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s"
 ADVANCE_SLOT = "SELECT end_lsn::text FROM pg_replication_slot_advance(%s, %s::pg_lsn)"
 
-HEAD_LSNS = "SELECT pg_current_wal_flush_lsn()::text, pg_current_wal_insert_lsn()::text"
+#: On a standby (PostgreSQL 16+ decodes there) the log a slot can read ends at what recovery has
+#: replayed: ``pg_current_wal_*`` fail during recovery, ``pg_last_wal_replay_lsn()`` stands in.
+REPLAY = "pg_last_wal_replay_lsn()"
+HEAD_LSNS = (
+    f"SELECT (CASE WHEN pg_is_in_recovery() THEN {REPLAY} ELSE pg_current_wal_flush_lsn() END)::text, "
+    f"(CASE WHEN pg_is_in_recovery() THEN {REPLAY} ELSE pg_current_wal_insert_lsn() END)::text"
+)
 
 #: Cheap "is there anything past the offset" checks (sensor/trigger); neither decodes on our side.
 #: ``wal``: flushed WAL past the offset (any WAL counts: may over-report, never under-reports).
-CHANGES_WAL = "SELECT pg_current_wal_flush_lsn() > %s::pg_lsn"
+CHANGES_WAL = (
+    f"SELECT CASE WHEN pg_is_in_recovery() THEN {REPLAY} ELSE pg_current_wal_flush_lsn() END > %s::pg_lsn"
+)
 #: ``slot``: the server decodes up to the first transaction with a published change after the offset.
 CHANGES_SLOT = (
     "SELECT EXISTS (SELECT 1 FROM pg_logical_slot_peek_binary_changes(%s, NULL, 1, 'proto_version', '1',"
@@ -70,6 +90,9 @@ JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
 WHERE i.indrelid = %s AND i.indisprimary ORDER BY k.ord
 """
 
+#: the columns of a table's ``REPLICA IDENTITY USING INDEX`` index (unique, NOT NULL: a key)
+IDENTITY_INDEX = PRIMARY_KEY.replace("i.indisprimary", "i.indisreplident")
+
 TYPE_INFO = """
 SELECT t.oid, t.typname, t.typtype, t.typelem, t.typbasetype, t.typtypmod,
        COALESCE((SELECT array_agg(e.enumlabel ORDER BY e.enumsortorder) FROM pg_enum e
@@ -95,7 +118,15 @@ SYNC_VISIBILITY_CHECK = (
     "current_user"
 )
 
-INSERT_LSN = "SELECT pg_current_wal_insert_lsn()::text"
+#: A chunk's watermark LSN, read after its snapshot: every commit the snapshot sees lies below it.
+#: On a standby a commit is visible once its record is replayed, and the replay position moves
+#: only after the redo: the received position (at or past every record being replayed) bounds it.
+INSERT_LSN = (
+    "SELECT (CASE WHEN pg_is_in_recovery() THEN "
+    f"GREATEST({REPLAY}, COALESCE(pg_last_wal_receive_lsn(), {REPLAY})) "
+    "ELSE pg_current_wal_insert_lsn() END)::text"
+)
+IN_RECOVERY = "SELECT pg_is_in_recovery(), current_setting('hot_standby_feedback')::bool"
 # flush_log: an empty transaction with an xid (an asynchronous commit the WAL writer flushes)
 ASSIGN_XID = "SELECT txid_current()"
 
@@ -104,13 +135,18 @@ def qualified(schema: str, table: str) -> sql.Composed:
     return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table))
 
 
-def peek_changes(slot: str, upto_lsn: str, upto_nchanges: int, publication: str) -> sql.Composed:
-    """The one streamed call that reads a run's change window (never the consuming variant)."""
+def peek_changes(
+    slot: str, upto_lsn: str, upto_nchanges: int, publication: str, *, messages: bool = True
+) -> sql.Composed:
+    """The one streamed call that reads a run's change window (never the consuming variant).
+
+    :param messages: ask for logical decoding messages (pgoutput 14+; 13 refuses the option).
+    """
     return sql.SQL(
         "SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM pg_logical_slot_peek_binary_changes("
-        "{slot}, {upto}::pg_lsn, {n}, 'proto_version', '1', 'publication_names', {pub}, "
-        "'messages', 'true')"
+        "{slot}, {upto}::pg_lsn, {n}, 'proto_version', '1', 'publication_names', {pub}{messages})"
     ).format(
+        messages=sql.SQL(", 'messages', 'true'" if messages else ""),
         slot=sql.Literal(slot),
         upto=sql.Literal(upto_lsn),
         n=sql.Literal(upto_nchanges),
@@ -179,11 +215,13 @@ def chunk_copy(
     limit: int | None,
     nullable: Sequence[bool] | None = None,
     fmt: str = "csv",
+    relation: sql.Composable | None = None,
 ) -> sql.Composed:
     """``COPY (SELECT ... ORDER BY key LIMIT n) TO STDOUT (FORMAT fmt)`` for one snapshot chunk.
 
     Bounds: see :func:`key_bound`.  ``condition``: the ad hoc snapshot's additional condition
     (:func:`user_condition`).  ``limit`` None: no limit.  ``fmt``: ``csv`` or ``text``.
+    ``relation``: what is read instead of the table (:func:`override_relation`).
     """
     if fmt not in ("csv", "text"):
         raise ValueError(f"COPY format {fmt!r}: expected 'csv' or 'text'")
@@ -197,7 +235,7 @@ def chunk_copy(
         where.append(user_condition(condition))
     query = sql.SQL("SELECT {cols} FROM {tbl}{where} ORDER BY {keys}{limit}").format(
         cols=sql.SQL(", ").join(sql.Identifier(c) for c in columns),
-        tbl=qualified(schema, table),
+        tbl=qualified(schema, table) if relation is None else relation,
         where=(sql.SQL(" WHERE ") + sql.SQL(" AND ").join(where)) if where else sql.SQL(""),
         keys=sql.SQL(", ").join(sql.Identifier(k) for k in key),
         limit=sql.SQL(" LIMIT {}").format(sql.Literal(limit)) if limit is not None else sql.SQL(""),
@@ -214,6 +252,7 @@ def key_at(
     condition: Sequence[Piece] | None,
     offset: int,
     nullable: Sequence[bool],
+    relation: sql.Composable | None = None,
 ) -> sql.Composed:
     """The key (as text) ``offset`` rows into the chunk range ``(after, upto]`` (snapshot parts)."""
     where: list[sql.Composable] = [key_bound(key, upto, nullable, "<=")]
@@ -227,7 +266,7 @@ def key_at(
     )
     return sql.SQL("SELECT {casts} FROM {tbl} WHERE {where} ORDER BY {keys} OFFSET {off} LIMIT 1").format(
         casts=casts,
-        tbl=qualified(schema, table),
+        tbl=qualified(schema, table) if relation is None else relation,
         where=sql.SQL(" AND ").join(where),
         keys=sql.SQL(", ").join(sql.Identifier(k) for k in key),
         off=sql.Literal(offset),
@@ -242,7 +281,13 @@ def order_check(schema: str, table: str, column: str) -> sql.Composed:
     )
 
 
-def max_key(schema: str, table: str, key: Sequence[str], condition: Sequence[Piece] | None) -> sql.Composed:
+def max_key(
+    schema: str,
+    table: str,
+    key: Sequence[str],
+    condition: Sequence[Piece] | None,
+    relation: sql.Composable | None = None,
+) -> sql.Composed:
     """The greatest key at snapshot start: chunks stop there; later rows come from the log."""
     desc = sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(k)) for k in key)
     # aliases matter: ORDER BY a bare name would pick the text output column, not the typed one
@@ -251,6 +296,34 @@ def max_key(schema: str, table: str, key: Sequence[str], condition: Sequence[Pie
         for i, k in enumerate(key)
     )
     where = sql.SQL(" WHERE ") + user_condition(condition) if condition else sql.SQL("")
+    tbl = qualified(schema, table) if relation is None else relation
     return sql.SQL("SELECT {casts} FROM {tbl}{where} ORDER BY {desc} LIMIT 1").format(
-        casts=casts, tbl=qualified(schema, table), where=where, desc=desc
+        casts=casts, tbl=tbl, where=where, desc=desc
+    )
+
+
+def override_relation(statement: str, columns: Sequence[str], present: set[str]) -> sql.Composable:
+    """A ``snapshot.select.statement.overrides`` statement as the derived table snapshot chunks read
+    (:mod:`airflow_cdc.core.snapshot_overrides`): every column of the table, NULL for those the
+    statement leaves out.  The statement is the operator's own SQL, on lines of its own."""
+    inner = sql.SQL("(\n{}\n) AS {}").format(
+        sql.SQL(statement),
+        sql.Identifier("snapshot_override"),
+    )
+    if set(columns) <= present:
+        return inner
+    cols = [
+        sql.Identifier(c) if c in present else sql.SQL("NULL AS {}").format(sql.Identifier(c))
+        for c in columns
+    ]
+    return sql.SQL("(SELECT {} FROM {}) AS {}").format(
+        sql.SQL(", ").join(cols), inner, sql.Identifier("snapshot_rows")
+    )
+
+
+def describe_statement(statement: str) -> sql.Composed:
+    """Plans an override statement as chunks wrap it, reading no row: its result columns."""
+    return sql.SQL("SELECT * FROM (\n{}\n) AS {} LIMIT 0").format(
+        sql.SQL(statement),
+        sql.Identifier("snapshot_override"),
     )

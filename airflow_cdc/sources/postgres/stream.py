@@ -29,8 +29,10 @@ from airflow_cdc.core.failpoints import failpoint
 from airflow_cdc.core.filters import IncludeExclude
 from airflow_cdc.core.progress import Progress
 from airflow_cdc.core.snapshot import ChunkTracker
+from airflow_cdc.core.unchanged import unchanged_row
 from airflow_cdc.sources.postgres import protocol as proto
 from airflow_cdc.sources.postgres import sql as q
+from airflow_cdc.sources.postgres import versions
 from airflow_cdc.sources.postgres.client import prefetch
 from airflow_cdc.sources.postgres.columnar import native_decoder, to_piece
 from airflow_cdc.sources.postgres.position import PgPosition, format_pg_lsn
@@ -45,6 +47,7 @@ _N, _K = b"NK"
 _U32 = struct.Struct(">I").unpack_from
 parse_tuple = proto.parse_tuple
 UNCHANGED_TOAST = proto.UNCHANGED_TOAST
+_UNSENT = (UNCHANGED_TOAST,)
 
 
 @dataclass
@@ -113,7 +116,9 @@ class WindowReader:
     ) -> WindowResult:
         """Peek the window ``[from_lsn, upto_lsn)`` (at most ``max_events`` rows, whole transactions)."""
         with conn.transaction(), conn.cursor(name="airflow_cdc_window", binary=True) as cur:
-            cur.execute(q.peek_changes(slot, format_pg_lsn(upto_lsn), max_events, publication))
+            messages = versions.with_messages(conn.info.server_version)
+            upto = format_pg_lsn(upto_lsn)
+            cur.execute(q.peek_changes(slot, upto, max_events, publication, messages=messages))
             # closed explicitly: the fetching thread must be gone before the cursor closes
             with closing(prefetch(cur, FETCH_ROWS)) as batches:
                 res, rows = self.read_batches(batches, from_lsn, upto_lsn)
@@ -192,6 +197,8 @@ class WindowReader:
                     st.xid,
                     st.prev_commit,
                     st.seq,
+                    st.origin,
+                    st.origin_lsn or 0,
                 )
                 i += 1
 
@@ -214,6 +221,9 @@ class WindowReader:
             st.active = False
         elif kind == _B:
             st.begin(_decode(data), from_lsn)
+        elif kind == _O:
+            if st.active:
+                st.set_origin(_decode(data))
         elif kind == _I or kind == _U or kind == _D:
             if st.active:
                 self.events += self._change(data, kind, change_lsn, st)
@@ -227,7 +237,7 @@ class WindowReader:
             if not msg.transactional:
                 self.last_nontx = msg.lsn
             self._message(msg, change_lsn, st, from_lsn, res)
-        elif kind not in (_Y, _O):
+        elif kind != _Y:
             shown = repr(chr(kind)) if kind >= 0 else "(empty)"
             raise ProtocolError(f"unexpected pgoutput message type {shown} at {format_pg_lsn(change_lsn)}")
 
@@ -252,9 +262,12 @@ class WindowReader:
             self.native.unregister(rel.relid)
         old = self.rels.get(rel.relid)
         state = self._relation_state(rel)
-        if old is not None and old.sink is not None and old.signature != state.signature:
+        # a changed replica identity turns skip.messages.without.change on or off: a new part
+        facts = (state.signature, state.skip_unchanged)
+        same = old is not None and (old.signature, old.skip_unchanged) == facts
+        if old is not None and old.sink is not None and not same:
             self.writer.close_table(old.name)
-        elif old is not None and old.signature == state.signature:
+        elif old is not None and same:
             state = old
         self.rels[rel.relid] = state
         if self.native is None:
@@ -300,6 +313,8 @@ class WindowReader:
             # Debezium: a key change is a delete of the old key, then a create of the new one
             # (consecutive sequence numbers); the create carries the old image as its old key
             emitted = [("d", before, None), ("c", before, after)]
+        elif op == "u" and rs.skip_unchanged and unchanged_row(before, after, rs.select, _UNSENT):
+            return 0  # skip.messages.without.change: no event, so no chunk row is dropped for it
         else:
             emitted = [(op, before, after)]
         emitted = [e for e in emitted if e[0] not in self.skipped]
@@ -375,14 +390,17 @@ class WindowReader:
                 return
             st.seq += 1
             pos = st.commit_key + st.seq.to_bytes(8, "big")
-            ts_us, xid = st.ts_us, st.xid
+            ts_us, xid, origin = st.ts_us, st.xid, (st.origin, st.origin_lsn)
         else:
             # pgoutput sends no time for a non-transactional message: Debezium's source info
             # keeps the timestamp of the last event it processed -- the previous transaction's
             # commit time, or the stored offset's (SourceInfo.update ignores a null commit time)
             ts_us = self.last_ts_us if self.last_ts_us is not None else now_us()
             pos, xid = PgPosition(self.epoch, msg.lsn, 0).sort_key(), None
-        src = self._message_source(ts_us, sequence(st.prev_commit, msg.lsn), xid, msg.lsn)
+            # outside any transaction: no origin (Debezium keeps the last transaction's until the
+            # next Begin clears it, an artefact of where its connector happened to start)
+            origin = (None, None)
+        src = self._message_source(ts_us, sequence(st.prev_commit, msg.lsn), xid, msg.lsn, origin)
         self.messages.append(
             {
                 "op": "m",
@@ -398,7 +416,9 @@ class WindowReader:
         )
         res.messages += 1
 
-    def _message_source(self, ts_us: int, seq: str, xid: int | None, lsn: int) -> dict[str, Any]:
+    def _message_source(
+        self, ts_us: int, seq: str, xid: int | None, lsn: int, origin: tuple[str | None, int | None]
+    ) -> dict[str, Any]:
         return dict(
             self.consts,
             ts_ms=ts_us // 1000,
@@ -410,6 +430,8 @@ class WindowReader:
             table="",
             txId=xid,
             lsn=lsn,
+            origin=origin[0],
+            origin_lsn=origin[1],
         )
 
     def _flush_messages(self) -> None:
@@ -443,6 +465,8 @@ class _TxnState:
         "per_table",
         "info",
         "epoch",
+        "origin",
+        "origin_lsn",
     )
 
     def __init__(self, epoch: int = 0) -> None:
@@ -452,6 +476,8 @@ class _TxnState:
         self.prev_commit: int | None = None
         self.seq = 0
         self.xid = self.commit_lsn = self.ts_us = 0
+        self.origin: str | None = None
+        self.origin_lsn: int | None = None
 
     def begin(self, begin: proto.Begin, from_lsn: int) -> None:
         # final_lsn is the commit record's start: below the offset means already committed
@@ -461,7 +487,16 @@ class _TxnState:
         self.seq = 0
         self.commit_key = self.epoch.to_bytes(4, "big") + begin.final_lsn.to_bytes(8, "big")
         self.per_table: dict[str, int] = {}
-        self.info = (self.commit_key, self.ts_us, self.xid, self.prev_commit)
+        # Debezium 3.6 clears the origin at Begin; an Origin message right after sets it
+        self.origin = self.origin_lsn = None
+        self.info: tuple[bytes, int, int, int | None, str | None, int | None]
+        self.info = (self.commit_key, self.ts_us, self.xid, self.prev_commit, None, None)
+
+    def set_origin(self, origin: proto.Origin) -> None:
+        """The transaction came through a replication origin: its events carry ``source.origin``
+        (the origin's name) and ``origin_lsn`` (the commit LSN on the origin server)."""
+        self.origin, self.origin_lsn = origin.name, origin.lsn
+        self.info = (self.commit_key, self.ts_us, self.xid, self.prev_commit, origin.name, origin.lsn)
 
     def txn_block(self, table: str, lsn: int) -> tuple[str, int, int]:
         """``(id, total_order, data_collection_order)`` of the transaction's next event.
@@ -484,11 +519,14 @@ def expand_events(rows: list[tuple]) -> tuple[list[bytes], list[tuple], list | N
     """Positions, ``source`` values and transaction blocks for a piece of buffered events.
 
     A row is ``(op, before, after, txn_info, seq, change_lsn, txn_block)``; ``txn_info`` is
-    ``(commit_key, commit_ts_us, xid, previous_commit_lsn)``, shared by the transaction's events.
+    ``(commit_key, commit_ts_us, xid, previous_commit_lsn, origin, origin_lsn)``, shared by the
+    transaction's events.
     """
     positions = [r[3][0] + r[4].to_bytes(8, "big") for r in rows]
     source = [
-        (t[1] // 1000, t[1], t[1] * 1000, sequence(t[3], r[5]), t[2], r[5]) for r in rows for t in (r[3],)
+        (t[1] // 1000, t[1], t[1] * 1000, sequence(t[3], r[5]), t[2], r[5], t[4], t[5])
+        for r in rows
+        for t in (r[3],)
     ]
     return positions, source, [r[6] for r in rows]
 

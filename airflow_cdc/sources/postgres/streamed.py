@@ -10,7 +10,10 @@ Stream Commit ``c`` or Stream Abort ``A`` (of the whole transaction, or of one s
 committed -- by spooling each streamed transaction's messages (in memory up to
 :data:`SPILL_BYTES`, then in a temporary file: memory stays bounded however large it is) and, at
 its Stream Commit, handing on exactly what protocol 1 would have sent at that point: ``Begin``,
-the changes without their xid, ``Commit``.  A Stream Abort drops the transaction; the abort of a
+the changes without their xid, ``Commit``.  The Origin message of a transaction that came through
+a replication origin has no xid and is kept as sent, right after the ``Begin`` as in protocol 1,
+but its origin LSN is 0: pgoutput does not know it before the commit (``pgoutput_stream_start``
+sends ``InvalidXLogRecPtr``).  A Stream Abort drops the transaction; the abort of a
 subtransaction drops everything from that subtransaction's first change on (everything after it
 belongs to it or to subtransactions nested in it, as PostgreSQL's own apply worker assumes).
 Transactions still open when the window ends are dropped: nothing was consumed, so the next
@@ -27,6 +30,7 @@ from typing import IO
 from airflow_cdc.core.errors import ProtocolError
 
 _S, _E, _SC, _SA = b"SEcA"  # Stream Start, Stream Stop, Stream Commit, Stream Abort
+_O = b"O"[0]  # Origin: no xid; sent after the transaction's first Stream Start, with origin LSN 0
 _I32 = struct.Struct(">I").unpack_from
 _FRAME = struct.Struct(">QI")  # spooled message: its lsn and length
 #: bytes of one streamed transaction kept in memory before it moves to a temporary file
@@ -47,6 +51,10 @@ class Spool:
         self.subxacts: dict[int, int] = {}
 
     def add(self, lsn: int, data: bytes) -> None:
+        if data[0] == _O:  # carries no xid: kept whole, where protocol 1 sends it (after Begin)
+            self.file.write(_FRAME.pack(lsn, len(data)))
+            self.file.write(data)
+            return
         xid = _I32(data, 1)[0]
         if xid != self.xid and xid not in self.subxacts:
             self.subxacts[xid] = self.file.tell()

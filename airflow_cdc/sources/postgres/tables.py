@@ -19,7 +19,8 @@ from airflow_cdc.core.table_sink import SourceLayout, TableSink
 from airflow_cdc.sources.postgres.types import ColumnCodec, HandlingModes, PgTypeInfo, column_codec
 from airflow_cdc.sources.postgres.types_base import META_PG_TYPE
 
-#: PostgreSQL ``source`` block, exactly Debezium's fields.
+#: PostgreSQL ``source`` block, exactly Debezium's fields (3.6: ``origin``/``origin_lsn`` last,
+#: null unless the transaction came through a replication origin).
 SOURCE_TYPE = pa.struct(
     [
         pa.field("version", pa.string()),
@@ -36,9 +37,13 @@ SOURCE_TYPE = pa.struct(
         pa.field("txId", pa.int64()),
         pa.field("lsn", pa.int64()),
         pa.field("xmin", pa.int64()),
+        pa.field("origin", pa.string()),
+        pa.field("origin_lsn", pa.int64()),
     ]
 )
-VARYING = ("ts_ms", "ts_us", "ts_ns", "sequence", "txId", "lsn")
+VARYING = ("ts_ms", "ts_us", "ts_ns", "sequence", "txId", "lsn", "origin", "origin_lsn")
+#: snapshot rows belong to no transaction: no origin (null, as a constant)
+SNAPSHOT_VARYING = VARYING[:6]
 
 
 def source_constants(connector_name: str, dbname: str) -> dict[str, Any]:
@@ -60,21 +65,26 @@ class RelationState:
     constants: dict[str, Any] = field(default_factory=dict)
     sink: TableSink | None = None
     columns: list[dict[str, Any]] = field(default_factory=list)
+    #: a table without key columns: ``multiset`` or ``append`` (``client.TableMeta.keyless``)
+    keyless: str | None = None
+    #: ``skip.messages.without.change`` applies (set, with REPLICA IDENTITY FULL, by the source)
+    skip_unchanged: bool = False
 
     def layout(self, snapshot: str) -> SourceLayout:
         return SourceLayout(
             SOURCE_TYPE,
             dict(self.constants, snapshot=snapshot, schema=self.tid.schema, table=self.tid.table),
-            VARYING,
+            VARYING if snapshot == "false" else SNAPSHOT_VARYING,
         )
 
     def table_info(self) -> dict[str, Any]:
-        return {
+        info = {
             "schema": self.tid.schema,
             "table": self.tid.table,
             "key_columns": self.key_columns,
             "columns": self.columns,
         }
+        return info | ({"keyless": self.keyless} if self.keyless and not self.key_columns else {})
 
     def open_sink(self, writer: BatchWriter, kind: str = "stream", expand: Any = None) -> TableSink:
         sink = writer.sink(
@@ -89,6 +99,7 @@ class RelationState:
         )
         if kind == "stream":
             self.sink = sink
+            sink.skip_unchanged = self.skip_unchanged
         return sink
 
 
@@ -102,11 +113,13 @@ def build_state(
     type_info: Callable[[int], PgTypeInfo],
     constants: dict[str, Any],
     mappers: Sequence[Mapper] = (),
+    keyless: str | None = None,
 ) -> RelationState:
     """Build the capture state for a table given its columns as (name, type oid, typmod).
 
     :param mappers: the configured column mappers (``column.truncate/mask...``), matched
         against ``<schema>.<table>.<column>``.
+    :param keyless: how silver holds the table when ``key`` is empty (``multiset``, ``append``).
     :raises SchemaError: a key column is missing from the relation.
     :raises UnsupportedType: naming table and column.
     :raises ConfigError: a truncation or mask maps a key column.
@@ -141,8 +154,9 @@ def build_state(
     sig = hashlib.sha1(repr([(c["name"], c["type_oid"], c["typmod"]) for c in infos]).encode()).hexdigest()[
         :12
     ]
+    key_index = [names.index(k) for k in key]
     return RelationState(
-        name, tid, True, select, [names.index(k) for k in key], list(key), codecs, sig, constants, None, infos
+        name, tid, True, select, key_index, list(key), codecs, sig, constants, None, infos, keyless
     )
 
 

@@ -51,7 +51,7 @@ from psycopg.pq.abc import PGconn, PGresult
 
 from airflow_cdc.core.config import ConnectorConfig
 from airflow_cdc.core.errors import ProtocolError, ServerMisconfigured
-from airflow_cdc.sources.postgres import client
+from airflow_cdc.sources.postgres import client, versions
 from airflow_cdc.sources.postgres import sql as q
 from airflow_cdc.sources.postgres.position import format_pg_lsn
 from airflow_cdc.sources.postgres.streamed import unstream
@@ -71,7 +71,7 @@ _BEGIN, _COMMIT, _MESSAGE = 0x42, 0x43, 0x4D  # 'B', 'C', 'M'
 _STREAM_START, _STREAM_STOP, _STREAM_COMMIT, _STREAM_ABORT = b"SEcA"  # protocol 2 streaming
 _STREAM_KINDS = frozenset(b"SEcA")
 #: the first server version whose pgoutput streams in-progress transactions (protocol 2)
-STREAMING_VERSION = 140000
+STREAMING_VERSION = versions.STREAMING
 _I64 = struct.Struct(">q").unpack_from
 _KEEPALIVE_MSG = struct.Struct(">qqB").unpack_from
 _STATUS = struct.Struct(">cqqqqB").pack
@@ -105,9 +105,14 @@ class ReplicationStream:
         upto_lsn: int,
         max_events: int,
         batch_rows: int = 4096,
+        confirmed_lsn: int | None = None,
     ) -> None:
         self.config, self.slot, self.publication = config, slot, publication
         self.from_lsn, self.upto_lsn, self.max_events = from_lsn, upto_lsn, max_events
+        #: the position every status update reports: the committed offset, which a window after
+        #: the run's first (its ``from_lsn`` is the end of a window not committed yet) lies past --
+        #: reported, the server would confirm it and a killed run would leave the slot ahead
+        self.confirmed_lsn = from_lsn if confirmed_lsn is None else min(confirmed_lsn, from_lsn)
         self.batch_rows = batch_rows
         self.messages = 0
         #: Stream Start/Stop/Commit/Abort messages read (protocol 2)
@@ -150,11 +155,15 @@ class ReplicationStream:
         #: the walsender serving this stream (see :func:`replication.wait_slot_released`)
         self.backend_pid = pg.backend_pid
         self.streaming = pg.server_version >= STREAMING_VERSION
-        protocol = "proto_version '2', streaming 'on'" if self.streaming else "proto_version '1'"
+        options = [
+            *versions.window_options(pg.server_version, streaming=True),
+            ("publication_names", q.quote_publication_name(self.publication)),
+        ]
+        if versions.with_messages(pg.server_version):
+            options.append(("messages", "true"))
         command = (
             f'START_REPLICATION SLOT "{self.slot.replace(chr(34), chr(34) * 2)}" LOGICAL '
-            f"{format_pg_lsn(self.from_lsn)} ({protocol}, publication_names "
-            f"{_literal(q.quote_publication_name(self.publication))}, messages 'true')"
+            f"{format_pg_lsn(self.from_lsn)} ({', '.join(f'{k} {_literal(v)}' for k, v in options)})"
         )
         if native_stream_available() and not pg.ssl_in_use and not pg.used_gssapi:
             self.start_native(pg.socket, command)
@@ -170,7 +179,7 @@ class ReplicationStream:
         reader: it sends ``command`` itself and reads every frame from then on."""
         reader = _walstream.Reader(
             fd,
-            self.from_lsn,
+            self.confirmed_lsn,  # the C reader uses it only for status updates
             self.upto_lsn,
             self.max_events,
             self.batch_rows,
@@ -321,7 +330,7 @@ class ReplicationStream:
         pg = self._pg
         assert pg is not None
         now_us = time.time_ns() // 1000 - _PG_EPOCH_US
-        pos = self.from_lsn
+        pos = self.confirmed_lsn
         if pg.put_copy_data(_STATUS(b"r", pos, pos, pos, now_us, 1 if reply else 0)) != 1:
             raise ProtocolError(
                 f"cannot send a status update on slot {self.slot!r}: {pg.get_error_message()}"

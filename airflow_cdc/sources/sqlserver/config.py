@@ -7,6 +7,8 @@ from typing import Any
 
 from airflow_cdc.core.config import COMMON_PROPERTIES, ConnectorConfig, Property
 from airflow_cdc.core.errors import ConfigError
+from airflow_cdc.core.snapshot_overrides import override_properties
+from airflow_cdc.core.unchanged import skip_property
 
 #: The Debian FreeTDS ODBC driver as registered by the ``tdsodbc`` package.
 FREETDS = "FreeTDS"
@@ -73,6 +75,8 @@ SQLSERVER_PROPERTIES: tuple[Property, ...] = tuple(
         minimum=0,
     ),
     Property("time.precision.mode", "enum", "adaptive", choices=("adaptive", "connect")),
+    skip_property("Change tables keep the whole old row of every update (`__$operation` 3)."),
+    *override_properties("<schemaName>.<tableName>"),
     Property("heartbeat.action.query", "str", None, "SQL run at the start of each capture run."),
     Property(
         "include.schema.changes",

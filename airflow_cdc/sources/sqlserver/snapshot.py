@@ -24,6 +24,7 @@ import datetime as dt
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from airflow_cdc.core.conditions import Piece
@@ -65,6 +66,7 @@ def read_chunk(
     condition: list[Piece] | None = None,
     unique: bool = True,
     lock_timeout_ms: int = LOCK_TIMEOUT_MS,
+    relation: str | None = None,
 ) -> Chunk:
     """Read one chunk of ``target`` (database, schema, table) between two watermarks.
 
@@ -76,7 +78,8 @@ def read_chunk(
     ``isolation`` (:func:`_in_transaction`), so whatever the mode locks is held for one chunk read
     at most.  A deadlock victim (error 1205: SQL Server rolled the read back and asks to rerun it)
     is read again (three attempts in all); any other failure rolls back and raises the driver's
-    error.
+    error.  ``relation``: what is read instead of the table (a ``snapshot.select.statement.overrides``
+    statement, :func:`sql.override_relation`).
     """
     db, schema, table = target
     names = [c.name for c in columns]
@@ -89,11 +92,12 @@ def read_chunk(
     where, cond_args = sql.condition_sql(condition) if condition else (None, [])
 
     def read(cur: Any) -> list[tuple]:
-        query = sql.chunk_select(db, schema, table, names, order, limit, after is not None, where)
+        select = partial(sql.chunk_select, db, schema, table, names, order, relation=relation)
+        query = select(limit, after is not None, where)
         rows = [tuple(r) for r in cur.execute(query, *bound, *cond_args).fetchall()]
         if not unique and len(rows) == limit:
             last = key_param(by_name[order[0]], rows[-1][names.index(order[0])])
-            query = sql.chunk_select(db, schema, table, names, order, None, after is not None, where, True)
+            query = select(None, after is not None, where, True)
             rows = [tuple(r) for r in cur.execute(query, *bound, last, *cond_args).fetchall()]
         return rows
 

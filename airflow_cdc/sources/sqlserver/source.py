@@ -22,6 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from airflow_cdc.core import snapshot_overrides as so
 from airflow_cdc.core.batch import BatchWriter
 from airflow_cdc.core.column_mapping import configured_mappers
 from airflow_cdc.core.conditions import RAW_SQL_PROPERTY, condition_pieces
@@ -39,7 +40,8 @@ from airflow_cdc.core.snapshot import (
     read_budgeted,
 )
 from airflow_cdc.core.source import Capabilities, ChangeSource
-from airflow_cdc.sources.sqlserver import checks, client, sql
+from airflow_cdc.core.unchanged import SKIP_PROPERTY, unchanged_row
+from airflow_cdc.sources.sqlserver import checks, client, overrides, sql
 from airflow_cdc.sources.sqlserver.offsets import SqlServerLsn, SqlServerPosition, window_offset
 from airflow_cdc.sources.sqlserver.schema import CaptureInstance, load_capture_instances, window_segments
 from airflow_cdc.sources.sqlserver.schema_changes import switch_events
@@ -104,6 +106,8 @@ class SqlServerSource(ChangeSource):
             config["binary.handling.mode"],
             config["include.unknown.datatypes"],
         )
+        self.overrides = so.Overrides(config, so.TSQL, fold_case=True, extra_columns=True)
+        self.skip_unchanged = bool(config[SKIP_PROPERTY])
         self.conn: Any = None
         self.epoch = 0
         self.instances: list[CaptureInstance] = []
@@ -147,6 +151,28 @@ class SqlServerSource(ChangeSource):
         self._current = {}
         for ci in sorted(self.instances, key=lambda c: (c.start_lsn, c.create_date)):
             self._current[ci.table_id] = self._states[ci.name]
+        self._check_overrides()
+
+    def _check_overrides(self) -> None:
+        """Check every captured table's snapshot statement on the server (start-up).
+
+        :raises ConfigError: a statement breaks chunking (see ``core.snapshot_overrides``).
+        """
+        self.overrides.clear()
+        if not self.overrides.statements:
+            return
+        names = [n for t, s in self._current.items() for n in (t, f"{s.instance.schema}.{s.instance.table}")]
+        unused = self.overrides.unused(names)
+        if unused:
+            log.warning("%s: %s not captured in %s; not used", so.OVERRIDES, ", ".join(unused), self.database)
+        for table in self._current:
+            self._snapshot_relation(table)
+
+    def _snapshot_relation(self, table: str, origin: str = "initial") -> str | None:
+        """What snapshot chunks of ``table`` read instead of it (None: the table itself)."""
+        if not self.overrides.statements or not so.applies(origin):
+            return None
+        return overrides.relation(self.overrides, self.conn, self._current[table].instance)
 
     def close(self) -> None:
         if self.conn is not None:
@@ -272,6 +298,7 @@ class SqlServerSource(ChangeSource):
             ),
             unique=not snap.surrogate_key,
             lock_timeout_ms=self.config["snapshot.lock.timeout.ms"],
+            relation=self._snapshot_relation(snap.table, snap.origin),
         )
         computed = [n for n, c in enumerate(ci.columns) if c.computed]
         if computed:  # NULL as in every change-table row, or silver would flip with each change
@@ -384,6 +411,8 @@ class SqlServerSource(ChangeSource):
         transaction so far, or None without ``provide.transaction.metadata``)."""
         commit, ts_ms, orders = txn
         state = self._states[ev.instance.name]
+        if ev.op == "u" and self.skip_unchanged and unchanged_row(ev.before, ev.after, state.select):
+            return  # skip.messages.without.change: no event, so no chunk row is dropped for it
         if tracker is not None and state.name in tracker.tables():
             # both images: an update may change the key, and a chunk row under either key is stale
             for image in (ev.before, ev.after):

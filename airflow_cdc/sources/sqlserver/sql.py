@@ -130,6 +130,7 @@ def chunk_select(
     after: bool,
     condition: str | None = None,
     upto: bool = False,
+    relation: str | None = None,
 ) -> str:
     """One snapshot chunk in ``key`` order: the first ``limit`` rows (all without a limit), after a
     bound key and/or up to a bound value of a one-column ``key`` (``upto``), under ``condition``.
@@ -137,10 +138,11 @@ def chunk_select(
     The key predicate is the expanded row comparison ``(k1 > ?) OR (k1 = ? AND k2 > ?) ...``
     (T-SQL has no row constructors); its parameters are :func:`chunk_params` of the last key,
     then the ``upto`` value.  ``condition`` is an ad hoc snapshot's additional condition
-    (:func:`condition_sql`): its parameters come after those.
+    (:func:`condition_sql`): its parameters come after those.  ``relation``: what is read instead of
+    the table (:func:`override_relation`).
     """
     cols = ", ".join(quote(c) for c in columns)
-    target = ".".join(quote(p) for p in (db, schema, table))
+    target = ".".join(quote(p) for p in (db, schema, table)) if relation is None else relation
     where = []
     if after:
         terms = []
@@ -156,6 +158,22 @@ def chunk_select(
     top = f"TOP ({int(limit)}) " if limit is not None else ""
     order = ", ".join(quote(k) for k in key)
     return f"SELECT {top}{cols} FROM {target}{clause} ORDER BY {order}"  # noqa: S608
+
+
+def override_relation(statement: str, columns: Sequence[str], present: set[str]) -> str:
+    """A ``snapshot.select.statement.overrides`` statement as the derived table snapshot chunks read
+    (:mod:`airflow_cdc.core.snapshot_overrides`): the captured columns, NULL for those the statement
+    leaves out.  The statement is the operator's own SQL, on lines of its own."""
+    inner = f"(\n{statement}\n) AS [snapshot_override]"
+    if set(columns) <= present:
+        return inner
+    cols = ", ".join(quote(c) if c in present else f"NULL AS {quote(c)}" for c in columns)
+    return f"(SELECT {cols} FROM {inner}) AS [snapshot_rows]"  # noqa: S608
+
+
+def describe_statement(statement: str) -> str:
+    """An override statement as chunks wrap it, reading no row (``TOP (0)``): its result columns."""
+    return f"SELECT TOP (0) * FROM (\n{statement}\n) AS [snapshot_override]"  # noqa: S608
 
 
 def _param(value: Value) -> Any:

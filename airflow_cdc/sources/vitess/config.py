@@ -75,6 +75,14 @@ VITESS_PROPERTIES: tuple[Property, ...] = tuple(p for p in COMMON_PROPERTIES if 
         "Name vtgate's certificate must carry, when it is not `database.hostname`.",
     ),
     Property(
+        "bigint.unsigned.handling.mode",
+        "enum",
+        "string",
+        "BIGINT UNSIGNED as its decimal text (`string`), an exact Decimal (`precise`) or an int64 "
+        "(`long`: a value above 2^63-1 stops the run, as Debezium cannot convert it to a Java long).",
+        choices=("string", "long", "precise"),
+    ),
+    Property(
         "vitess.heartbeat.interval",
         "int",
         0,

@@ -156,11 +156,12 @@ class TableState:
             )
         precision = config["time.precision.mode"]
         precision = "adaptive_time_microseconds" if precision == "adaptive" else precision
+        unsigned, unknown = config["bigint.unsigned.handling.mode"], config["include.unknown.datatypes"]
         select, codecs, infos = [], [], []
         for i, f in enumerate(fields):
             if not keep_column(name, f.name, f.name in key):
                 continue
-            codec = column_codec(f, name, precision, "string", config["include.unknown.datatypes"])
+            codec = column_codec(f, name, precision, unsigned, unknown)
             select.append(i)
             codecs.append(Codec(f.name, codec, config["binary.handling.mode"]))
             infos.append(_column_info(f))

@@ -12,7 +12,8 @@ UINT16, INT24, UINT24,   INT32
 INT32
 UINT32, INT64            INT64
 UINT64                   STRING      ``bigint.unsigned.handling.mode=string`` (default);
-                                     ``long``: INT64 (wraps past 2^63); ``precise``: decimal
+                                     ``long``: INT64, a value past 2^63-1 a SchemaError;
+                                     ``precise``: Decimal (scale 0)
 FLOAT32, FLOAT64         FLOAT64
 DECIMAL                  STRING      the exact text
 CHAR, VARCHAR, TEXT      STRING
@@ -42,7 +43,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_cdc.core.errors import UnsupportedType
+from airflow_cdc.core.errors import SchemaError, UnsupportedType
 from airflow_cdc.sources.mysql.schema import enum_labels
 from airflow_cdc.sources.vitess.proto import query_pb2 as q
 
@@ -99,9 +100,31 @@ def _labels(column_type: str) -> str:
     return ",".join(enum_labels(column_type))
 
 
-def _unsigned_bigint(mode: str) -> VitessCodec:
+_LONG_MAX = (1 << 63) - 1
+
+
+def _unsigned_bigint(mode: str, column: str) -> VitessCodec:
+    """``bigint.unsigned.handling.mode`` for a BIGINT UNSIGNED ``column`` (``table.column``).
+
+    ``long`` as Debezium's Vitess connector: it parses vtgate's decimal text with
+    ``Long.valueOf``, so a value above 2^63-1 cannot be converted (its docs: such values "cannot
+    be conveyed by using long"; Debezium's MySQL connector, which reads binlog bytes, wraps them
+    negative instead).  Here that conversion failure stops the run (``fail``, the only
+    ``event.converting.failure.handling.mode``) rather than staging NULL or a wrapped number.
+    """
     if mode == "long":
-        return VitessCodec(pa.int64(), None, lambda v: v - (1 << 64) if v >= 1 << 63 else v)
+
+        def signed(v: int) -> int:
+            if v > _LONG_MAX:
+                raise SchemaError(
+                    f"column {column}: a BIGINT UNSIGNED value above 2^63-1 does not fit "
+                    "bigint.unsigned.handling.mode=long",
+                    hint="set bigint.unsigned.handling.mode to precise (exact decimals) or string "
+                    "(the default), then run capture again: nothing of this run was committed",
+                )
+            return v
+
+        return VitessCodec(pa.int64(), None, signed)
     if mode == "precise":
         return VitessCodec(pa.decimal128(20, 0), None, Decimal)
     return VitessCodec(pa.string(), None, str)
@@ -169,7 +192,7 @@ def column_codec(
     if f.type in _FIXED:
         return _FIXED[f.type]
     if f.type == q.UINT64:
-        return _unsigned_bigint(bigint_unsigned)
+        return _unsigned_bigint(bigint_unsigned, f"{table}.{f.name}")
     if f.type in (q.DATE, q.TIME, q.DATETIME, q.TIMESTAMP):
         return _temporal(f, time_precision)
     if f.type in (q.ENUM, q.SET):

@@ -6,6 +6,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from airflow_cdc.core.pipeline import build_config, build_store
 from airflow_cdc.sources.mysql.source import MySqlSource
 from tests.support.oracle import ReferenceApplier
@@ -18,6 +20,7 @@ __all__ = [
     "purge_binlogs",
     "replay",
     "run_capture",
+    "source_multiset",
     "source_rows",
     "state",
 ]
@@ -78,6 +81,27 @@ def source_rows(config: dict[str, Any], table: str) -> dict[tuple, dict[str, Any
             for chunk in source.encoded_chunks(table, 50_000)
             for row in chunk.to_pylist()
         }
+    finally:
+        source.close()
+
+
+def source_multiset(config: dict[str, Any], table: str) -> list[dict[str, Any]]:
+    """Every row of the live table (a table without key: duplicates included), encoded exactly
+    like captured events."""
+    from airflow_cdc.sources.mysql import snapshot
+    from airflow_cdc.sources.mysql.rows import encode_rows
+    from airflow_cdc.sources.mysql.sql import qualified
+
+    source = MySqlSource(build_config(config))
+    source.open()
+    try:
+        tdef, state = source._tables[table], source.table_state(table)
+        with source.conn.cursor() as cur:
+            select = ", ".join(snapshot.select_expr(c) for c in tdef.columns)
+            cur.execute(f"SELECT {select} FROM {qualified(tdef.db, tdef.table)}")
+            rows = [tuple(snapshot.neutral(c, v) for c, v in zip(tdef.columns, r, strict=True)) for r in cur]
+        schema = pa.schema([c.field for c in state.codecs])
+        return pa.Table.from_arrays(encode_rows(state, rows), schema=schema).to_pylist() if rows else []
     finally:
         source.close()
 

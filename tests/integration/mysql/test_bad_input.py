@@ -94,12 +94,21 @@ def test_log_bin_off(tmp_path):
 
 
 def test_table_without_primary_key(mariadb_db, tmp_path):
+    """Captured, not refused (tests/integration/mysql/test_keyless.py); with a
+    ``message.key.columns`` entry it is keyed by those columns, one naming a missing column fails."""
     execute(mariadb_db, "CREATE TABLE nokey (a int, b text)", "INSERT INTO nokey VALUES (1, 'x')")
     config = pipeline(mariadb_db, tmp_path / "s")
-    with pytest.raises(SchemaError, match=rf"{mariadb_db.name}\.nokey.*message\.key\.columns"):
-        run_capture(config)
-    assert state(config) is None
-    ok = dict(config, **{"message.key.columns": f"{mariadb_db.name}.nokey:a"})
+    run_capture(config)
+    assert state(config) is not None
+    wrong = pipeline(
+        mariadb_db, tmp_path / "w", name="wrong", **{"message.key.columns": f"{mariadb_db.name}.nokey:zz"}
+    )
+    with pytest.raises(SchemaError, match=rf"{mariadb_db.name}\.nokey.*zz.*message\.key\.columns"):
+        run_capture(wrong)
+    assert state(wrong) is None
+    ok = pipeline(
+        mariadb_db, tmp_path / "k", name="keyed", **{"message.key.columns": f"{mariadb_db.name}.nokey:a"}
+    )
     run_capture(ok)
     assert_converged(ok, [f"{mariadb_db.name}.nokey"])
 

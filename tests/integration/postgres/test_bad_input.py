@@ -10,7 +10,6 @@ from airflow_cdc.core.errors import (
     ConfigError,
     MissingPrivilege,
     OffsetUnavailable,
-    SchemaError,
     ServerMisconfigured,
 )
 from airflow_cdc.core.pipeline import build_config, build_store
@@ -73,14 +72,24 @@ def test_publication_missing_with_mode_disabled(pg_db, tmp_path):
 
 
 def test_table_without_primary_key(pg_db, tmp_path):
+    """Captured, not refused (tests/integration/postgres/test_keyless.py); with a
+    ``message.key.columns`` entry it is keyed by those columns."""
     _exec(pg_db, "CREATE TABLE nokey (a int, b text)", "INSERT INTO nokey VALUES (1, 'x')")
     config = pipeline(pg_db, tmp_path / "s")
-    with pytest.raises(SchemaError, match=r"public\.nokey.*message\.key\.columns"):
-        run_capture(config)
-    assert _state(config) is None
-    ok = dict(config, **{"message.key.columns": "public.nokey:a"})
+    run_capture(config)
+    assert _state(config) is not None
+    keyed = {"message.key.columns": "public.nokey:a", "name": "keyed", "slot.name": f"k_{pg_db.name}"}
+    ok = pipeline(pg_db, tmp_path / "k", **keyed)
     run_capture(ok)
     assert_converged(ok, ["public.nokey"])
+
+
+def test_message_key_columns_naming_a_missing_column(pg_db, tmp_path):
+    _exec(pg_db, "CREATE TABLE nokey (a int, b text)")
+    config = pipeline(pg_db, tmp_path / "s", **{"message.key.columns": "public.nokey:zz"})
+    with pytest.raises(ConfigError, match=r"message\.key\.columns.*public\.nokey.*zz"):
+        run_capture(config)
+    assert _state(config) is None
 
 
 @pytest.mark.parametrize("prop,value,match", [

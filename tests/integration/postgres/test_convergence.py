@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from tests.integration.postgres import toast_scenario
-from tests.integration.postgres.support import assert_converged, pipeline, run_capture
+from tests.integration.postgres.support import assert_converged, every_version, pipeline, run_capture
 from tests.support.pipeline import CrashRuns, WriterThreads, snapshot_pending
 
 pytestmark = pytest.mark.slow
@@ -141,6 +141,7 @@ def test_converges_under_concurrent_writes(pg_db, tmp_path, reader, threads):
 
 
 
+@every_version
 def test_converges_with_sigkill_at_random_points(pg_db, tmp_path):
     """Each run reads its snapshot rows with one, two or three readers (snapshot.max.threads,
     drawn per run): killed runs leave ranges read by readers side by side, the next run may read

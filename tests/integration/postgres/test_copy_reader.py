@@ -17,7 +17,7 @@ from airflow_cdc.core.pipeline import build_config
 from airflow_cdc.core.snapshot import key_ordered_chunks
 from airflow_cdc.sources.postgres import copyread
 from airflow_cdc.sources.postgres.source import PostgresSource
-from tests.integration.postgres.support import pipeline
+from tests.integration.postgres.support import every_version, pipeline
 
 pytestmark = pytest.mark.skipif(not copyread.native_available(), reason="_pgcopy is not built")
 
@@ -92,6 +92,7 @@ def _chunks(config: dict[str, Any], chunk_size: int) -> list[pa.Table]:
         source.close()
 
 
+@every_version
 @pytest.mark.parametrize("chunk_size", [7, 1000])
 def test_native_chunks_equal_the_csv_path(every: Any, tmp_path: Any, monkeypatch: Any, chunk_size: int) -> None:
     config = pipeline(every, tmp_path / "staging")

@@ -11,10 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_cdc.core.batch import Batch
-from tests.integration.postgres.support import pipeline, run_capture
+from tests.integration.postgres.support import every_version, pipeline, run_capture
 
 SOURCE_FIELDS = ["version", "connector", "name", "ts_ms", "ts_us", "ts_ns", "snapshot", "db", "sequence",
-                 "schema", "table", "txId", "lsn", "xmin"]
+                 "schema", "table", "txId", "lsn", "xmin", "origin", "origin_lsn"]  # Debezium 3.6 (test_origin.py)
 
 
 def _exec(db, *statements):
@@ -111,6 +111,7 @@ def test_ops_envelope_and_replica_identity(pg_db, shape):
     assert all(m["op"] == "m" for m in msgs)
 
 
+@every_version
 def test_value_encodings(pg_db, tmp_path):
     _exec(pg_db, """CREATE TABLE v (id int PRIMARY KEY, b bool, i2 smallint, i8 bigint, r real, f float8,
         n numeric(10,2), nv numeric, d date, ts timestamp(6), ts3 timestamp(3), tstz timestamptz,

@@ -12,7 +12,7 @@ import pytest
 from airflow_cdc.core.errors import UnsupportedType
 from airflow_cdc.core.pipeline import build_config, build_store
 from airflow_cdc.sources.postgres.source import PostgresSource
-from tests.integration.postgres.support import pipeline, run_capture, source_rows
+from tests.integration.postgres.support import every_version, pipeline, run_capture, source_rows
 from tests.support.keyspace import (
     KeyCase,
     KeyType,
@@ -24,6 +24,9 @@ from tests.support.keyspace import (
     many,
 )
 from tests.support.pipeline import assert_rows_equal, replay
+
+# key-type completeness on every PostgreSQL major (README: tested versions)
+pytestmark = every_version
 
 
 def _q(text: str) -> str:

@@ -134,6 +134,21 @@ def silver_rows(
     return out
 
 
+def silver_multiset(spark: Any, target: str, config: dict[str, Any], table: str) -> list[dict[str, Any]]:
+    """Every row of a keyless table's silver (duplicates included), in the staged encoding."""
+    names = semantic_names(config, table)
+    frame = spark.read.format("delta").load(table_path(target, "silver", config["name"], table))
+    return [
+        {k: to_debezium(v, names.get(k)) for k, v in row.items() if k not in META}
+        for row in frame.toArrow().to_pylist()
+    ]
+
+
+def normalised_list(rows: list[dict[str, Any]], names: dict[str, pa.Field]) -> list[dict[str, Any]]:
+    """:func:`normalised_rows` of a list of rows (a keyless table's)."""
+    return [{c: normalise(v, names.get(c)) for c, v in row.items()} for row in rows]
+
+
 def normalised_rows(
     rows: dict[tuple, dict[str, Any]], names: dict[str, pa.Field]
 ) -> dict[tuple, dict[str, Any]]:

@@ -12,8 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_cdc.core.batch import list_batches
+from airflow_cdc.sources.postgres import tables
 from spark_jobs.cdc_apply import bronze_copy, delta_log
-from spark_jobs.cdc_apply.job import ApplySettings, apply_batch
+from spark_jobs.cdc_apply.job import ApplySettings, apply_batch, apply_batches
 from spark_jobs.cdc_apply.layout import table_path
 from spark_jobs.cdc_apply.staged import StagedBatch
 from tests.integration.postgres.support import pipeline, run_capture
@@ -123,6 +124,63 @@ def test_new_columns_reencode_once_then_copy_again(spark, pg_db, tmp_path):
     assert ways == ["copied", "appended", "copied"]
     _assert_bronze_is_staged(spark, target, config, "public.e")
     assert_silver_matches(spark, config, target, "public.e", ["id"])
+
+
+def _batches_across_the_origin_fields(pg_db, tmp_path, monkeypatch):
+    """Two batches staged with the ``source`` struct before Debezium 3.6's ``origin`` /
+    ``origin_lsn`` (as the previous version wrote them), then two with them, one from an origin."""
+    _exec(pg_db, "CREATE TABLE s (id int PRIMARY KEY, a text)", "INSERT INTO s VALUES (1, 'x')")
+    config = pipeline(pg_db, tmp_path / "staging")
+    before = pa.struct([f for f in tables.SOURCE_TYPE if not f.name.startswith("origin")])
+    with monkeypatch.context() as m:
+        m.setattr(tables, "SOURCE_TYPE", before)
+        run_capture(config)
+        _exec(pg_db, "INSERT INTO s VALUES (2, 'y')")
+        run_capture(config)
+    origin = f"{pg_db.name}_o"
+    _exec(
+        pg_db,
+        f"SELECT pg_replication_origin_create('{origin}')",
+        f"SELECT pg_replication_origin_session_setup('{origin}'); "
+        "BEGIN; SELECT pg_replication_origin_xact_setup('0/12345', now()); INSERT INTO s VALUES (3, 'o'); COMMIT; "
+        "SELECT pg_replication_origin_session_reset()",
+        f"SELECT pg_replication_origin_drop('{origin}')",
+    )
+    run_capture(config)
+    _exec(pg_db, "UPDATE s SET a = 'z' WHERE id = 1")
+    run_capture(config)
+    return config, list_batches(config["staging.path"], config["name"]), origin
+
+
+def _assert_bronze_source(spark, target, config, origin):
+    bronze = _bronze(spark, target, config, "public.s")
+    source = bronze.schema["source"].dataType
+    assert source.names[-3:] == ["xmin", "origin", "origin_lsn"]
+    rows = {
+        (r["op"], r["id"]): (r["origin"], r["origin_lsn"])
+        for r in bronze.selectExpr("op", "coalesce(after.id, before.id) AS id", "source.*").collect()
+    }
+    assert rows == {("r", 1): (None, None), ("c", 2): (None, None), ("c", 3): (origin, 0x12345), ("u", 1): (None, None)}
+    _assert_bronze_is_staged(spark, target, config, "public.s")
+    assert_silver_matches(spark, config, target, "public.s", ["id"])
+
+
+def test_a_source_struct_gaining_fields_evolves_bronze(spark, pg_db, tmp_path, monkeypatch):
+    """A bronze table created before ``source`` gained ``origin`` / ``origin_lsn`` takes the new
+    batches: the first one re-encoded (Delta's schema merge appends the nested fields; the older
+    rows read them as null), the next ones added as files again."""
+    config, batches, origin = _batches_across_the_origin_fields(pg_db, tmp_path, monkeypatch)
+    target = str(tmp_path / "delta")
+    ways = [apply_batch(spark, str(b.path), target)["tables"]["public.s"]["bronze"] for b in batches]
+    assert ways == ["copied", "copied", "appended", "copied"]
+    _assert_bronze_source(spark, target, config, origin)
+
+
+def test_a_backlog_across_the_source_change_applies_alike(spark, pg_db, tmp_path, monkeypatch):
+    config, batches, origin = _batches_across_the_origin_fields(pg_db, tmp_path, monkeypatch)
+    target = str(tmp_path / "delta")
+    apply_batches(spark, [str(b.path) for b in batches], target)
+    _assert_bronze_source(spark, target, config, origin)
 
 
 def test_names_delta_refuses_without_mapping_reencode(spark, pg_db, tmp_path):

@@ -8,6 +8,8 @@ the emulator is held to, and the partial row images real vttablet sends.
   it has in ``data_columns`` (``--vreplication-experimental-flags`` allows partial images by
   default; v24 ``vstreamer.go`` ``processRowEvent``).  Those columns are staged as not sent
   (``__unavailable``), so apply keeps the stored values; they were staged as NULL before.
+* ``bigint.unsigned.handling.mode`` (``string``, ``precise``, ``long``) with values and keys up
+  to 2^64-1 (issue 34).
 
 Skipped unless the Vitess binaries are built (``make vitess``, part of ``make setup``).
 """
@@ -186,3 +188,59 @@ def test_rows_from_before_a_column_added_in_the_middle_are_refused(cluster, tmp_
     with pytest.raises(SchemaError, match=rf"table {ks}\.shifted: .*arrive as \(id, x, a\)"):
         run_capture(props)
     assert len(list_batches(props["staging.path"], props["name"])) == batches, "something was staged"
+
+
+def test_bigint_unsigned_handling_modes(cluster, tmp_path: Path) -> None:
+    """``bigint.unsigned.handling.mode`` against real vtgate, values (keys too) up to 2^64-1, copied
+    and streamed: ``string`` (the default) the decimal text, ``precise`` exact Decimals, ``long``
+    int64 while the values fit and a SchemaError naming the column once one does not (Debezium's
+    Long.valueOf fails there), with nothing staged or committed."""
+    from decimal import Decimal
+
+    from airflow_cdc.core.errors import SchemaError
+    from airflow_cdc.core.pipeline import build_config, build_store
+
+    ks, top = cluster.keyspace, 2**64 - 1
+    cluster.execute("CREATE TABLE ubig (id BIGINT UNSIGNED NOT NULL PRIMARY KEY, u BIGINT UNSIGNED)")
+    try:
+        cluster.execute("INSERT INTO ubig (id, u) VALUES (1, 0), (2, 9223372036854775807), (3, NULL)")
+        props = {
+            mode: cluster.props(
+                f"real_ubig_{mode}",
+                tmp_path / mode,
+                **{"table.include.list": f"{ks}.ubig", "bigint.unsigned.handling.mode": mode},
+            )
+            for mode in ("string", "precise", "long")
+        }
+        del props["string"]["bigint.unsigned.handling.mode"]  # the default
+        for p in props.values():
+            assert run_capture(p).snapshot_rows == 3
+        cluster.execute(f"INSERT INTO ubig (id, u) VALUES ({top}, {top}), (4, {2**63})")
+        cluster.execute(f"UPDATE ubig SET u = {top} WHERE id = 1")
+        for mode in ("string", "precise"):
+            assert run_capture(props[mode]).tables[f"{ks}.ubig"] == {"c": 2, "u": 1}
+        as_text = {"string": str, "precise": Decimal}
+        for mode, convert in as_text.items():
+            (copied, streamed) = _events(props[mode], f"{ks}.ubig")
+            rows = {r["after"]["id"]: r["after"]["u"] for r in copied}
+            assert rows == {convert(1): convert(0), convert(2): convert(2**63 - 1), convert(3): None}
+            after = {r["after"]["id"]: r["after"]["u"] for r in streamed}
+            assert after == {convert(top): convert(top), convert(4): convert(2**63), convert(1): convert(top)}
+            assert streamed[2]["before"]["u"] == convert(0)
+        assert Decimal("18446744073709551615") in after.values() and after[Decimal(top)] == Decimal(top)
+        expected = {(Decimal(i),): {"id": Decimal(i), "u": None if u is None else Decimal(u)}
+                    for i, u in cluster.execute("SELECT id, u FROM ubig")}  # fmt: skip
+        assert_rows_equal("ubig", expected, replay(props["precise"]).rows(f"{ks}.ubig"))
+
+        long = props["long"]
+        (copied,) = _events(long, f"{ks}.ubig")
+        assert {r["after"]["id"]: r["after"]["u"] for r in copied} == {1: 0, 2: 2**63 - 1, 3: None}
+        store = build_store(build_config(long))
+        stored, batches = store.load(long["name"]).data, len(list_batches(tmp_path / "long", long["name"]))
+        with pytest.raises(SchemaError, match=rf"column {ks}\.ubig\.(id|u): .*above 2\^63-1") as err:
+            run_capture(long)
+        assert "precise" in err.value.hint
+        assert store.load(long["name"]).data == stored, "the offset moved"
+        assert len(list_batches(tmp_path / "long", long["name"])) == batches, "something was staged"
+    finally:
+        cluster.execute("DROP TABLE IF EXISTS ubig")

@@ -84,9 +84,9 @@ def test_docs_check_fails_when_stale(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "name,status",
     [
-        ("slot.drop.on.stop", "refused"),
+        ("slot.stream.params", "refused"),
         ("snapshot.mode.configuration.based.snapshot.data", "refused"),
-        ("snapshot.select.statement.overrides.public.orders", "refused"),
+        ("snapshot.select.statement.overrides.public.orders", None),  # supported: not in the tables
         ("topic.prefix.extra", "ignored"),
         ("key.converter.schemas.enable", "ignored"),
         ("no.such.thing", None),
@@ -105,8 +105,8 @@ def test_failure_mode_accepts_only_fail(caplog):
 
 
 def test_refusal_names_the_alternative():
-    with pytest.raises(ConfigError, match=r"'slot.drop.on.stop' is not supported: .*pg_drop_replication_slot"):
-        build("postgresql", {"slot.drop.on.stop": "true"})
+    with pytest.raises(ConfigError, match=r"'slot.stream.params' is not supported: .*fixed \(proto_version"):
+        build("postgresql", {"slot.stream.params": "proto_version=2"})
 
 
 def test_postgres_client_certificates_reach_libpq_and_the_key_password_stays_secret():

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import logging
 
 import pytest
 
 from airflow_cdc.core.errors import ConfigError
-from airflow_cdc.core.signals import SnapshotSignal, apply_signals, parse_signal
+from airflow_cdc.core.signals import SnapshotSignal, apply_signals, check_signals, parse_signal
 from airflow_cdc.core.snapshot import SnapshotContext
 
 FULL = {
@@ -47,11 +46,36 @@ def test_stop_snapshot_without_collections():
     assert parse_signal({"type": "stop-snapshot", "data": ""}) == SnapshotSignal("stop-snapshot")
 
 
-def test_blocking_is_accepted_with_warning(caplog):
-    with caplog.at_level(logging.WARNING, logger="airflow_cdc.core.signals"):
-        sig = parse_signal({"execute-snapshot": {"data-collections": ["a"], "type": "blocking"}})
-    assert sig.data_collections == ("a",)
-    assert any("blocking" in r.getMessage() for r in caplog.records)
+def test_blocking_is_parsed_as_its_own_kind():
+    sig = parse_signal({"execute-snapshot": {"data-collections": ["a"], "type": "BLOCKING"}})
+    assert sig.data_collections == ("a",) and sig.kind == "blocking"
+    assert parse_signal({"execute-snapshot": {"data-collections": ["a"]}}).kind == "incremental"
+    with pytest.raises(ConfigError, match="surrogate-key.*incremental"):
+        parse_signal({"execute-snapshot": {"data-collections": ["a"], "type": "blocking", "surrogate-key": "k"}})
+
+
+def test_blocking_signal_is_read_in_the_run_and_never_queued():
+    ctx, blocking = SnapshotContext(), []
+    sig = parse_signal(
+        {"execute-snapshot": {"data-collections": ["s.a", "s.b"], "type": "blocking",
+                              "additional-conditions": [{"data-collection": "s.a", "filter": "x = 1"}]}}
+    )  # fmt: skip
+    notes = apply_signals(ctx, [sig], ["s.a", "s.b", "s.c"], blocking)
+    assert ctx.pending == [] and "blocking" in notes[0]
+    assert [(b.table, b.origin, b.condition) for b in blocking] == [
+        ("s.a", "blocking", "x = 1"),
+        ("s.b", "blocking", None),
+    ]
+    with pytest.raises(ConfigError, match="cannot be run here"):
+        apply_signals(ctx, [sig], ["s.a", "s.b"])
+
+
+def test_blocking_is_refused_where_the_source_cannot_read_whole():
+    sig = parse_signal({"execute-snapshot": {"data-collections": ["s.a"], "type": "blocking"}})
+    check_signals([sig], ["s.a"], lambda t: None, False)  # supported: nothing to say
+    with pytest.raises(ConfigError, match="'blocking' is not supported: the vitess source") as e:
+        check_signals([sig], ["s.a"], lambda t: None, False, "the vitess source has no whole read")
+    assert "incremental" in str(e.value.hint)
 
 
 @pytest.mark.parametrize(
