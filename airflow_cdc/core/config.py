@@ -380,7 +380,9 @@ COMMON_PROPERTIES: tuple[Property, ...] = (
         "The signal table (`schema.table`, MySQL `db.table`, SQL Server `db.schema.table`), captured like "
         "any table: rows inserted into it (columns id, type, data, in that order) are Debezium signals "
         "(`execute-snapshot`, `stop-snapshot`) read in the change window; the snapshot they ask for "
-        "starts in that run (its first chunks, reconciled by a follow-on window).",
+        "starts in that run (an incremental one with its first chunks, reconciled by a follow-on "
+        "window; a blocking one, PostgreSQL and MySQL/MariaDB only, reads the tables whole at one log "
+        "position before the run ends).",
     ),
     Property(
         "signal.enabled.channels",

@@ -53,9 +53,10 @@ def override_properties(table_form: str) -> tuple[Property, Property]:
             "and orders by the key. It must be one SELECT returning columns of the table by name, "
             "the key columns among them (unchanged); columns it leaves out are snapshotted as NULL; "
             "a trailing ORDER BY is dropped. Checked on the server at start. Applies to the "
-            "snapshots `snapshot.mode` schedules, not to `execute-snapshot` signals (those take "
-            "`additional-conditions`). Rows the statement filters out reach silver only when a "
-            "later change of theirs is captured, as in Debezium.",
+            "snapshots `snapshot.mode` schedules and to blocking `execute-snapshot` signals "
+            "(PostgreSQL, MySQL/MariaDB), not to incremental ones (those take "
+            "`additional-conditions`). Rows the statement filters out "
+            "reach silver only when a later change of theirs is captured, as in Debezium.",
         ),
         Property(
             TEMPLATE,
