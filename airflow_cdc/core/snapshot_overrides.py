@@ -25,6 +25,7 @@ again stays out of silver, as it stays out of Debezium's topic.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ from typing import Any
 
 from airflow_cdc.core.config import ConnectorConfig, Property
 from airflow_cdc.core.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 OVERRIDES = "snapshot.select.statement.overrides"
 TEMPLATE = f"{OVERRIDES}.<table>"
@@ -313,6 +316,22 @@ class Overrides:
         """The listed tables that match none of ``names`` (the captured tables' names)."""
         known = {n.casefold() if self.fold_case else n for n in names}
         return [t for t in self.statements if (t.casefold() if self.fold_case else t) not in known]
+
+    def check_all(self, tables: Iterable[str], snapshot_relation: Callable[[str], Any]) -> None:
+        """Check every captured table's statement on the server at start-up (``snapshot_relation``:
+        the source's per-table check); warn about listed tables that are not captured.
+
+        :raises ConfigError: a statement breaks chunking.
+        """
+        self.clear()
+        if not self.statements:
+            return
+        names = list(tables)
+        unused = self.unused(names)
+        if unused:
+            log.warning("%s: %s not captured; not used", OVERRIDES, ", ".join(unused))
+        for table in names:
+            snapshot_relation(table)
 
     def relation(
         self,

@@ -126,14 +126,7 @@ class MySqlSource(ChangeSource):
 
         :raises ConfigError: a statement breaks chunking (see ``core.snapshot_overrides``).
         """
-        self.overrides.clear()
-        if not self.overrides.statements:
-            return
-        unused = self.overrides.unused(self._tables)
-        if unused:
-            log.warning("%s: %s not captured; not used", so.OVERRIDES, ", ".join(unused))
-        for table in self._tables:
-            self._snapshot_relation(table)
+        self.overrides.check_all(self._tables, self._snapshot_relation)
 
     def _snapshot_relation(self, table: str, origin: str = "initial") -> str | None:
         """What snapshot chunks of ``table`` read instead of it (None: the table itself)."""
