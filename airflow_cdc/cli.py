@@ -2,7 +2,7 @@
 
 airflow-cdc capture --config pipeline.yaml [--commit] [--signal JSON]...
 airflow-cdc commit  --config pipeline.yaml --batch DIR
-airflow-cdc status  --config pipeline.yaml
+airflow-cdc status  --config pipeline.yaml [--json] [--offline]
 airflow-cdc apply   --config pipeline.yaml [--batch DIR]... [--target DELTA_ROOT] [--commit]
 airflow-cdc verify  --config pipeline.yaml [--target DELTA_ROOT] [--table T]...
 """
@@ -13,6 +13,7 @@ import argparse
 import json
 import logging
 import sys
+import time
 from typing import Any
 
 from airflow_cdc.core.batch import Batch, list_batches
@@ -73,11 +74,14 @@ def cmd_commit(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from airflow_cdc.core.health import status_metrics
+
     config = build_config(read_pipeline_file(args.config))
     results = {}
     for capture in _captures(config, args.partition):
         stored = capture.store.load(capture.name)
         batches = list_batches(config["staging.path"], capture.name)
+        state = stored.data if stored else None
         results[capture.config.partition] = {
             "connector": config["name"],
             **({"partition": capture.config.partition} if capture.config.partition else {}),
@@ -87,6 +91,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             "state": stored.data if stored else None,
             "staged_batches": len(batches),
             "newest_batch": batches[-1].batch_id if batches else None,
+            "metrics": status_metrics(capture.config, state, live=not args.offline),
         }
     _print(_by_partition(results))
     return 0
@@ -113,6 +118,7 @@ def _overtaken(batches: list[Batch]) -> set[str]:
 def cmd_apply(args: argparse.Namespace) -> int:
     from airflow_cdc.apply.applied import ensure_applied, missing_tables
     from airflow_cdc.apply.submit import ApplyOptions, build_apply_job, run_apply_job
+    from airflow_cdc.core.step_metrics import record_apply
 
     config = build_config(read_pipeline_file(args.config))
     options = ApplyOptions.from_config(config)
@@ -164,7 +170,12 @@ def cmd_apply(args: argparse.Namespace) -> int:
                         master=args.master,
                         remote=args.remote or config["spark.remote"] or None,
                     )
+                    started = time.monotonic()
                     run_apply_job(job, master=args.master, lease=lease)
+                    try:
+                        record_apply(capture.config, [b.manifest for b in run], time.monotonic() - started)
+                    except Exception as e:  # noqa: BLE001 - metrics must never fail the apply
+                        log.warning("apply metrics not recorded: %s", e)
                 for batch in run:
                     if args.commit and (last is None or batch.batch_id > last):
                         if batch.batch_id in overtaken or batch.manifest.get("state_version") != version:
@@ -242,8 +253,15 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--batch", required=True, help="batch directory")
     m.add_argument("--target", help="Delta root the batch was applied to (default: delta.root)")
     m.set_defaults(func=cmd_commit)
-    s = sub.add_parser("status", help="show the stored state and staged batches")
+    s = sub.add_parser("status", help="show the stored state, staged batches and metrics")
     s.add_argument("--config", required=True)
+    s.add_argument("--json", action="store_true", help="print JSON (the only format)")
+    s.add_argument(
+        "--offline",
+        action="store_true",
+        help="do not reach the source: metrics as the last steps saved them, without the live "
+        "retained log and guard",
+    )
     s.add_argument("--partition", help=_PARTITION_HELP)
     s.set_defaults(func=cmd_status)
     a = sub.add_parser(

@@ -1,4 +1,4 @@
-"""Shared helpers for the PostgreSQL benchmarks: repo path, timing, medians, RSS, profiles, data."""
+"""Shared helpers for the benchmarks: repo path, timing, medians, RSS, child processes, profiles, data."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,15 @@ SELECT g, (g %% 1000)::int, ((g %% 100000) / 100.0)::numeric(12,2),
        g %% 3 = 0,
        jsonb_build_object('k', g %% 17, 'tag', 't' || (g %% 5), 'ok', g %% 2 = 0)
 FROM generate_series(%s::bigint, %s::bigint) AS g"""
+
+# The same mix for MariaDB (bench/mysql_*.py, vs_debezium.py): ``INSERT`` of ids lo..hi from
+# MariaDB's sequence engine, formatted with ``lo`` and ``hi``.
+MYSQL_DDL = """CREATE TABLE orders (id bigint PRIMARY KEY, qty int NOT NULL, price decimal(12,2) NOT NULL,
+    label varchar(64) NOT NULL, created datetime(6) NOT NULL, active tinyint(1) NOT NULL, attrs json)"""
+MYSQL_INSERT = """INSERT INTO orders SELECT seq, seq % 1000, (seq % 100000) / 100,
+    concat('customer-', lpad(seq, 10, '0'), '-', left(md5(seq), 20)), '2024-01-01' + INTERVAL seq SECOND,
+    seq % 3 = 0, json_object('k', seq % 17, 'tag', concat('t', seq % 5), 'ok', seq % 2 = 0)
+    FROM seq_{lo}_to_{hi}"""
 
 
 def log(msg: str) -> None:
@@ -98,6 +108,48 @@ def pipeline_config(server: Any, dbname: str, staging: Path, name: str, slot: st
     return base
 
 
+@dataclass
+class ChildRun:
+    """One finished child process: its exit code, wall seconds (from spawn to reaped), peak RSS
+    (MiB, the kernel's high-water mark from ``wait4``), CPU seconds (user + system of all its
+    threads and of the children it reaped) and its stdout (with stderr unless sent elsewhere)."""
+
+    code: int
+    wall: float
+    rss_mib: float
+    cpu_s: float
+    out: str
+
+
+def run_child(
+    args: Sequence[str], *, env: dict[str, str] | None = None, stderr_path: Path | None = None
+) -> ChildRun:
+    """Run ``args`` from the repo root and measure it with ``wait4``; a non-zero exit is returned,
+    not raised.
+
+    :param env: the environment (default: this process's, with the repo on ``PYTHONPATH``).
+    :param stderr_path: a file for the child's stderr (default: mixed into ``out``).
+    """
+    if env is None:
+        extra = os.environ.get("PYTHONPATH")
+        env = dict(os.environ, PYTHONPATH=str(REPO) + (os.pathsep + extra if extra else ""))
+    out_file = tempfile.TemporaryFile()
+    err = open(stderr_path, "wb") if stderr_path else None
+    try:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(list(args), stdout=out_file, stderr=err or subprocess.STDOUT, env=env,
+                                cwd=str(REPO))
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+    finally:
+        if err:
+            err.close()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    out_file.seek(0)
+    return ChildRun(proc.returncode, wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime,
+                    out_file.read().decode(errors="replace"))
+
+
 def run_cli_capture(config: dict[str, Any], workdir: Path, commit: bool = False) -> tuple[float, float, str]:
     """Run ``python -m airflow_cdc.cli capture`` in a fresh subprocess.
 
@@ -108,19 +160,10 @@ def run_cli_capture(config: dict[str, Any], workdir: Path, commit: bool = False)
     args = [sys.executable, "-m", "airflow_cdc.cli", "capture", "--config", str(path)]
     if commit:
         args.append("--commit")
-    env = dict(os.environ, PYTHONPATH=str(REPO) + (os.pathsep + os.environ["PYTHONPATH"]
-                                                   if os.environ.get("PYTHONPATH") else ""))
-    out_file = tempfile.TemporaryFile()
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(args, stdout=out_file, stderr=subprocess.STDOUT, env=env, cwd=str(REPO))
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    out_file.seek(0)
-    out = out_file.read().decode(errors="replace")
-    if proc.returncode != 0:
-        raise RuntimeError(f"cli capture failed ({proc.returncode}):\n{out[-3000:]}")
-    return wall, usage.ru_maxrss / 1024, out
+    run = run_child(args)
+    if run.code != 0:
+        raise RuntimeError(f"cli capture failed ({run.code}):\n{run.out[-3000:]}")
+    return run.wall, run.rss_mib, run.out
 
 
 def profile(fn: Callable[[], Any], top: int = 15) -> tuple[Any, str]:

@@ -3,10 +3,10 @@ random keys is applied (silver only) to silver tables of 0.2M, 2M and 10M rows, 
 session (local[2]); per size the median of ``--repeats`` batches, the files the MERGE rewrote,
 the unchanged rows it copied and the deletion vectors it wrote.  The silver tables are built with
 a plain Delta write (the layout an initial snapshot apply gives them), not through apply, with the
-job's default table properties (``--deletion-vectors``: as ``delta.deletion.vectors.enabled``
-creates them, for a before/after under the same load).  On tables with deletion vectors the job
-MERGEs this batch in one scan of the stored keys (``spark_jobs/cdc_apply/vectors.py``);
-``--delta-merge`` runs Delta's own MERGE instead, for the before/after.
+job's default table properties: deletion vectors on (``--no-deletion-vectors``: as
+``delta.deletion.vectors.enabled: false`` creates them, for a before/after under the same load).
+On tables with deletion vectors the job MERGEs this batch in one scan of the stored keys
+(``spark_jobs/cdc_apply/vectors.py``); ``--delta-merge`` runs Delta's own MERGE instead.
 
 Headline (last line): ``apply_scale: <median s> s per batch into 10M rows; ratio <x> vs 0.2M rows``
 (ratio = median at the largest size / median at the smallest; the target is <= 1.2).
@@ -32,9 +32,9 @@ os.environ.setdefault("AIRFLOW_CDC_DELTA_JARS", str(REPO / ".jars"))
 BATCH_POS0 = 1 << 40  # batch positions above every stored one
 
 
-def build_silver(spark, path: str, rows: int, vectors: bool = False) -> None:
+def build_silver(spark, path: str, rows: int, vectors: bool = True) -> None:
     """A silver table of ``rows`` keys as the apply job lays it out, written in one plain write
-    (``vectors``: with deletion vectors, as ``delta.deletion.vectors.enabled`` creates it)."""
+    (``vectors``: with deletion vectors, as the job creates it by default)."""
     from pyspark.sql import functions as F
 
     from spark_jobs.cdc_apply import silver
@@ -138,8 +138,10 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument(
         "--deletion-vectors",
-        action="store_true",
-        help="silver tables with deletion vectors (delta.deletion.vectors.enabled): MERGE writes vectors",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="silver tables with deletion vectors, the job's default (--no-deletion-vectors: as "
+        "delta.deletion.vectors.enabled: false creates them, MERGE copies the files it touches)",
     )
     p.add_argument(
         "--full-merge",
@@ -158,7 +160,7 @@ def main() -> None:
     from spark_jobs.cdc_apply.job import ApplySettings
 
     if args.full_merge:
-        silver.has_pending = lambda spark, path: True
+        silver.has_pending = lambda *args: True
     if args.delta_merge:
         from spark_jobs.cdc_apply import vectors
 
@@ -168,8 +170,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-apply-scale-"))
     try:
         spark = session.build(app_name="bench-apply-scale")
-        settings = ApplySettings(bronze=False)
         vectors = args.deletion_vectors
+        settings = ApplySettings(bronze=False, deletion_vectors=vectors)
         times, rewritten = run(spark, work, sizes, args.updates, args.repeats, settings, vectors)
         for size in sizes:
             log(

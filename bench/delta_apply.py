@@ -1,6 +1,6 @@
 """Benchmark: apply 1M staged events (300k inserts, then 700k updates of those 300k keys) into a
 silver Delta table on local[2], against a plain Delta overwrite of the same final rows read from
-the same Parquet, in the same Spark session.
+the same Parquet, in the same Spark session, after an untimed warm-up round (``--warmup``).
 
 The batches are synthesised in the staged format (manifest + envelope Parquet, the columns of
 bench/_common.TABLE_DDL as the PostgreSQL capture encodes them), so the benchmark needs no
@@ -8,6 +8,10 @@ database.  The applies run batch by batch and as a backlog (both batches in one 
 ``airflow-cdc apply`` applies the batches it finds staged).  Headline (last line): ``delta_apply:
 <events/s> events/s; ratio <x> vs plain Delta overwrite`` for the backlog, with the batch-by-batch
 ratio beside it.
+
+``--stages`` turns Spark's UI on and logs, after each timed overwrite and silver backlog, its
+Spark jobs by wall time (start to end, with what called them) and the executor seconds of their
+stages, from the UI's REST API: where the apply spends its time against the overwrite.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import os
 import shutil
 import tempfile
 import time
+import urllib.request
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 
@@ -200,11 +206,56 @@ def run_overwrite(spark, batches: list[Path], target: str) -> float:
     return time.perf_counter() - start
 
 
+def _ui_time(text: str) -> float:
+    return datetime.strptime(text.replace("GMT", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+
+
+class StageLog:
+    """Spark jobs run since the last :meth:`report`, from the UI's REST API (``spark.ui.enabled``)."""
+
+    def __init__(self, spark) -> None:
+        self.base = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}"
+        self.seen = -1
+
+    def _get(self, what: str) -> list[dict]:
+        with urllib.request.urlopen(f"{self.base}/{what}", timeout=30) as answer:  # noqa: S310 - local UI
+            return json.loads(answer.read())
+
+    def skip(self) -> None:
+        """Leave the jobs run so far out of the next report."""
+        self.seen = max((j["jobId"] for j in self._get("jobs")), default=self.seen)
+
+    def report(self, label: str, top: int = 8) -> None:
+        jobs = [j for j in self._get("jobs") if j["jobId"] > self.seen and "completionTime" in j]
+        if not jobs:
+            return
+        self.seen = max(j["jobId"] for j in jobs)
+        stages = {s["stageId"]: s for s in self._get("stages?status=complete")}
+        rows = []
+        for job in jobs:
+            wall = _ui_time(job["completionTime"]) - _ui_time(job["submissionTime"])
+            run = sum(stages[i]["executorRunTime"] for i in job["stageIds"] if i in stages) / 1000
+            where = (job.get("description") or job["name"]).split(" at ")[-1][:60]
+            rows.append((wall, run, job["jobId"], job["name"].split(" at ")[0][:40], where))
+        total = sum(r[0] for r in rows)
+        log(f"  {label}: {len(rows)} Spark jobs, {total:.1f}s of job wall time; the longest:")
+        for wall, run, job_id, name, where in sorted(rows, reverse=True)[:top]:
+            log(f"    job {job_id}: {wall:5.2f}s wall, {run:5.2f}s executor  {name} <- {where}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--keys", type=int, default=300_000)
     p.add_argument("--updates", type=int, default=700_000)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        help="untimed rounds of the overwrite and the silver backlog first (the JVM's first run of "
+        "each is slower, and the overwrite runs first in a round)",
+    )
+    p.add_argument("--stages", action="store_true", help="log each run's Spark jobs by time (Spark UI)")
     args = p.parse_args()
     from spark_jobs.cdc_apply import session
 
@@ -213,14 +264,28 @@ def main() -> None:
         log(f"synthesising {args.keys:,} inserts + {args.updates:,} updates as staged Parquet")
         batches = make_batches(work / "staging", args.keys, args.updates)
         events = args.keys + args.updates
-        spark = session.build(app_name="bench-delta-apply", **{"spark.driver.memory": "4g"})
+        ui = {"spark.ui.enabled": "true"} if args.stages else {}
+        spark = session.build(app_name="bench-delta-apply", **{"spark.driver.memory": "4g", **ui})
+        stages = StageLog(spark) if args.stages else None
         silver, merge_only, full, base, joint, joint_full = [], [], [], [], [], []
+        for i in range(args.warmup):
+            took = run_overwrite(spark, batches, str(work / f"warm-overwrite{i}"))
+            took_apply = run_backlog(spark, batches, str(work / f"warm-joint{i}"), bronze=False)
+            log(f"warm-up {i + 1} (untimed): overwrite {took:.1f}s, silver backlog {took_apply:.1f}s")
         for i in range(args.repeats):
+            if stages:
+                stages.skip()
             base.append(run_overwrite(spark, batches, str(work / f"overwrite{i}")))
+            if stages:
+                stages.report(f"overwrite, round {i + 1}")
             silver.append(run_apply(spark, batches, str(work / f"silver{i}"), bronze=False))
             merge_only.append(run_apply(spark, batches, str(work / f"merge{i}"), False, always_merge=True))
             full.append(run_apply(spark, batches, str(work / f"full{i}"), bronze=True))
+            if stages:
+                stages.skip()
             joint.append(run_backlog(spark, batches, str(work / f"joint{i}"), bronze=False))
+            if stages:
+                stages.report(f"silver backlog, round {i + 1}")
             joint_full.append(run_backlog(spark, batches, str(work / f"jointfull{i}"), bronze=True))
             log(
                 f"round {i + 1}: overwrite {base[-1]:.1f}s, apply silver {silver[-1]:.1f}s "

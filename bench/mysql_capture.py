@@ -26,18 +26,22 @@ import os  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 
-from bench._common import REPEATS, clear_batches, fmt, log, median, profile, timed  # noqa: E402
+from bench._common import (  # noqa: E402
+    MYSQL_DDL,
+    MYSQL_INSERT,
+    REPEATS,
+    clear_batches,
+    fmt,
+    log,
+    median,
+    profile,
+    timed,
+)
 
 ROWS_ENV = "AIRFLOW_CDC_MYSQL_ROWS"
 
 INSERTS = int(os.environ.get("BENCH_MYSQL_INSERTS", "500000"))  # smaller for profiling runs
 STEP = 100_000
-DDL = """CREATE TABLE orders (id bigint PRIMARY KEY, qty int NOT NULL, price decimal(12,2) NOT NULL,
-    label varchar(64) NOT NULL, created datetime(6) NOT NULL, active tinyint(1) NOT NULL, attrs json)"""
-INSERT = """INSERT INTO orders SELECT seq, seq % 1000, (seq % 100000) / 100,
-    concat('customer-', lpad(seq, 10, '0'), '-', left(md5(seq), 20)), '2024-01-01' + INTERVAL seq SECOND,
-    seq % 3 = 0, json_object('k', seq % 17, 'tag', concat('t', seq % 5), 'ok', seq % 2 = 0)
-    FROM seq_{lo}_to_{hi}"""
 
 
 def bare_replication(server, file: str, pos: int, expected: int) -> int:
@@ -103,13 +107,13 @@ def main() -> None:
             "snapshot.mode": "no_data",
             "run.max.events": 5_000_000,
         }
-        server.execute(DDL, database="bench")
+        server.execute(MYSQL_DDL, database="bench")
         first = build_capture(config).run(commit=True)
         file, pos = first.to_offset["file"], first.to_offset["pos"]
         log(f"initial capture committed at {file}:{pos}")
         log(f"generating {INSERTS:,} inserts + {INSERTS // 2:,} updates")
         for lo in range(1, INSERTS + 1, STEP):
-            server.execute(INSERT.format(lo=lo, hi=min(lo + STEP - 1, INSERTS)), database="bench")
+            server.execute(MYSQL_INSERT.format(lo=lo, hi=min(lo + STEP - 1, INSERTS)), database="bench")
         for lo in range(2, INSERTS + 1, STEP):
             server.execute(
                 "UPDATE orders SET qty = qty + 1, active = 1 - active WHERE id BETWEEN %s AND %s "

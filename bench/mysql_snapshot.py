@@ -20,15 +20,9 @@ import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 
-from bench._common import REPEATS, fmt, log, median, profile, timed  # noqa: E402
+from bench._common import MYSQL_DDL, MYSQL_INSERT, REPEATS, fmt, log, median, profile, timed  # noqa: E402
 
 ROWS, STEP = 500_000, 100_000
-DDL = """CREATE TABLE orders (id bigint PRIMARY KEY, qty int NOT NULL, price decimal(12,2) NOT NULL,
-    label varchar(64) NOT NULL, created datetime(6) NOT NULL, active tinyint(1) NOT NULL, attrs json)"""
-INSERT = """INSERT INTO orders SELECT seq, seq % 1000, (seq % 100000) / 100,
-    concat('customer-', lpad(seq, 10, '0'), '-', left(md5(seq), 20)), '2024-01-01' + INTERVAL seq SECOND,
-    seq % 3 = 0, json_object('k', seq % 17, 'tag', concat('t', seq % 5), 'ok', seq % 2 = 0)
-    FROM seq_{lo}_to_{hi}"""
 
 
 def pymysql_select(server) -> int:  # noqa: ANN001
@@ -61,9 +55,9 @@ def main() -> None:
     with MariaDbServer() as server, tempfile.TemporaryDirectory(prefix="bench_mysql_snap_") as tmp:
         server.start()
         server.create_database("bench")
-        server.execute(DDL, database="bench")
+        server.execute(MYSQL_DDL, database="bench")
         for lo in range(1, ROWS + 1, STEP):
-            server.execute(INSERT.format(lo=lo, hi=min(ROWS, lo + STEP - 1)), database="bench")
+            server.execute(MYSQL_INSERT.format(lo=lo, hi=min(ROWS, lo + STEP - 1)), database="bench")
         log(f"populated orders with {ROWS:,} rows")
         n = 0
 

@@ -73,7 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--delete-mode", choices=["delete", "soft"], default="delete")
     p.add_argument("--no-bronze", action="store_true", help="skip the bronze change log")
     p.add_argument(
-        "--deletion-vectors", action="store_true", help="new silver/tombstone tables with deletion vectors"
+        "--deletion-vectors",
+        action=argparse.BooleanOptionalAction,
+        default=ApplySettings.deletion_vectors,
+        help="new silver/tombstone tables with deletion vectors (default; --no-deletion-vectors: without)",
     )
     p.add_argument(
         "--no-bronze-copy",

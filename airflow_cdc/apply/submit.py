@@ -68,8 +68,8 @@ class ApplyOptions:
     :param bronze: append every event to the bronze change log.
     :param bronze_copy: add the staged files to bronze as they are where Delta allows
         (``delta.bronze.file.copy``).
-    :param deletion_vectors: create silver and tombstone tables with deletion vectors
-        (``delta.deletion.vectors.enabled``).
+    :param deletion_vectors: create new silver and tombstone tables with deletion vectors
+        (``delta.deletion.vectors.enabled``, on by default); existing tables keep theirs.
     :param rewrite_ratio: rewrite a silver table instead of MERGE into it when the batch has at
         least this many events per stored row (``delta.rewrite.ratio``); 0 always MERGEs.
     :param optimize_interval: compact silver and tombstone tables (Delta ``OPTIMIZE``) after
@@ -104,7 +104,7 @@ class ApplyOptions:
     history: tuple[str, ...] = ()
     history_except: tuple[str, ...] = ()
     bronze_copy: bool = True
-    deletion_vectors: bool = False
+    deletion_vectors: bool = True
     catalog: str | None = None
     catalog_format: str = "{layer}_{table}"
 
@@ -153,8 +153,7 @@ class ApplyOptions:
             out.append("--no-bronze")
         if not self.bronze_copy:
             out.append("--no-bronze-copy")
-        if self.deletion_vectors:
-            out.append("--deletion-vectors")
+        out.append("--deletion-vectors" if self.deletion_vectors else "--no-deletion-vectors")
         for pattern in self.history_tables():
             out += ["--history", pattern]
         for pattern in self.history_except:

@@ -8,6 +8,12 @@ the row.  So a silver table passes when it equals what a fresh snapshot would pr
 Run it when writers are quiet (or accept differences for rows changed since the last apply).
 Memory stays bounded by the chunk size: a chunk reaches Spark as a scratch Parquet file with small
 row groups, never as one in-memory DataFrame.  Needs pyspark with Delta (local mode is fine).
+
+A table without key columns mirrored as a multiset (``keyless: multiset``) is compared as one:
+its rows, read in one consistent pass in no order, are counted per whole-row image on both sides
+(``spark_jobs.cdc_apply.compare_multiset``); images held more often by the source are missing,
+more often by silver extra.  An append-only log (``keyless: append``) cannot equal the table it
+logs: it is reported as not compared.
 """
 
 from __future__ import annotations
@@ -35,13 +41,22 @@ log = logging.getLogger(__name__)
 
 
 SAMPLE = 20  # example keys kept per kind of difference (the counts cover every difference)
+BY_KEY, AS_MULTISET, NOT_COMPARED = "by key", "as a multiset", "not compared"
+APPEND_LOG = (
+    "silver is an append-only log of the row events (keyless: append; no old row images to match "
+    "deletes and updates by), not a copy of the table: give the table a key or, on PostgreSQL, "
+    "REPLICA IDENTITY FULL and snapshot it again"
+)
 
 
 @dataclass
 class TableReport:
-    """One table's comparison: counts of every difference, and up to :data:`SAMPLE` example keys."""
+    """One table's comparison: counts of every difference, and up to :data:`SAMPLE` example keys
+    (compared as a multiset: example images, ``{"row": ..., "source": copies, "silver": copies}``)."""
 
     table: str
+    compared: str = BY_KEY  # or AS_MULTISET, or NOT_COMPARED (``note`` says why)
+    note: str = ""
     source_rows: int = 0
     silver_rows: int = 0
     missing: list[Any] = field(default_factory=list)  # keys in the source, not in silver
@@ -96,6 +111,8 @@ class VerifyReport:
             "tables": {
                 t.table: {
                     "ok": t.ok,
+                    "compared": t.compared,
+                    **({"note": t.note} if t.note else {}),
                     "source_rows": t.source_rows,
                     "silver_rows": t.silver_rows,
                     "missing": t.missing_count,
@@ -160,11 +177,6 @@ def verify(
         try:
             mine = source.tables()
             chosen = mine if tables is None else [t for t in tables if t in mine]
-            if tables is None:  # not asked for by name: tables without key columns are left out
-                keyless = [t for t in chosen if not _keys(source, t)]
-                if keyless:
-                    log.warning("verify: tables without key columns are not compared: %s", ", ".join(keyless))
-                chosen = [t for t in chosen if t not in keyless]
             for t in chosen:
                 reports += _verify_table(spark, source, config, target, t, chunk, chunk_bytes)
         finally:
@@ -186,13 +198,10 @@ def _verify_table(
 
     keys = source.table_state(table).key_columns
     if not keys:
-        raise ConfigError(
-            f"verify: table {table} has no key columns; comparing such tables (as multisets) is not "
-            "implemented yet: leave it out (tables=...)"
-        )
+        return [_verify_keyless(spark, source, config, target, table, chunk)]
     silver = compare.load_silver(spark, table_path(target, "silver", config["name"], table))
     targets = [(TableReport(table), silver)]
-    if keys and _has_history(config, table):
+    if _has_history(config, table):
         path = table_path(target, "history", config["name"], table)
         targets.append((TableReport(f"{table} (history)"), compare.load_history_current(spark, path)))
     with _scratch(spark, config) as scratch:
@@ -210,6 +219,39 @@ def _verify_table(
             report.extra_count = count
             report.add_sample("extra", sample)
     return [report for report, _ in targets]
+
+
+def _verify_keyless(
+    spark: Any, source: Any, config: ConnectorConfig, target: str, table: str, chunk: int
+) -> TableReport:
+    """A table without key columns: compared as a multiset when silver mirrors it as one, else
+    reported as not compared (an append-only log).  The source's pieces are its own (bounded:
+    16 MB of values on PostgreSQL, 2,048 rows on MySQL/MariaDB), at most ``chunk`` rows."""
+    from spark_jobs.cdc_apply import compare, compare_multiset
+
+    # as the apply job reads the manifest: no mode recorded means an append-only log
+    if (source.table_state(table).table_info().get("keyless") or "append") != "multiset":
+        log.warning("verify: %s is not compared: %s", table, APPEND_LOG)
+        return TableReport(table, compared=NOT_COMPARED, note=APPEND_LOG)
+    report = TableReport(table, compared=AS_MULTISET)
+    silver = compare.load_silver(spark, table_path(target, "silver", config["name"], table))
+    with _scratch(spark, config) as scratch:
+        rows = f"{scratch}/source.parquet"
+        schema = compare_multiset.stage_rows(_source_chunks(source, table, chunk), rows)
+        result = compare_multiset.compare_multiset(spark, silver, schema, rows)
+    report.source_rows, report.silver_rows = result.source_rows, result.silver_rows
+    report.missing_count, report.extra_count = result.missing_count, result.extra_count
+    report.add_sample("missing", result.missing)
+    report.add_sample("extra", result.extra)
+    log.info(
+        "verify %s (as a multiset): %d source rows, %d silver rows, %d missing, %d extra",
+        table,
+        report.source_rows,
+        report.silver_rows,
+        report.missing_count,
+        report.extra_count,
+    )
+    return report
 
 
 @contextlib.contextmanager
@@ -243,11 +285,6 @@ def _add_chunk(report: TableReport, rows: int, result: Any) -> None:
         report.missing_count,
         report.different_count,
     )
-
-
-def _keys(source: Any, table: str) -> list[str]:
-    """A captured table's key columns (the sources' ``table_state``)."""
-    return list(source.table_state(table).key_columns)
 
 
 def _has_history(config: ConnectorConfig, table: str) -> bool:

@@ -233,6 +233,13 @@ class BatchWriter:
                 counts[op] = counts.get(op, 0) + n
         return out
 
+    def closed_parts(self, kind: str) -> list[tuple[str, PartInfo, Location]]:
+        """``(table, part, where)`` of every part of ``kind`` so far, its open parts closed first
+        (for facts read from their footers before :meth:`finish`; a later row opens a new part)."""
+        for table in [t for t, s in self._open.items() if s.kind == kind]:
+            self.close_table(table)
+        return [(t, p, self.area / p.file) for t, ps in self._parts.items() for p in ps if p.kind == kind]
+
     def write_messages(self, table: pa.Table) -> None:
         """Write logical messages (op = m) as one part."""
         n = self._counters.get("\0messages", 0)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_cdc.core import snapshot_blocking, snapshot_parts, snapshot_whole
+from airflow_cdc.core import step_metrics as sm
 from airflow_cdc.core.batch import Batch, BatchWriter, clean_incomplete, expire_batches
 from airflow_cdc.core.conditions import RAW_SQL_PROPERTY
 from airflow_cdc.core.config import ConnectorConfig, signal_table
@@ -25,6 +26,7 @@ from airflow_cdc.core.errors import ConfigError, ServerMisconfigured
 from airflow_cdc.core.failpoints import failpoint
 from airflow_cdc.core.gc_policy import relaxed_gc
 from airflow_cdc.core.lease import Lease, Leases, fence_state
+from airflow_cdc.core.metrics import MetricsFile, MetricsRecorder
 from airflow_cdc.core.signals import SnapshotSignal, apply_signals, check_signals, parse_signal
 from airflow_cdc.core.snapshot import (
     ChunkRead,
@@ -53,6 +55,8 @@ class CaptureResult:
     tables: dict[str, dict[str, int]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     committed: bool = False
+    #: the run's metrics (:class:`MetricsRecorder`; the manifest's ``metrics`` as JSON)
+    metrics: MetricsRecorder | None = None
 
     def summary(self, max_notes: int | None = None) -> dict[str, Any]:
         """Small JSON-able facts about the run (CLI output, XCom): never rows."""
@@ -114,6 +118,9 @@ class Capture:
         self.name = config.state_name  # the partition's own state, lease and batches
         self.leases = Leases(store, self.name, config["lease.timeout.ms"] / 1000)
         self._blocking: list[TableSnapshot] = []  # this run's blocking snapshots (never stored)
+        self._last_chunk: sm.ChunkMark | None = None
+        #: the last commit's metrics (:func:`step_metrics.record_commit`), for the caller to export
+        self.metrics: MetricsRecorder | None = None
 
     def _stored_data(self, name: str) -> dict[str, Any] | None:
         stored = self.store.load(name)
@@ -182,11 +189,16 @@ class Capture:
         :raises LeaseHeld: another run of the connector is working (nothing was read or written).
         """
         parsed = [s if isinstance(s, SnapshotSignal) else parse_signal(s) for s in signals or []]
+        started = time.monotonic()
         try:
             with self.leases.hold("capture") as lease, relaxed_gc():
-                return self._run(parsed, commit, lease, prepared)
+                result = self._run(parsed, commit, lease, prepared)
         finally:
             snapshot_parts.discard(prepared)
+        if result.metrics is not None:
+            result.metrics.set("capture", "DurationMs", round((time.monotonic() - started) * 1000, 3))
+            MetricsFile(self.config).save("capture", result.metrics, batch_id=result.batch_id)
+        return result
 
     def _run(
         self, parsed: list[SnapshotSignal], commit: bool, lease: Lease, prepared: str | None = None
@@ -195,6 +207,7 @@ class Capture:
         clean_incomplete(staging, self.name, lease.token, grace=lease.timeout)
         stored = self.store.load(self.name)
         data = dict(stored.data) if stored else {}
+        _check_same_source(self.name, data, self.source.kind)
         mode = self.config["snapshot.mode"]
         self.source.open()
         try:
@@ -274,6 +287,8 @@ class Capture:
         prepared: str | None = None,
     ) -> CaptureResult:
         started = time.time()
+        opened = sm.SnapshotBefore.of(ctx)
+        self._last_chunk = None
         streaming_off = (
             self.config["snapshot.mode"] == "initial_only" and ctx.initial_done and not ctx.pending
         )
@@ -369,6 +384,8 @@ class Capture:
             "notes": notes,
         }
         manifest.update((window.manifest_extra if window is not None else None) or {})
+        metrics = self._metrics(writer, ctx, opened, window, started, captured, to_offset, snap_rows)
+        manifest["metrics"] = metrics.to_json()
         path = writer.finish(manifest)
         for table, n in self._snapshot_counts.items():
             tables.setdefault(table, {})["r"] = n
@@ -388,8 +405,44 @@ class Capture:
             f"; snapshots pending: {', '.join(s.table for s in ctx.pending)}" if ctx.pending else "",
         )
         return CaptureResult(
-            writer.batch_id, str(path), data.get("offset"), to_offset, events, snap_rows, tables, notes
+            writer.batch_id,
+            str(path),
+            data.get("offset"),
+            to_offset,
+            events,
+            snap_rows,
+            tables,
+            notes,
+            metrics=metrics,
         )
+
+    def _metrics(
+        self,
+        writer: BatchWriter,
+        ctx: SnapshotContext,
+        before: sm.SnapshotBefore,
+        window: Any,
+        started: float,
+        captured: list[str],
+        to_offset: dict[str, Any],
+        snap_rows: int,
+    ) -> MetricsRecorder:
+        """The run's snapshot and streaming metrics (:mod:`airflow_cdc.core.step_metrics`)."""
+        rec = MetricsRecorder(self.config)
+        for context in ("snapshot", "streaming"):
+            rec.set(context, "CapturedTables", list(captured))
+        rec.set("streaming", "SourceEventPosition", self.source.describe_offset(to_offset))
+        rec.set("streaming", "LastTransactionId", to_offset.get("txId") or to_offset.get("gtids") or None)
+        # the open parts are closed here, outside the guard below: closing one writes its last
+        # rows, whose errors (a value the table cannot hold) are the capture's, not the metrics'
+        for kind in ("stream", "snapshot"):
+            writer.closed_parts(kind)
+        try:
+            rec.set("capture", "PositionTimeMs", sm.record_stream(rec, self.config, writer, window, started))
+            sm.record_snapshot(rec, self.config, writer, ctx, before, self._last_chunk, snap_rows)
+        except Exception as e:  # noqa: BLE001 - metrics must never fail a capture
+            log.warning("capture metrics incomplete: %s", e)
+        return rec
 
     def _snapshot_chunks(
         self, ctx: SnapshotContext, start: Any, version: int | None, prepared: str | None
@@ -523,6 +576,9 @@ class Capture:
             for at, pre in tracker.pre_images(chunk):
                 self.source.write_snapshot_rows(writer, chunk, pre, end_lsn, at)
             snap = chunk.snapshot
+            self._last_chunk = sm.ChunkMark(
+                snap.id, snap.table, snap.chunks + 1, snap.last_key, chunk.next_cursor(), snap.max_key
+            )
             snap.last_key = chunk.next_cursor()
             snap.rows += rows.num_rows
             snap.chunks += 1
@@ -544,8 +600,14 @@ class Capture:
         :raises LeaseHeld: another run of the connector is working.
         :raises LeaseLost: this run's lease was taken over, or a newer lease holder committed.
         """
+        started = time.monotonic()
         with self.leases.hold("commit") as lease:
-            return self._commit(batch, lease)
+            version = self._commit(batch, lease)
+        try:
+            self.metrics = sm.record_commit(self.config, batch.manifest, time.monotonic() - started)
+        except Exception as e:  # noqa: BLE001 - metrics must never fail a commit
+            log.warning("commit metrics not recorded: %s", e)
+        return version
 
     def _commit(self, batch: Batch, lease: Lease) -> int:
         m = batch.manifest
@@ -599,3 +661,19 @@ def _guardrail(config: ConnectorConfig, tables: list[str]) -> list[str]:
         raise ConfigError(message, hint="narrow table.include.list, or raise guardrail.collections.max")
     log.warning("%s; guardrail.collections.limit.action=warn: going on", message)
     return [message]
+
+
+def _check_same_source(name: str, data: dict[str, Any], kind: str) -> None:
+    """Refuse a stored state another kind of source wrote: its offset means nothing here (two
+    pipelines given one state name, e.g. a copied config whose ``name`` was not changed).
+
+    :raises ConfigError: naming the state and both kinds.
+    """
+    stored = data.get("source")
+    if stored is not None and stored != kind:
+        raise ConfigError(
+            f"state {name!r} was written by a {stored} connector, and this pipeline is {kind}: "
+            "its offset cannot be read here (nothing was changed)",
+            hint="give this pipeline its own name (each pipeline keeps its own state), or point it "
+            f"at the {stored} source that state belongs to",
+        )

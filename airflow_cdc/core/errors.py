@@ -171,3 +171,15 @@ class StorageUnavailable(CdcError):
         "check that the object store is reachable and the credentials are valid; nothing was "
         "published half, so the next run picks up from the last committed batch"
     )
+
+
+class RetainedLogExceeded(CdcError):
+    """The source keeps more log for the connector than its limit allows (``retained.log.max.*``):
+    the server is about to drop the committed position or fill its disk."""
+
+    disposition = Disposition.NEEDS_OPERATOR
+    default_hint = (
+        "get the pipeline committing again (apply and commit the staged batches, fix the failing "
+        "task), or drop the connector's position on purpose (snapshot.mode=when_needed); raise "
+        "retained.log.max.* only when the server has room"
+    )

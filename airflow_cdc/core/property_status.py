@@ -62,8 +62,6 @@ IGNORED: dict[str, str] = {
     "transaction.topic": _TOPIC,
     "num.partitions": _TOPIC,
     "gtid.new.channel.position": "Debezium 1.x; a run resumes from the committed GTID set",
-    "custom.metric.tags": "JMX metrics; run statistics are in the batch manifest and task logs",
-    "statistics.metrics.enabled": "JMX metrics; run statistics are in the batch manifest and task logs",
     "status.update.interval.ms": "the slot is confirmed when a batch is committed",
     "heartbeat.interval.ms": "heartbeats keep Kafka offsets moving; each run commits its end position",
     "heartbeat.topics.prefix": _TOPIC,

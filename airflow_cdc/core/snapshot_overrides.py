@@ -317,20 +317,30 @@ class Overrides:
         known = {n.casefold() if self.fold_case else n for n in names}
         return [t for t in self.statements if (t.casefold() if self.fold_case else t) not in known]
 
-    def check_all(self, tables: Iterable[str], snapshot_relation: Callable[[str], Any]) -> None:
+    def check_all(
+        self,
+        tables: Iterable[str],
+        snapshot_relation: Callable[[str], Any],
+        names: Callable[[str], Iterable[str]] = lambda table: (table,),
+        where: str = "",
+    ) -> None:
         """Check every captured table's statement on the server at start-up (``snapshot_relation``:
         the source's per-table check); warn about listed tables that are not captured.
 
+        :param names: the names a table may be listed under (default: its own).
+        :param where: what the source captures from, for the warning (a SQL Server database).
         :raises ConfigError: a statement breaks chunking.
         """
         self.clear()
         if not self.statements:
             return
-        names = list(tables)
-        unused = self.unused(names)
+        captured = list(tables)
+        unused = self.unused(n for t in captured for n in names(t))
         if unused:
-            log.warning("%s: %s not captured; not used", OVERRIDES, ", ".join(unused))
-        for table in names:
+            log.warning(
+                "%s: %s not captured%s; not used", OVERRIDES, ", ".join(unused), where and f" in {where}"
+            )
+        for table in captured:
             snapshot_relation(table)
 
     def relation(

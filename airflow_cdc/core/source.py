@@ -302,7 +302,9 @@ class ChangeSource(abc.ABC):
         """
 
     def encoded_chunks(self, table: str, chunk_size: int) -> Iterator[Any]:
-        """The live table in key order, encoded like captured rows (``verify``)."""
+        """The live table in key order, encoded like captured rows (``verify``), at most
+        ``chunk_size`` rows at a time.  A table without key columns comes in no particular order,
+        from one consistent read, in pieces of bounded size (verify compares it as a multiset)."""
         raise NotImplementedError(f"{self.kind} cannot be verified")
 
 

@@ -61,7 +61,8 @@ def load_history_current(spark: SparkSession, path: str) -> DataFrame | None:
     return spark.read.format("delta").load(path).where(F.col("__is_current"))
 
 
-def _row_hash(columns: list[str]) -> Column:
+def row_hash(columns: list[str]) -> Column:
+    """SHA-256 of a row's ``columns`` as JSON (a NULL column is left out: NULLs hash equal)."""
     return F.sha2(F.to_json(F.struct(*(F.col(quoted(c)) for c in columns))), 256)
 
 
@@ -71,18 +72,28 @@ def row_group_rows(rows: pa.Table, limit: int = ROW_GROUP_BYTES) -> int:
     return max(1, min(rows.num_rows, limit // width))
 
 
+def positional(rows: pa.Table) -> pa.Table:
+    """``rows`` with its columns named ``c0, c1, ...`` (any source column name survives Parquet)."""
+    return rows.rename_columns([f"c{i}" for i in range(rows.num_columns)])
+
+
 def natural_frame(spark: SparkSession, rows: pa.Table, silver: DataFrame | None, scratch: str) -> DataFrame:
-    """The chunk in silver's natural types (cast to silver's column types where it has the column),
-    read from the scratch Parquet file ``scratch`` it is written to."""
-    renamed = rows.rename_columns([f"c{i}" for i in range(rows.num_columns)])
+    """The chunk in silver's natural types (see :func:`natural_columns`), read from the scratch
+    Parquet file ``scratch`` it is written to."""
+    renamed = positional(rows)
     fs, where = delta_log.filesystem(scratch)
     pq.write_table(
         renamed, where, row_group_size=row_group_rows(renamed), compression="snappy", filesystem=fs
     )
-    raw = spark.read.parquet(delta_log.hadoop_url(scratch))
+    return natural_columns(spark.read.parquet(delta_log.hadoop_url(scratch)), rows.schema, silver)
+
+
+def natural_columns(raw: DataFrame, schema: pa.Schema, silver: DataFrame | None) -> DataFrame:
+    """``raw``'s columns ``c0, c1, ...`` (staged encoding, the fields of ``schema``) converted with
+    the apply job's conversions and cast to silver's column types where silver has the column."""
     types = {f.name: f.dataType for f in silver.schema.fields} if silver is not None else {}
     cols = []
-    for i, f in enumerate(rows.schema):
+    for i, f in enumerate(schema):
         value = natural(f).convert(F.col(f"c{i}"))
         cols.append((value.cast(types[f.name]) if f.name in types else value).alias(f.name))
     return raw.select(*cols)
@@ -119,14 +130,14 @@ def _compare(
 ) -> ChunkResult:
     src = natural_frame(spark, rows, silver, scratch)
     columns = src.columns
-    src = src.select(*(F.col(quoted(k)) for k in keys), _row_hash(columns).alias("__src_hash"))
+    src = src.select(*(F.col(quoted(k)) for k in keys), row_hash(columns).alias("__src_hash"))
     src.select(*(F.col(quoted(k)) for k in keys)).write.mode("append").parquet(
         delta_log.hadoop_url(seen_keys)
     )
     if silver is None:
         sample = [list(r) for r in src.select(*keys).limit(SAMPLE).collect()]
         return ChunkResult(0, sample, [], missing_count=rows.num_rows)
-    dst = silver.select(*(F.col(quoted(k)) for k in keys), _row_hash(columns).alias("__dst_hash"))
+    dst = silver.select(*(F.col(quoted(k)) for k in keys), row_hash(columns).alias("__dst_hash"))
     joined = src.join(dst, on=keys, how="left")
     stats = joined.agg(
         F.sum(F.when(F.col("__dst_hash").isNull(), 1).otherwise(0)).alias("missing"),

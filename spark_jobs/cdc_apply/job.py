@@ -36,7 +36,7 @@ class ApplySettings:
     history_except: tuple[str, ...] = ()  # regexes of <table>.<column> not tracked in history
     bronze_copy: bool = True  # add staged files to bronze as they are where Delta allows (bronze_copy)
     optimize_interval: int = 100  # OPTIMIZE silver/tombstones every N batches (compaction.py); 0 = never
-    deletion_vectors: bool = False  # silver/tombstone tables created with deletion vectors
+    deletion_vectors: bool = True  # new silver/tombstone tables with deletion vectors (table_properties)
     catalog: str | None = None  # delta.catalog: register tables in this namespace (catalog.py)
     catalog_format: str = DEFAULT_FORMAT  # delta.catalog.table.format
 

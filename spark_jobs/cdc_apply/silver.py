@@ -40,20 +40,24 @@ from .writes import Commit, create_table, ensure_columns, write_marked
 TRUNCATE = "__truncate"
 PENDING = "__pending"
 PENDING_TYPE = T.MapType(T.StringType(), T.BinaryType())
+#: Properties of every silver table the job creates (keyless ones get exactly these) and of
+#: tombstone tables: types widen in place, columns are mapped by name.  Both are table features
+#: already, so the tables start at Delta reader version 3 / writer version 7.
 TABLE_PROPERTIES = {
     "delta.enableTypeWidening": "true",
     "delta.columnMapping.mode": "name",
 }
 
 
-def table_properties(deletion_vectors: bool = False) -> dict[str, str]:
-    """Properties of a silver or tombstone table the job creates.  Deletion vectors
-    (``delta.deletion.vectors.enabled``) let a MERGE write the changed rows and a vector per
-    touched file instead of copying whole files; they raise the table's reader protocol (engines
-    without deletion-vector support cannot read it) and cost time on small tables, so they are
-    opt-in."""
+def table_properties(deletion_vectors: bool = True) -> dict[str, str]:
+    """Properties of a keyed silver or tombstone table the job creates: :data:`TABLE_PROPERTIES`
+    and, unless ``delta.deletion.vectors.enabled`` is false, deletion vectors
+    (``delta.enableDeletionVectors``: a MERGE writes the changed rows and a vector per touched
+    file instead of copying whole files, so a small batch costs the same into any size of table).
+    They add the ``deletionVectors`` reader feature: engines without it cannot read the table.
+    Only a new table gets them; an existing table keeps its properties and protocol."""
     if deletion_vectors:
-        return {**TABLE_PROPERTIES, "delta.enableDeletionVectors": "true"}
+        return {**TABLE_PROPERTIES, vectors.VECTORS: "true"}
     return dict(TABLE_PROPERTIES)
 
 
@@ -119,7 +123,7 @@ def record_tombstones(
     frame: TableFrame,
     commit: Commit,
     with_deletes: bool,
-    deletion_vectors: bool = False,
+    deletion_vectors: bool = True,
 ) -> None:
     """Store the newest delete per key (when ``with_deletes``) and the batch's truncate."""
     key_types = {k: frame.columns[k] for k in frame.keys}
@@ -171,7 +175,7 @@ def merge_silver(
     soft: bool,
     stored_log: LogState,
     rewrite_ratio: float = 0.0,
-    deletion_vectors: bool = False,
+    deletion_vectors: bool = True,
     earlier: tuple[Commit, ...] = (),
 ) -> str:
     """The ordered MERGE: newer deletes remove (or flag), newer upserts replace, new keys insert.

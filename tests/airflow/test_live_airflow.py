@@ -6,7 +6,9 @@ playwright) and through the scheduler, not ``airflow dags test``:
   field), and both runs do what they say; the connection list's *Test* button reports a good and a
   bad ``cdcpostgres`` Connection;
 * the sensor defers to the triggerer, which resumes it when a row changes; a no-change period ends
-  with the sensor skipped, no capture, no batch and no commit (so no Asset event).
+  with the sensor skipped, no capture, no batch and no commit (so no Asset event);
+* the plugin's CDC tab on the DAG page shows the lag, retained WAL and snapshot progress of
+  ``status --json`` (last: it leaves a snapshot pending).
 
 Apply is off in this DAG (``apply: false``): Spark is covered by the other end-to-end tests; here the
 subject is the Airflow components.
@@ -322,3 +324,92 @@ def test_sensor_defers_triggerer_resumes_and_idle_runs_do_nothing(live):
     triggerer = (af.home / "triggerer.log").read_text(errors="replace")
     errors = [line for line in triggerer.splitlines() if "[error" in line]
     assert not errors, errors[:5]  # the no-change wait ends with our timeout event, not an error
+
+
+def _status_here(af: LiveAirflow, db: Any, live: bool) -> dict[str, Any]:
+    """``status --json``'s metrics of the DAG's pipeline, computed in the test process (the
+    Connection's fields given inline) -- what the CDC tab must show."""
+    import yaml
+
+    from airflow_cdc.core.health import status_metrics
+    from airflow_cdc.core.pipeline import build_config, build_store
+
+    props = yaml.safe_load((af.home / "dags" / "shop.yaml").read_text())
+    props.pop("airflow")
+    s = db.server
+    props.update({"database.hostname": s.host, "database.port": s.port, "database.user": s.superuser,
+                  "database.password": s.password, "database.dbname": db.name})  # fmt: skip
+    config = build_config(props)
+    stored = build_store(config).load(config.state_name)
+    return status_metrics(config, dict(stored.data), live=live)
+
+
+def test_cdc_tab_shows_lag_retained_wal_and_snapshot_progress(live):
+    """The plugin's CDC tab on the DAG page shows silver's lag, the retained WAL and the progress
+    of a snapshot left part-way by a committed run, with the values ``status_metrics`` computes;
+    its routes refuse a bad credential.  Runs last: the snapshot it leaves pending would make the
+    other tests' runs read it."""
+    import urllib.error
+    import urllib.request
+
+    af, db = live
+    pipeline = af.home / "dags" / "shop.yaml"
+    original = pipeline.read_text()
+    # 100 rows a run in chunks of 50: the run commits the first 100 of the 400 orders
+    pipeline.write_text(original + "snapshot.max.rows.per.run: 100\nincremental.snapshot.chunk.size: 50\n")
+    try:
+        before = {r["run_id"] for r in af.runs()}
+        af.cli("dags", "trigger", DAG, "--conf", json.dumps({"snapshot_tables": "public.orders"}))
+        states = af.wait_run(af.wait_new_run(before))
+        assert states["capture"] == "success" and states["commit"] == "success", states
+    finally:
+        pipeline.write_text(original)
+    saved = _status_here(af, db, live=False)["last"]["capture"]["metrics"]["snapshot"]
+    assert saved["SnapshotRunning"] == 1 and saved["RemainingTableCount"] >= 1, saved
+    assert 0 < saved["tables"]["public.orders"]["RowsScanned"] < 400, saved
+
+    # the all-admins auth manager gives every request without a credential an admin's token: a bad
+    # one shows that the plugin's routes check it (tests/airflow/test_ui_plugin.py: none at all)
+    bad = urllib.request.Request(f"{af.url}/cdc/api/dags/{DAG}", headers={"Authorization": "Bearer x"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(bad, timeout=30)
+    assert refused.value.code in (401, 403), refused.value.code
+
+    pw, browser = _browser()
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1350})
+        page.goto(f"{af.url}/dags/{DAG}", wait_until="networkidle")
+        page.get_by_role("link", name="CDC", exact=True).click()
+        frame = page.frame_locator("iframe")
+        section = frame.locator(f'section.pipeline[data-dag_id="{DAG}"]')
+        section.wait_for(timeout=60_000)
+
+        def shown(metric: str, table: str | None = None) -> str:
+            cells = section.locator(f'td[data-metric="{metric}"]')
+            if table is not None:
+                cells = section.locator("tr").filter(has_text=f"Rows scanned: {table}").locator("td")
+            assert cells.first.inner_text() not in ("", "—"), f"{metric} not shown"
+            return cells.first.get_attribute("data-value")
+
+        lag_ms, retained = int(shown("silver.LagMs")), int(shown("source.RetainedLogBytes"))
+        remaining, tables = int(shown("snapshot.RemainingTableCount")), int(shown("snapshot.TotalTableCount"))
+        rows = {t: int(shown("snapshot.RowsScanned", t)) for t in saved["tables"]}
+        wal_status, state = shown("source.WalStatus"), shown("snapshot.State")
+        shots = {"cdc_tab.png": page.screenshot()}
+        fresh = _status_here(af, db, live=True)
+        # saved values: exactly the same; live ones: measured a few seconds apart
+        assert (remaining, tables) == (saved["RemainingTableCount"], saved["TotalTableCount"])
+        assert rows == {t: v["RowsScanned"] for t, v in saved["tables"].items()}, rows
+        assert state == "running" and wal_status == fresh["now"]["source"]["WalStatus"] == "reserved"
+        assert 0 <= fresh["now"]["silver"]["LagMs"] - lag_ms < 60_000, (lag_ms, fresh["now"]["silver"])
+        assert retained > 0 and abs(fresh["now"]["source"]["RetainedLogBytes"] - retained) < 64 << 20
+        served = page.request.get(f"{af.url}/cdc/api/dags/{DAG}?live=0").json()  # the session's cookie
+        [doc] = served["pipelines"]
+        assert doc["metrics"]["last"]["capture"]["metrics"]["snapshot"] == saved
+        _save_screenshots(shots)
+
+        page.goto(f"{af.url}/plugin/cdc", wait_until="networkidle")  # Browse > CDC pipelines: every DAG's
+        frame.locator(f'section.pipeline[data-dag_id="{DAG}"]').wait_for(timeout=60_000)
+    finally:
+        browser.close()
+        pw.stop()

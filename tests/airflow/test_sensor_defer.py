@@ -115,7 +115,11 @@ def test_trigger_ends_with_a_timeout_event_at_its_deadline(monkeypatch):
         checks.append(time.monotonic())
         return False
 
+    async def within_limits(self, partition):
+        return None
+
     monkeypatch.setattr(CdcHook, "achanges_after", no_changes)
+    monkeypatch.setattr(CdcHook, "acheck_retained", within_limits)
     trigger = CdcChangesTrigger(pipeline={"name": "p"}, offset=OFFSET, poll_interval=0.2, timeout_at=time.time() + 1)
     assert trigger.serialize()[1]["timeout_at"] == trigger.timeout_at
 

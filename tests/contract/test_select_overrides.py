@@ -6,32 +6,20 @@ property, before anything is stored."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from airflow_cdc.core.batch import list_batches
 from airflow_cdc.core.errors import ConfigError
 from airflow_cdc.core.pipeline import build_capture, build_config, build_store
 from airflow_cdc.core.snapshot_overrides import OVERRIDES
-from tests.contract.harness import DB_FIXTURES, HARNESSES, Harness
+from tests.contract.harness import Harness
+from tests.contract.shared import SQL_KINDS, harness_over, staged_events, staged_table
 from tests.support.pipeline import replay, run_capture, snapshot_pending
 from tests.support.snapshot_parts import count_loads, prepare
 
 pytestmark = pytest.mark.integration
-KINDS = ["postgresql", "mariadb", "sqlserver"]
-
-
-@pytest.fixture(params=KINDS)
-def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Harness:
-    db = request.getfixturevalue(DB_FIXTURES[request.param])
-    return HARNESSES[request.param](db, tmp_path / "staging")
-
-
-def _staged(h: Harness, name: str) -> str:
-    staged = getattr(h, "staged", None)
-    return staged(h.table(name)) if staged else h.table(name)
+harness = harness_over(SQL_KINDS)
 
 
 def _orders(h: Harness, name: str, rows: int = 30) -> None:
@@ -49,15 +37,7 @@ def _config(h: Harness, name: str, statement: str, **props: Any) -> dict[str, An
 
 
 def _snapshot_ids(config: dict[str, Any], table: str) -> list[int]:
-    name = build_config(config).state_name
-    return [
-        e["after"]["id"]
-        for b in list_batches(config["staging.path"], name)
-        if table in b.tables()
-        for rb in b.iter_events(table)
-        for e in rb.to_pylist()
-        if e["op"] == "r"
-    ]
+    return [e["after"]["id"] for e in staged_events(config, table) if e["op"] == "r"]
 
 
 def _silver(config: dict[str, Any], table: str) -> dict[int, tuple]:
@@ -84,7 +64,7 @@ def test_override_filters_the_chunked_snapshot(harness: Harness) -> None:
         run_capture(config)
         runs += 1
     assert runs >= 3, "read in chunks over several runs (7 rows a run)"
-    table = _staged(h, "so")
+    table = staged_table(h, "so")
     snapshot = _snapshot_ids(config, table)
     assert len(snapshot) == len(set(snapshot)) and not {i for i in snapshot if i % 3 == 0} - {3}
     assert snapshot[:7] == [1, 2, 4, 5, 7, 8, 10] and 28 not in snapshot and 29 not in snapshot
@@ -107,7 +87,7 @@ def test_columns_the_statement_leaves_out_are_null(harness: Harness) -> None:
     config = _config(h, "sc", f"SELECT v, id FROM {h.table('sc')} WHERE id > 2;")
     while snapshot_pending(config):
         run_capture(config)
-    assert _silver(config, _staged(h, "sc")) == {i: (None, f"v{i}") for i in range(3, 7)}
+    assert _silver(config, staged_table(h, "sc")) == {i: (None, f"v{i}") for i in range(3, 7)}
 
 
 BAD = [
@@ -131,7 +111,7 @@ def test_statement_that_breaks_chunking_is_refused_at_start(
     config = _config(h, "sb", statement.format(t=h.table("sb")))
     with pytest.raises(ConfigError, match=error) as raised:
         run_capture(config)
-    assert f"{OVERRIDES}.{h.table('sb')}" in str(raised.value) and _staged(h, "sb") in str(raised.value)
+    assert f"{OVERRIDES}.{h.table('sb')}" in str(raised.value) and staged_table(h, "sb") in str(raised.value)
     assert build_store(build_config(config)).load(build_config(config).state_name) is None
     h.execute(f"SELECT id FROM {h.q('sb')} WHERE id = 1")  # the table is untouched
     assert h.name == "sqlserver" or _row_count(h, "sb") == 3
@@ -168,4 +148,4 @@ def test_snapshot_parts_read_the_override(harness: Harness, monkeypatch: pytest.
         runs += 1
         assert runs < 20, "snapshot did not finish"
     assert loaded and all(loaded), loaded
-    assert _silver(config, _staged(h, "sp")) == {i: (0, f"v{i}") for i in range(1, 91) if i % 3}
+    assert _silver(config, staged_table(h, "sp")) == {i: (0, f"v{i}") for i in range(1, 91) if i % 3}

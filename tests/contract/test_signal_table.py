@@ -7,27 +7,17 @@ malformed row is skipped with a note (the pipeline goes on), and the replay conv
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from airflow_cdc.core.errors import ConfigError
 from airflow_cdc.core.pipeline import build_config, build_store
-from tests.contract.harness import DB_FIXTURES, HARNESSES, Harness
+from tests.contract.harness import HARNESSES, Harness
+from tests.contract.shared import harness_over, staged_table
 from tests.support.pipeline import replay, run_capture, snapshot_pending
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(params=sorted(HARNESSES))
-def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Harness:
-    db = request.getfixturevalue(DB_FIXTURES[request.param])
-    return HARNESSES[request.param](db, tmp_path / "staging")
-
-
-def _staged(h: Harness, name: str) -> str:
-    staged = getattr(h, "staged", None)
-    return staged(h.table(name)) if staged else h.table(name)
+harness = harness_over(sorted(HARNESSES))
 
 
 def _signal(h: Harness, sig_id: str, kind: str, data: str) -> None:
@@ -46,7 +36,7 @@ def test_signal_table_starts_and_stops_snapshots(harness: Harness) -> None:
     h = harness
     h.create_items("si", 25)
     h.execute(f"CREATE TABLE {h.q('dbz_signal')} (id varchar(64) PRIMARY KEY, type varchar(32), data varchar(2048))")
-    items, signals = _staged(h, "si"), _staged(h, "dbz_signal")
+    items, signals = staged_table(h, "si"), staged_table(h, "dbz_signal")
     config = h.config(
         **{"table.include.list": f"{h.table('si')},{h.table('dbz_signal')}", "signal.data.collection": signals,
            "incremental.snapshot.chunk.size": 4, "snapshot.max.rows.per.run": 8}

@@ -6,33 +6,20 @@ decoders) are in ``tests/integration/postgres/test_skip_unchanged.py``."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from airflow_cdc.core.batch import list_batches
-from airflow_cdc.core.pipeline import build_config
 from airflow_cdc.sources.mysql.source import MySqlSource
 from airflow_cdc.sources.postgres.source import PostgresSource
 from airflow_cdc.sources.sqlserver.source import SqlServerSource
-from tests.contract.harness import DB_FIXTURES, HARNESSES, Harness
+from tests.contract.harness import Harness
+from tests.contract.shared import SQL_KINDS, harness_over, staged_events, staged_table
 from tests.support.pipeline import replay, run_capture, snapshot_pending
 
 pytestmark = pytest.mark.integration
-KINDS = ["postgresql", "mariadb", "sqlserver"]
+harness = harness_over(SQL_KINDS)
 SOURCES = {"postgresql": PostgresSource, "mariadb": MySqlSource, "sqlserver": SqlServerSource}
-
-
-@pytest.fixture(params=KINDS)
-def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Harness:
-    db = request.getfixturevalue(DB_FIXTURES[request.param])
-    return HARNESSES[request.param](db, tmp_path / "staging")
-
-
-def _staged(h: Harness, name: str) -> str:
-    staged = getattr(h, "staged", None)
-    return staged(h.table(name)) if staged else h.table(name)
 
 
 def _table(h: Harness, name: str, rows: int = 10) -> dict[str, Any]:
@@ -51,17 +38,6 @@ def _table(h: Harness, name: str, rows: int = 10) -> dict[str, Any]:
             "skip.messages.without.change": "true",
         }
     )
-
-
-def _events(config: dict[str, Any], table: str) -> list[dict[str, Any]]:
-    name = build_config(config).state_name
-    return [
-        e
-        for b in list_batches(config["staging.path"], name)
-        if table in b.tables()
-        for rb in b.iter_events(table)
-        for e in rb.to_pylist()
-    ]
 
 
 def _rows(config: dict[str, Any], table: str) -> dict[int, tuple]:
@@ -85,7 +61,7 @@ def test_updates_of_uncaptured_columns_are_not_staged(harness: Harness, txn: boo
         f"UPDATE {q} SET secret = 'z', v = CASE WHEN id = 8 THEN 'V8' ELSE v END WHERE id >= 7",
     )
     run_capture(config)
-    events = [e for e in _events(config, _staged(h, "su")) if e["op"] != "r"]
+    events = [e for e in staged_events(config, staged_table(h, "su")) if e["op"] != "r"]
     staged = [(e["op"], (e["after"] or e["before"])["id"]) for e in events]
     assert staged == [("u", 2), ("u", 3), ("d", 5), ("c", 15), ("d", 6), ("u", 8)]
     if txn:  # orders count the staged events only
@@ -93,7 +69,7 @@ def test_updates_of_uncaptured_columns_are_not_staged(harness: Harness, txn: boo
         assert (last["total_order"], last["data_collection_order"]) == (1, 1)
     expected = {i: (f"v{i}", i) for i in (1, 4, 7, 9, 10)}
     expected |= {2: ("V2", 2), 3: ("v3", 30), 15: ("v5", 5), 8: ("V8", 8)}
-    assert _rows(config, _staged(h, "su")) == expected
+    assert _rows(config, staged_table(h, "su")) == expected
 
 
 def test_dropped_update_keeps_the_chunk_row(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -116,7 +92,7 @@ def test_dropped_update_keeps_the_chunk_row(harness: Harness, monkeypatch: pytes
     run_capture(config)
     monkeypatch.undo()
     assert done
-    events = _events(config, _staged(h, "sk"))
+    events = staged_events(config, staged_table(h, "sk"))
     assert sorted(e["after"]["id"] for e in events if e["op"] == "r") == [1, 2, 3, 4, 5, 6, 7, 8, 10]
     assert [(e["op"], e["after"]["id"]) for e in events if e["op"] != "r"] == [("u", 9)]
-    assert _rows(config, _staged(h, "sk")) == {i: ("V9" if i == 9 else f"v{i}", i) for i in range(1, 11)}
+    assert _rows(config, staged_table(h, "sk")) == {i: ("V9" if i == 9 else f"v{i}", i) for i in range(1, 11)}

@@ -24,7 +24,7 @@ from airflow_cdc.airflow.pipeline import PipelineSpec, load_pipeline
 from airflow_cdc.airflow.storage import use_aws_connection
 from airflow_cdc.core.capture import Capture
 from airflow_cdc.core.config import ConnectorConfig, Secret
-from airflow_cdc.core.errors import CdcError
+from airflow_cdc.core.errors import CdcError, RetainedLogExceeded
 from airflow_cdc.core.pipeline import (
     build_capture,
     build_config,
@@ -225,9 +225,35 @@ class CdcHook(BaseHook):
 
         return await pg_changes_after(config, offset, check)
 
+    def check_retained(self, partition: str | None = None) -> None:
+        """Measure the log the source keeps for the connector, export it (Airflow metrics, the
+        ``sensor`` section of ``status``) and apply the guard (``retained.log.max.*``).
+
+        :raises RetainedLogExceeded: the server is about to drop the position or fill its disk.
+        """
+        _check_retained(self.get_partition(partition))
+
+    async def acheck_retained(self, partition: str | None = None) -> None:
+        """:meth:`check_retained` without blocking the event loop (the queries run in a thread)."""
+        config = partition_config(build_config(await self.aproperties()), partition)
+        await asyncio.to_thread(_check_retained, config)
+
 
 def _source_changes_after(source: Any, offset: dict[str, Any] | None, check: str | None) -> bool:
     return bool(source.changes_after(offset, check))
+
+
+def _check_retained(config: ConnectorConfig) -> None:
+    from airflow_cdc.airflow.metrics import export_metrics
+    from airflow_cdc.core.health import source_check
+
+    stored = build_store(config).load(config.state_name)
+    if stored is None:  # nothing committed: nothing held yet
+        return
+    recorder, verdict = source_check(config, dict(stored.data))
+    export_metrics(recorder)
+    if verdict.tripped:
+        raise RetainedLogExceeded(verdict.message)
 
 
 class CdcMySqlHook(CdcHook):

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,12 @@ from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 from airflow_cdc.airflow.errors import airflow_errors
 from airflow_cdc.airflow.hooks.cdc import CdcHook
 from airflow_cdc.airflow.links import CdcBatchLink, CdcDeltaLink, storage_url
+from airflow_cdc.airflow.metrics import record_and_export
 from airflow_cdc.apply.submit import ApplyOptions, apply_exit_error, build_apply_job, run_apply_job
 from airflow_cdc.core.batch import Batch
 from airflow_cdc.core.lease import Leases
 from airflow_cdc.core.pipeline import build_store
+from airflow_cdc.core.step_metrics import record_apply
 
 
 def _local_spark_env() -> dict[str, str]:
@@ -50,6 +53,9 @@ class CdcApplyOperator(SparkSubmitOperator):
     lease's fencing token to the job.  A killed spark-submit (signal, out of memory) fails as
     "interrupted: re-run apply" (retryable); a damaged batch, a refused schema change or a job
     error each fail with their own message and next step.
+
+    With the ``pipeline`` known, the step's metrics (duration, silver's lag, batches not applied)
+    are saved for ``status`` and sent to Airflow's metrics backend.
 
     :param batch_path: the staged batch directory, usually the capture task's XCom. (templated)
     :param target: the Delta root (``<target>/<layer>/<connector>/<table>``). (templated)
@@ -122,8 +128,11 @@ class CdcApplyOperator(SparkSubmitOperator):
                 config = hook.get_partition(batch.partition)  # the lease of the partition that captured it
                 self._lineage_config = config
                 leases = Leases(build_store(config), config.state_name, config["lease.timeout.ms"] / 1000)
+                started = time.monotonic()
                 with leases.hold("apply") as lease:
                     self._submit(context, batch, lease, self._remote(config["spark.remote"]))
+                seconds = time.monotonic() - started
+                record_and_export(lambda: record_apply(config, [batch.manifest], seconds))
         return {"batch_id": batch.batch_id, "applied": True}
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:

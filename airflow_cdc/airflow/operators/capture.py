@@ -10,6 +10,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow_cdc.airflow.errors import airflow_errors
 from airflow_cdc.airflow.hooks.cdc import CdcHook
 from airflow_cdc.airflow.links import CdcBatchLink, storage_url
+from airflow_cdc.airflow.metrics import export_metrics
 from airflow_cdc.airflow.signals import signals_from_run
 
 
@@ -19,7 +20,8 @@ class CdcCaptureOperator(BaseOperator):
     The offset is *not* moved (that is :class:`CdcCommitOperator`'s job after apply), so a retry or
     a re-run captures again from the same committed offset.  Ad hoc snapshots come from the DAG run:
     Debezium ``execute-snapshot`` / ``stop-snapshot`` data in the run conf or the trigger form.
-    Returns (XCom) only small metadata: batch id and path, offsets, counts, notes.
+    Returns (XCom) only small metadata: batch id and path, offsets, counts, notes.  The run's
+    snapshot and streaming metrics go to Airflow's metrics backend (docs: Monitoring).
 
     :param pipeline: pipeline file path or mapping of Debezium properties. (templated)
     :param cdc_conn_id: Airflow Connection of the source database. (templated)
@@ -64,6 +66,7 @@ class CdcCaptureOperator(BaseOperator):
             hook = CdcHook(pipeline=self.pipeline, cdc_conn_id=self.cdc_conn_id)
             capture = hook.get_capture(partition=self.partition)
             result = capture.run(signals=list(signals), prepared=self.snapshot_plan or None)
+        export_metrics(result.metrics)  # Debezium's snapshot and streaming metrics, to [metrics]
         self._lineage = (capture.config, list(result.tables))
         CdcBatchLink().persist(context, storage_url(result.batch_path))
         describe = capture.source.describe_offset

@@ -10,6 +10,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_cdc.airflow.errors import airflow_errors
 from airflow_cdc.airflow.hooks.cdc import CdcHook
+from airflow_cdc.airflow.metrics import export_metrics
 from airflow_cdc.apply.applied import ensure_applied
 from airflow_cdc.core.batch import Batch
 
@@ -60,6 +61,7 @@ class CdcCommitOperator(BaseOperator):
             with capture.leases.hold("commit"):
                 ensure_applied(batch, capture.config, self.target)
                 version = capture.commit(batch)
+        export_metrics(capture.metrics)  # duration, silver lag, the retained log, staged batches
         offset = batch.manifest["to_offset"]
         counts = batch.manifest.get("counts", {})
         self.log.info("committed batch %s: offset %s, state version %d", batch.batch_id, offset, version)

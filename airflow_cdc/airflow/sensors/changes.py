@@ -9,7 +9,12 @@ from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context
 from airflow.sdk.configuration import conf
-from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout, AirflowSkipException
+from airflow.sdk.exceptions import (
+    AirflowException,
+    AirflowFailException,
+    AirflowSensorTimeout,
+    AirflowSkipException,
+)
 
 from airflow_cdc.airflow.errors import airflow_errors
 from airflow_cdc.airflow.hooks.cdc import CdcHook
@@ -17,6 +22,7 @@ from airflow_cdc.airflow.pipeline import without_literal_secrets
 from airflow_cdc.airflow.signals import signals_from_run
 from airflow_cdc.airflow.triggerer_health import triggerer_status
 from airflow_cdc.airflow.triggers.changes import CdcChangesTrigger
+from airflow_cdc.core.errors import RetainedLogExceeded
 
 
 class CdcChangesSensor(BaseSensorOperator):
@@ -30,6 +36,11 @@ class CdcChangesSensor(BaseSensorOperator):
     ``deferrable`` (and with ``[operators] default_deferrable`` off), the API server's health
     endpoint decides: a healthy triggerer -> defer; none (or no answer) -> poke from the worker,
     with a warning saying why.
+
+    Each check also measures the log the source keeps for the connector (exported as
+    ``airflow_cdc.source.*`` metrics) and fails the task, not retried, once it passes
+    ``retained.log.max.fraction`` of the server's limit or ``retained.log.max.bytes`` /
+    ``retained.log.max.age.ms``: before the server drops the committed position or fills its disk.
 
     :param pipeline: pipeline file path or mapping of Debezium properties. (templated)
     :param cdc_conn_id: Airflow Connection of the source database. (templated)
@@ -75,6 +86,7 @@ class CdcChangesSensor(BaseSensorOperator):
         if stored is None:
             self.log.info("no committed offset yet: the initial run is due")
             return True, None
+        hook.check_retained(self.partition)  # the guard: fails before the source drops the position
         if (stored.data.get("snapshot") or {}).get("pending"):
             self.log.info("snapshot chunks are pending")
             return True, stored.data.get("offset")
@@ -144,6 +156,10 @@ class CdcChangesSensor(BaseSensorOperator):
             if self.soft_fail:
                 raise AirflowSkipException(message)
             raise AirflowSensorTimeout(message)
+        if event and event.get("status") == "error" and event.get("error") == RetainedLogExceeded.__name__:
+            raise AirflowFailException(
+                f"sense failed (not retried: a person must act first): {event['message']}"
+            )
         if not event or event.get("status") != "changes":
             raise AirflowException(f"waiting for changes failed: {(event or {}).get('message', event)}")
         self.log.info(

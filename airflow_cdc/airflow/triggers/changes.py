@@ -17,7 +17,9 @@ class CdcChangesTrigger(BaseTrigger):
     """Poll the source's head cheaply until it moved past ``offset``; fire one small event.
 
     ``run()`` never blocks the event loop: PostgreSQL is asked through psycopg's
-    ``AsyncConnection``; file and Connection reads and other sources run in worker threads.
+    ``AsyncConnection``; file and Connection reads and other sources run in worker threads.  Each
+    poll also applies the retained-log guard; a tripped guard ends the wait with an ``error``
+    event naming ``RetainedLogExceeded``, which fails the sensor without retries.
     Retryable errors (server unreachable, slot busy) are logged and polling goes on; any other
     error ends the wait with an ``error`` event.  Nothing is opened in ``__init__``.
 
@@ -77,12 +79,14 @@ class CdcChangesTrigger(BaseTrigger):
         while True:
             polls += 1
             try:
+                await hook.acheck_retained(self.partition)  # the guard (retained.log.max.*)
                 if await hook.achanges_after(self.offset, self.check, self.partition):
                     yield TriggerEvent({"status": "changes", "offset": self.offset, "polls": polls})
                     return
             except CdcError as e:
                 if not e.retryable:
-                    yield TriggerEvent({"status": "error", "message": str(e), "polls": polls})
+                    event = {"status": "error", "message": str(e), "error": type(e).__name__, "polls": polls}
+                    yield TriggerEvent(event)
                     return
                 self.log.warning("change check failed, retrying in %.0fs: %s", self.poll_interval, e)
             except Exception as e:  # noqa: BLE001 - e.g. the slot is in use by a running capture

@@ -10,11 +10,31 @@ dropped before wrapping, like on every source.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow_cdc.core import snapshot_overrides as so
 from airflow_cdc.sources.sqlserver import sql
 from airflow_cdc.sources.sqlserver.schema import CaptureInstance
+
+
+def names(ci: CaptureInstance) -> list[str]:
+    """The names the capture instance's table may be listed under, its full name first."""
+    return [ci.table_id, f"{ci.schema}.{ci.table}"]
+
+
+def check_all(
+    overrides: so.Overrides,
+    current: Mapping[str, Any],
+    snapshot_relation: Callable[[str], Any],
+    database: str,
+) -> None:
+    """Check the statement of every captured table (``current``: table id -> its state, whose
+    ``instance`` is its current capture instance) at start-up (:meth:`so.Overrides.check_all`).
+
+    :raises ConfigError: a statement breaks chunking.
+    """
+    overrides.check_all(current, snapshot_relation, lambda table: names(current[table].instance), database)
 
 
 def relation(overrides: so.Overrides, conn: Any, ci: CaptureInstance) -> str | None:
@@ -26,7 +46,7 @@ def relation(overrides: so.Overrides, conn: Any, ci: CaptureInstance) -> str | N
     columns = [c.name for c in ci.columns]
     return overrides.relation(
         ci.table_id,
-        [ci.table_id, f"{ci.schema}.{ci.table}"],
+        names(ci),
         columns,
         list(ci.key),
         lambda statement, table, prop: describe(conn, statement, table, prop),

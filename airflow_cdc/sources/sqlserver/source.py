@@ -47,7 +47,13 @@ from airflow_cdc.sources.sqlserver.schema import CaptureInstance, load_capture_i
 from airflow_cdc.sources.sqlserver.schema_changes import switch_events
 from airflow_cdc.sources.sqlserver.snapshot import read_chunk
 from airflow_cdc.sources.sqlserver.stream import ChangeEvent, read_window
-from airflow_cdc.sources.sqlserver.tables import TableState, key_text, key_value
+from airflow_cdc.sources.sqlserver.tables import (
+    TableState,
+    configure_keys,
+    key_text,
+    key_value,
+    warn_append_only,
+)
 from airflow_cdc.sources.sqlserver.types import Modes
 
 log = logging.getLogger(__name__)
@@ -113,6 +119,7 @@ class SqlServerSource(ChangeSource):
         self.instances: list[CaptureInstance] = []
         self._states: dict[str, TableState] = {}  # by capture instance name
         self._current: dict[str, TableState] = {}  # by table id: the newest capture instance
+        self._configured_keys: set[str] = set()  # table ids keyed by message.key.columns
 
     # -- lifecycle --------------------------------------------------------------------------
     def open(self) -> None:
@@ -120,13 +127,15 @@ class SqlServerSource(ChangeSource):
 
         :raises ServerMisconfigured: CDC disabled on the database, or SQL Server Agent stopped.
         :raises MissingPrivilege: a change table the login may not read.
-        :raises SchemaError: a captured table without key columns.
+        :raises SchemaError: a key column (of the capture instance, or ``message.key.columns``) is not
+            captured.  A table without key columns is captured (:mod:`.tables`, :mod:`.whole`).
         """
         self.conn = client.connect(self.config, self.database)
         checks.check_database(self.conn, self.database)
         checks.check_agent(self.conn)
         found = load_capture_instances(self.conn, self.database)
         found = [ci for ci in found if self.filters.includes_table(TableId(ci.schema, ci.table))]
+        self._configured_keys = configure_keys(found, self.filters)
         for ci in found:
             if ci.pending:
                 log.warning(
@@ -151,6 +160,8 @@ class SqlServerSource(ChangeSource):
         self._current = {}
         for ci in sorted(self.instances, key=lambda c: (c.start_lsn, c.create_date)):
             self._current[ci.table_id] = self._states[ci.name]
+        for state in self._current.values():
+            warn_append_only(state)
         self._check_overrides()
 
     def _check_overrides(self) -> None:
@@ -158,15 +169,7 @@ class SqlServerSource(ChangeSource):
 
         :raises ConfigError: a statement breaks chunking (see ``core.snapshot_overrides``).
         """
-        self.overrides.clear()
-        if not self.overrides.statements:
-            return
-        names = [n for t, s in self._current.items() for n in (t, f"{s.instance.schema}.{s.instance.table}")]
-        unused = self.overrides.unused(names)
-        if unused:
-            log.warning("%s: %s not captured in %s; not used", so.OVERRIDES, ", ".join(unused), self.database)
-        for table in self._current:
-            self._snapshot_relation(table)
+        overrides.check_all(self.overrides, self._current, self._snapshot_relation, self.database)
 
     def _snapshot_relation(self, table: str, origin: str = "initial") -> str | None:
         """What snapshot chunks of ``table`` read instead of it (None: the table itself)."""
@@ -296,7 +299,8 @@ class SqlServerSource(ChangeSource):
             condition_pieces(
                 snap.table, snap.condition, [c.name for c in ci.columns], self.config[RAW_SQL_PROPERTY]
             ),
-            unique=not snap.surrogate_key,
+            # message.key.columns may name columns whose values repeat: read as a non-unique order
+            unique=not snap.surrogate_key and snap.table not in self._configured_keys,
             lock_timeout_ms=self.config["snapshot.lock.timeout.ms"],
             relation=self._snapshot_relation(snap.table, snap.origin),
         )
@@ -325,9 +329,21 @@ class SqlServerSource(ChangeSource):
             state,
         )
 
+    def snapshot_whole(self, table: str) -> bool:
+        """Tables without key columns are snapshotted whole (:mod:`.whole`); False for a table not
+        captured (any more), whose snapshot the chunk reader skips with a warning."""
+        return table in self._current and not self._current[table].key_columns
+
+    def read_whole(self, snap: TableSnapshot, writer: BatchWriter) -> int:
+        """Stage a table without key columns whole, at the log's end under a table lock."""
+        from airflow_cdc.sources.sqlserver.whole import read_whole  # whole builds on this class
+
+        return read_whole(self, snap, writer)
+
     def encoded_chunks(self, table: str, chunk_size: int) -> Iterator[pa.Table]:
         """The live table in key order, ``chunk_size`` rows at a time, encoded like captured rows
-        (for ``verify``): the snapshot chunk reader, no state stored, nothing written.
+        (for ``verify``): the snapshot chunk reader, no state stored, nothing written.  A table
+        without key columns is read in no order, in one read under a table lock (:mod:`.whole`).
 
         :raises ConfigError: ``table`` (``database.schema.table``) is not captured.
         """
@@ -335,6 +351,11 @@ class SqlServerSource(ChangeSource):
             raise ConfigError(
                 f"table {table} is not captured by connector {self.name} (check the table filters)"
             )
+        if self.snapshot_whole(table):
+            from airflow_cdc.sources.sqlserver.whole import encoded_whole  # whole builds on this class
+
+            yield from encoded_whole(self, table, chunk_size)
+            return
         for chunk in key_ordered_chunks(self, table, chunk_size):
             assert isinstance(chunk, SqlServerChunk) and chunk.state is not None
             if chunk.rows:

@@ -107,6 +107,7 @@ def all_changes(db: str, capture_instance: str, columns: Sequence[str]) -> str:
 HAS_SELECT = "SELECT HAS_PERMS_BY_NAME(?, N'OBJECT', N'SELECT')"
 BEGIN = "BEGIN TRANSACTION"
 COMMIT = "COMMIT TRANSACTION"
+ROLLBACK = "ROLLBACK TRANSACTION"
 
 
 def lock_timeout(ms: int) -> str:
@@ -118,6 +119,38 @@ def table_lock(db: str, schema: str, table: str) -> str:
     """Debezium's exclusive table lock (``exclusive`` mode), held to the end of the transaction."""
     target = ".".join(quote(p) for p in (db, schema, table))
     return f"SELECT TOP (0) * FROM {target} WITH (TABLOCKX)"  # noqa: S608
+
+
+def table_share_lock(db: str, schema: str, table: str) -> str:
+    """A shared table lock held to the end of the transaction: writers of the table wait, readers
+    do not (Microsoft's *Table hints*: "TABLOCK ... The lock is held until the end of the statement.
+    However, if you also specify HOLDLOCK, the lock is held until the end of the transaction",
+    https://learn.microsoft.com/en-us/sql/t-sql/queries/hints-transact-sql-table)."""
+    target = ".".join(quote(p) for p in (db, schema, table))
+    return f"SELECT TOP (0) * FROM {target} WITH (TABLOCK, HOLDLOCK)"  # noqa: S608
+
+
+def whole_select(db: str, schema: str, table: str, columns: Sequence[str]) -> str:
+    """Every row of a table, in no order (a table without key columns read whole)."""
+    target = ".".join(quote(p) for p in (db, schema, table))
+    return f"SELECT {', '.join(quote(c) for c in columns)} FROM {target}"  # noqa: S608
+
+
+#: The LSN of the last record in the database's log (``sys.dm_db_log_stats``, SQL Server 2016 SP2+,
+#: text ``xxxxxxxx:xxxxxxxx:xxxx``; NULL on a readable secondary) and whether the database allows
+#: delayed durability (``sys.databases.delayed_durability``: 0 disabled, 1 allowed, 2 forced).
+LOG_END = (
+    "SELECT s.log_end_lsn, d.delayed_durability FROM sys.dm_db_log_stats(DB_ID(?)) s"
+    " JOIN sys.databases d ON d.database_id = s.database_id"
+)
+#: Harden every committed delayed durable transaction of the current database.
+FLUSH_LOG = "EXEC sys.sp_flush_log"
+
+
+def first_read(db: str) -> str:
+    """A read of one row of a table every CDC database has: a ``SNAPSHOT`` transaction's version of
+    the data is fixed by its first read (Materialize's SQL Server source reads this table for it)."""
+    return f"SELECT TOP (1) ct.object_id FROM {quote(db)}.cdc.change_tables ct"  # noqa: S608
 
 
 def chunk_select(

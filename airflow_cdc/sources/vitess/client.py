@@ -132,7 +132,14 @@ class VtgateClient:
         The tables go in one regular-expression rule: vttablet describes a table (and fails the
         stream when it cannot, see :func:`~.protocol.schema_drift`) only when a rule matches it
         (v24 ``vstreamer.go``: ``ruleMatches`` before ``buildTablePlan``), and an exact-name rule
-        needs a SELECT filter (``buildTablePlan``), a regular expression does not (``buildREPlan``)."""
+        needs a SELECT filter (``buildTablePlan``), a regular expression does not (``buildREPlan``).
+
+        The tables the VGTID names in ``table_p_ks`` go into ``tables_to_copy``: without it
+        vttablet copies *every* table the filter matches whenever one is named (v24
+        ``uvstreamer.go``: ``buildTablePlan`` plans each matching table, with a nil last key when
+        the VGTID does not name it, unless ``options.TablesToCopy`` leaves it out; vtgate passes
+        ``flags.tables_to_copy`` on, ``vstream_manager.go`` ``streamFromTablet``) -- a finished
+        table would be copied again, its changes until then dropped (``shouldSendEventForTable``)."""
         if tables is None:
             rules = [b.Rule(match="/.*")]
         elif tables:
@@ -143,6 +150,7 @@ class VtgateClient:
             stop_on_reshard=self.config["vitess.stop_on_reshard"],
             heartbeat_interval=self.config["vitess.heartbeat.interval"],
         )
+        flags.tables_to_copy.extend(sorted({t.table_name for g in vgtid.shard_gtids for t in g.table_p_ks}))
         return vt.VStreamRequest(
             tablet_type=self.tablet_type, vgtid=vgtid, filter=b.Filter(rules=rules), flags=flags
         )

@@ -16,6 +16,9 @@ or not, the orphan then leaves no trace.
 Keys are compared in their staged (encoded) form; the delete's key columns are written back as
 they were staged, which needs key types staged as themselves (integers, character, binary,
 DECIMAL text): tables keyed otherwise are skipped with a warning.
+
+Tables without key columns have no key to void: the orphans only name them (:attr:`Orphans.keyless`),
+and the run reads each of them whole again, in a keyless round above the orphans' (:mod:`.position`).
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ class Orphans:
     from_offset: dict[str, Any] | None = None
     events: dict[str, dict[tuple, tuple[list[bytes], str]]] = field(default_factory=dict)
     batches: list[str] = field(default_factory=list)
+    #: tables without key columns the batches staged events of, and their greatest keyless round
+    keyless: set[str] = field(default_factory=set)
+    keyless_round: int = 0
 
 
 def load(staging: str, connector: str, last_batch: str | None) -> Orphans:
@@ -56,7 +62,11 @@ def load(staging: str, connector: str, last_batch: str | None) -> Orphans:
         to = batch.manifest.get("to_offset") or {}
         if to.get("vgtid"):
             out.end = offsets.from_offset(to)
+        out.keyless_round = max(out.keyless_round, int(to.get("keyless_round") or 0))
         for table in batch.tables():
+            if not batch.table_info(table)["key_columns"]:
+                out.keyless.add(table)
+                continue
             _read(batch, table, out.events.setdefault(table, {}))
     return out
 

@@ -24,7 +24,17 @@ deterministically (re-reading a window after a crash gives every event the same 
 * ``epoch`` -- raised when a lost offset restarts capture (``snapshot.mode=when_needed``).
 
 Keys of different shards get positions that are not comparable in any meaningful way, which the
-apply job never needs.
+apply job never needs for a keyed table.
+
+Tables without key columns (``keyless: multiset``) are different: their silver is one multiset
+per table, and the apply job skips a table's events at or below the greatest position it already
+applied (``spark_jobs/cdc_apply/keyless.py``: ``through``), across shards.  So their events carry
+the run's *keyless round* in place of the generation, ``(epoch, round, shard transactions, index,
+stamp)`` (:func:`keyless_key`): the round is raised once per run that stages such events, above
+the committed one and above those of batches published but not committed (:mod:`.orphans`), so
+every event of a run sorts above everything an earlier batch held, whatever the shards' counts.
+A run that follows uncommitted batches holding such a table reads the table whole again
+(:mod:`.whole`): events cannot be matched to the ones those batches held in another round.
 """
 
 from __future__ import annotations
@@ -52,6 +62,11 @@ def transactions_in(gtid: str) -> int:
 
 def sort_key(epoch: int, generation: int, count: int, index: int, stamp: int = 0) -> bytes:
     return _KEY.pack(epoch, generation, count, index, stamp)
+
+
+def keyless_key(epoch: int, round_: int, count: int, index: int, stamp: int = 0) -> bytes:
+    """The position of an event of a table without key columns (see the module notes)."""
+    return _KEY.pack(epoch, round_, count, index, stamp)
 
 
 def unpack(key: bytes) -> tuple[int, int, int, int, int]:

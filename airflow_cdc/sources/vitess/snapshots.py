@@ -5,7 +5,11 @@ key: vtgate then copies it on each shard (in primary key order, catching the str
 chunks) and keeps the entry, with the last copied key, in every VGTID it sends until that shard's
 copy of the table completes.  So the stored VGTID alone says what is left per shard, and a copy
 resumes where the last committed window stopped.  A table's snapshot is complete when no shard of
-the window's end lists it.
+the window's end lists it.  The request names the listed tables in ``tables_to_copy`` too
+(:meth:`.client.VtgateClient.request`): else vttablet copies every table the filter matches.  That
+flag holds for the whole call, so a table still listed on one shard is copied again from its first
+row on a shard that had finished it (at least once, as the catch-up).  Tables without key columns
+never come here: they are read whole (:mod:`.whole`).
 
 While a table waits for its copy, vtgate drops its changes (the copy will read the rows as they
 are then) -- deletes too.  A table captured before (ad hoc snapshot, ``always``, a table that

@@ -13,6 +13,11 @@ stream, and the copied rows are staged as ``op=r`` at positions that sort after 
 their read reflects.  A copy spread over many runs resumes from the last copied key kept in the
 committed VGTID.
 
+Tables without key columns are snapshotted whole instead (:meth:`snapshot_whole`,
+:mod:`.whole`): a copy of the one table in a call of its own, never resumed, its rows and a
+truncate positioned in the run's keyless round (:mod:`.position`); the window then drops the
+table's changes the copy holds.
+
 With ``vitess.offset.storage.per.task`` the connector is partitioned into tasks, each reading its
 share of the shards with an offset of its own (:mod:`.tasks`).
 """
@@ -30,12 +35,12 @@ import pyarrow as pa
 from airflow_cdc.core.batch import BatchWriter
 from airflow_cdc.core.column_mapping import MappedCodec, configured_mappers
 from airflow_cdc.core.config import ConnectorConfig
-from airflow_cdc.core.errors import ConfigError, OffsetUnavailable
+from airflow_cdc.core.errors import ConfigError, OffsetUnavailable, SchemaError
 from airflow_cdc.core.events import now_us
 from airflow_cdc.core.filters import IncludeExclude
 from airflow_cdc.core.snapshot import TableSnapshot
 from airflow_cdc.core.source import Capabilities, ChangeSource
-from airflow_cdc.sources.vitess import offsets, orphans, position, snapshots, tasks, window
+from airflow_cdc.sources.vitess import offsets, orphans, position, snapshots, tasks, whole, window
 from airflow_cdc.sources.vitess.client import VtgateClient
 from airflow_cdc.sources.vitess.position import VitessCoord, shard_set
 from airflow_cdc.sources.vitess.proto import binlogdata_pb2 as b
@@ -101,6 +106,13 @@ class VitessSource(ChangeSource):
         self._columns_at_end: dict[str, dict[str, str]] = {}
         self._epoch_raised = False
         self._orphan_cache: orphans.Orphans | None = None
+        self._start: VitessCoord | None = None
+        # tables without key columns: the committed keyless round, this run's (once used), which
+        # captured tables have no key, and the tables read whole in this run (see .whole)
+        self._keyless_round = 0
+        self._round: int | None = None
+        self._keyless: dict[str, bool] = {}
+        self.whole_reads: dict[str, whole.WholeRead] = {}
 
     # -- life cycle -------------------------------------------------------------------------
     def open(self) -> None:
@@ -162,6 +174,12 @@ class VitessSource(ChangeSource):
             ``when_needed``, which restarts at the current positions in a new epoch).
         :raises ConfigError: the stored VGTID names another keyspace.
         """
+        self._start, reason = self._resolve_start(offset, when_needed)
+        return self._start, reason
+
+    def _resolve_start(
+        self, offset: dict[str, Any] | None, when_needed: bool
+    ) -> tuple[VitessCoord, str | None]:
         if offset is None:
             orphan = self._orphans().from_offset
             if orphan and orphan.get("vgtid"):
@@ -172,6 +190,7 @@ class VitessSource(ChangeSource):
                 )
             return self._configured_start(), "no stored offset"
         self.epoch = int(offset.get("epoch", 0))
+        self._keyless_round = int(offset.get("keyless_round") or 0)
         self._columns_at_start = offset.get("columns") or {}
         self._columns_at_end = self._columns_at_start
         self._resumed = True
@@ -270,6 +289,9 @@ class VitessSource(ChangeSource):
     def offset_at(self, end: VitessCoord, window: Any, previous: dict[str, Any] | None) -> dict[str, Any]:
         out = offsets.to_offset(end.vgtid)
         out["epoch"], out["generation"] = self.epoch, end.generation
+        keyless_round = self._keyless_round if self._round is None else self._round
+        if keyless_round:
+            out["keyless_round"] = keyless_round
         if self._columns_at_end:
             out["columns"] = self._columns_at_end
         return out
@@ -306,7 +328,36 @@ class VitessSource(ChangeSource):
 
     # -- the window ---------------------------------------------------------------------------
     def plan_native_snapshots(self, pending: list[TableSnapshot]) -> None:
-        self.pending = list(pending)
+        """Keep the snapshots of keyed tables for the copy phase; the core reads the others whole."""
+        self.pending = [s for s in pending if not self.snapshot_whole(s.table)]
+
+    def snapshot_whole(self, table: str) -> bool:
+        """Whether ``table`` is captured and has no key columns (no primary key, no
+        ``message.key.columns``): its snapshot is read whole (:mod:`.whole`)."""
+        if table not in self.captured:
+            return False
+        if table not in self._keyless:
+            self._keyless[table] = self.table_state(table).keyless
+        return self._keyless[table]
+
+    def read_whole(self, snap: TableSnapshot, writer: BatchWriter) -> int:
+        """Stage ``snap``'s table whole (:mod:`.whole`): a truncate and its rows, per shard at its
+        copy's snapshot, in this run's keyless round; the window drops what the rows hold."""
+        read = whole.read_whole(self, snap.table, writer, self._start_vgtid())
+        self.whole_reads[snap.table] = read
+        return read.rows
+
+    def keyless_round(self) -> int:
+        """This run's keyless round (:mod:`.position`): on first use, one above the committed round
+        and the rounds of batches published but not committed."""
+        if self._round is None:
+            self._round = max(self._keyless_round, self._orphans().keyless_round) + 1
+        return self._round
+
+    def _start_vgtid(self) -> b.VGtid:
+        if self._start is None:
+            raise RuntimeError("VitessSource read before start_offset()")
+        return self._start.vgtid
 
     def read_window(
         self, start: VitessCoord, upto: VitessCoord, writer: BatchWriter, tracker: Any, max_events: int
@@ -322,16 +373,24 @@ class VitessSource(ChangeSource):
             if self._resumed and snap.purge_below is None:
                 snap.purge_below = self.position_floor().hex()
         found = self._orphans()
+        notes += whole.read_orphans_whole(self, found.keyless, writer, request)
+        # the window reads every shard at least as far as its whole reads stand (past it, their
+        # changes are no longer dropped: .whole)
+        reads = list(self.whole_reads.values())
+        whole.unlist(request, lambda name: self.snapshot_whole(f"{self.keyspace}.{name}"))
+        whole.fill_empty_starts(request, reads)
+        min_end = whole.read_past(reads, found.end)
+        target = whole.read_past(reads, upto.vgtid) or upto.vgtid
         stager = Stager(self, writer, start.generation, shard_set(request), set(found.events))
         win = window.read_window(
             self._client(),
             request,
-            upto.vgtid,
+            target,
             self._streamed_tables(),
             max_events,
             self.config["vitess.window.idle.timeout"],
             on_transaction=stager.stage,
-            min_end=found.end,
+            min_end=min_end,
             columns=self._columns_at_start,
         )
         self._fields.update(win.tables)
@@ -426,6 +485,9 @@ class VitessSource(ChangeSource):
         quoted = "`" + table.split(".", 1)[1].replace("`", "``") + "`"
         described = self._described(table)
         state = self.table_state(described)
+        if state.keyless:
+            yield from whole.encoded_chunks(self, table, self._current(), chunk_size)
+            return
         slots = [described.names.index(k) for k in state.key]
         keys = ", ".join("`" + k.replace("`", "``") + "`" for k in state.key)
         # named, not *: vtgate needs the column list to merge a scatter read in key order (VT09015
@@ -488,6 +550,13 @@ class VitessSource(ChangeSource):
             _key_override(self.config, table.name),
             self.mappers,
         )
+        if state.keyless and self.task is not None:
+            raise SchemaError(
+                f"table {table.name} has no key columns, which vitess.offset.storage.per.task cannot "
+                "capture: its silver is one multiset that a task's whole read would replace",
+                hint="name its key columns in message.key.columns, or capture it without offset storage "
+                "per task",
+            )
         self._states[id(table)] = (table, state)
         return state
 

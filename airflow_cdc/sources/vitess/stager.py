@@ -4,6 +4,11 @@ Changes go to the table's sink at their per-shard positions (:mod:`.position`); 
 is Debezium's ``d`` + ``c``; a copy chunk's rows are ``op=r`` at the chunk's snapshot position with
 the run's stamp.  A table's state and open sink are cached per FIELD description, so the hot path is
 a few dict lookups per change.
+
+Tables without key columns (:mod:`.whole`): their changes take the run's keyless round in their
+positions (:mod:`.position`), and the changes a whole read of this run holds (each shard's up to
+its copy's snapshot) are dropped.  Their images must be full: a partial one cannot be matched to a
+row of the multiset.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_cdc.core.batch import BatchWriter
 from airflow_cdc.core.config import skipped_ops
+from airflow_cdc.core.errors import SchemaError
 from airflow_cdc.core.events import now_us
 from airflow_cdc.core.failpoints import failpoint
 from airflow_cdc.core.table_sink import TableSink
@@ -109,6 +115,14 @@ class Stager:
         target = self._target(name, tables)
         if target is None:
             return
+        if target[0].keyless:
+            # only a start without positions (an empty GTID, no table named to copy) has vttablet
+            # copy every table (uvstreamer.go buildTablePlan); such a copy may resume by all columns
+            raise SchemaError(
+                f"table {name} has no key columns and vttablet's copy phase copied it inside the window",
+                hint="start from positions (vitess.gtid 'current' or a VGTID with GTIDs): a table "
+                "without key columns is then snapshotted whole in a copy of its own",
+            )
         sink = target[1]
         for change in txn.changes:
             sink.append("r", None, _row(change.after), at, src)
@@ -120,21 +134,36 @@ class Stager:
     ) -> None:
         index, seen = 0, dict[str, int]()
         epoch, meta = self.source.epoch, None
+        reads, shard = self.source.whole_reads, (txn.keyspace, txn.shard)
         for change in txn.changes:
             target = self._target(change.table, tables)
             if target is None:
                 continue
             state, sink = target
-            if change.partial:
+            held = False  # by a whole read of this run: dropped (its index still taken, see below)
+            if state.keyless:
+                read = reads.get(change.table)
+                held = read is not None and read.covers(shard, count)
+                if change.partial and not held:
+                    raise SchemaError(
+                        f"table {change.table} has no key columns and shard {txn.shard} sent a partial row "
+                        "image (binlog_row_image is not FULL): its rows cannot be mirrored",
+                        hint="set binlog_row_image=FULL on the shards' MySQL, or name the table's key "
+                        "columns in message.key.columns",
+                    )
+            elif change.partial:
                 sink.expect_partial_images()
             ops = [(change.op, _row(change.before), _row(change.after))]
             if change.op == "u" and state.key_text(change.before or {}) != state.key_text(change.after or {}):
                 ops = [("d", ops[0][1], None), ("c", ops[0][1], ops[0][2])]  # a key change: Debezium's d + c
             for op, before, after in ops:
-                index += 1
-                if op in self.skipped:
+                index += 1  # taken whatever is staged: the other changes' positions stay the same
+                if op in self.skipped or held:
                     continue
-                at = position.sort_key(epoch, generation, count, index)
+                if state.keyless:
+                    at = position.keyless_key(epoch, self.source.keyless_round(), count, index)
+                else:
+                    at = position.sort_key(epoch, generation, count, index)
                 if self.txn_meta:
                     seen[change.table] = seen.get(change.table, 0) + 1
                     meta = (src[-1], index, seen[change.table])

@@ -2,7 +2,10 @@
 
 The sink signature is the table plus a hash of its FIELD description, so a schema change (a new
 FIELD event after a DDL) starts a new part with the new columns.  Key columns are the fields with
-MySQL's ``PRI_KEY_FLAG`` (in column order), or ``message.key.columns``.
+MySQL's ``PRI_KEY_FLAG`` (in column order), or ``message.key.columns``.  A table with neither is
+captured as a ``keyless: multiset``: Vitess streams full before and after images (vttablet reads
+the shards' row-based binlog; a partial image of such a table is refused by the stager), so silver
+mirrors its rows, duplicates included (``spark_jobs/cdc_apply/keyless.py``).
 """
 
 from __future__ import annotations
@@ -129,6 +132,11 @@ class TableState:
     constants: dict[str, Any]
     sinks: dict[tuple, TableSink] = field(default_factory=dict)
 
+    @property
+    def keyless(self) -> bool:
+        """No key columns: silver holds the rows as a multiset."""
+        return not self.key
+
     @classmethod
     def build(
         cls,
@@ -141,18 +149,19 @@ class TableState:
     ) -> TableState:
         """:param mappers: the configured column mappers, matched against
         ``<keyspace>.<table>.<column>``.
-        :raises SchemaError: no primary key (and no ``message.key.columns``), or a key column
-        the FIELD event does not have; :raises UnsupportedType: naming the column;
-        :raises ConfigError: a truncation or mask maps a key column."""
+        A table without a primary key (and without ``message.key.columns``) has no key columns.
+
+        :raises SchemaError: a ``message.key.columns`` column the FIELD event does not have;
+        :raises UnsupportedType: naming the column; :raises ConfigError: a truncation or mask maps
+        a key column."""
         keyspace, _, table = name.partition(".")
         names = [f.name for f in fields]
         key = list(key_override) if key_override else [f.name for f in fields if f.flags & _PRI_KEY_FLAG]
         missing = [k for k in key if k not in names]
-        if not key or missing:
+        if missing:
             raise SchemaError(
-                f"table {name} has no primary key columns"
-                + (f" ({', '.join(missing)} missing)" if missing else ""),
-                hint="give the table a primary key, or name its key columns in message.key.columns",
+                f"table {name}: key column(s) {', '.join(missing)} of message.key.columns missing",
+                hint="name columns the table has in message.key.columns",
             )
         precision = config["time.precision.mode"]
         precision = "adaptive_time_microseconds" if precision == "adaptive" else precision
@@ -191,7 +200,7 @@ class TableState:
             "keyspace": keyspace,
             "key_columns": list(self.key),
             "columns": [{"name": c.field.name, "type": str(c.field.type)} for c in self.codecs],
-        }
+        } | ({"keyless": "multiset"} if self.keyless else {})
 
     def sink(self, writer: BatchWriter) -> TableSink:
         """This table's open sink in ``writer`` (copy rows and changes alike)."""

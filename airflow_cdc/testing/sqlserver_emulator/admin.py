@@ -68,13 +68,23 @@ def enable_table(
                     sql.Identifier(C.PUBLICATION), sql.Identifier(schema), sql.Identifier(name)
                 )
             )
+        pk = conn.execute(
+            "SELECT a.attname, k.ord, a.attnum FROM pg_index i,"
+            " unnest(i.indkey) WITH ORDINALITY AS k(att, ord), pg_attribute a"
+            " WHERE i.indrelid = %s::oid AND i.indisprimary AND a.attrelid = i.indrelid"
+            " AND a.attnum = k.att ORDER BY k.ord",
+            (oid,),
+        ).fetchall()
         lsn = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
         # start_lsn stays NULL until the capture job's next scan establishes it (Microsoft:
-        # "NULL = the low endpoint for this capture instance has not been established")
+        # "NULL = the low endpoint for this capture instance has not been established");
+        # index_name is NULL for a table without a primary key ("NULL = the source table did not
+        # have a primary key and a unique index was not specified", cdc.change_tables), whose
+        # capture instance has no index columns and supports_net_changes 0 (sys.sp_cdc_enable_table)
         conn.execute(
             "INSERT INTO cdc.change_tables (object_id, source_object_id, capture_instance, start_lsn,"
             " role_name, index_name, create_date) VALUES (%s, %s, %s, NULL, %s, %s, now())",
-            (ct_oid, oid, ci, role_name, f"PK_{name}"),
+            (ct_oid, oid, ci, role_name, f"PK_{name}" if pk else None),
         )
         enable_lsn = lsn_bytes(int(lsn[0]) if lsn else 0)
         conn.execute("INSERT INTO cdc.emulator_pending_starts VALUES (%s, %s)", (ci, enable_lsn))
@@ -89,13 +99,6 @@ def enable_table(
                 "INSERT INTO cdc.captured_columns VALUES (%s, %s, %s, %s, %s, %s)",
                 (ct_oid, c, col_id, _type_name(types[c]), ordinal, 1 if c in computed else 0),
             )
-        pk = conn.execute(
-            "SELECT a.attname, k.ord, a.attnum FROM pg_index i,"
-            " unnest(i.indkey) WITH ORDINALITY AS k(att, ord), pg_attribute a"
-            " WHERE i.indrelid = %s::oid AND i.indisprimary AND a.attrelid = i.indrelid"
-            " AND a.attnum = k.att ORDER BY k.ord",
-            (oid,),
-        ).fetchall()
         ids: dict[str, int] = dict(cols)
         for col, ordinal, _ in pk:
             conn.execute(

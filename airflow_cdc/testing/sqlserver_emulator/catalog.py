@@ -40,7 +40,8 @@ CREATE TABLE cdc.lsn_time_mapping (
     tran_id bytea NOT NULL, tran_begin_lsn bytea);
 CREATE TABLE sys.databases (
     name text NOT NULL, database_id int NOT NULL, is_cdc_enabled smallint NOT NULL,
-    snapshot_isolation_state smallint NOT NULL, is_read_committed_snapshot_on smallint NOT NULL);
+    snapshot_isolation_state smallint NOT NULL, is_read_committed_snapshot_on smallint NOT NULL,
+    delayed_durability smallint NOT NULL DEFAULT 0);
 CREATE TABLE sys.tables (
     object_id int PRIMARY KEY, name text NOT NULL, schema_id int NOT NULL,
     is_tracked_by_cdc smallint NOT NULL DEFAULT 0);
@@ -168,6 +169,20 @@ $$ SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relna
 CREATE FUNCTION public.object_id(name text) RETURNS int LANGUAGE sql STABLE AS
 $$ SELECT to_regclass(name)::oid::int $$;
 CREATE FUNCTION public.db_name() RETURNS text LANGUAGE sql STABLE AS $$ SELECT current_database()::text $$;
+CREATE FUNCTION public.db_id(name text) RETURNS int LANGUAGE sql STABLE AS
+$$ SELECT database_id FROM sys.databases WHERE lower(sys.databases.name) = lower(db_id.name) $$;
+-- sys.dm_db_log_stats(database_id): log_end_lsn is "the LSN of the last log record in the
+-- transaction log", as text xxxxxxxx:xxxxxxxx:xxxx (Microsoft's reference).  The log is the WAL:
+-- its insert position is where the next record goes, so one below it is at or above the start of
+-- every record written (every commit LSN of a change row) and below every later one; the other
+-- columns of the view are not emulated.
+CREATE FUNCTION sys.dm_db_log_stats(db int) RETURNS TABLE (database_id int, log_end_lsn text)
+LANGUAGE sql VOLATILE AS $$
+  SELECT d.database_id, lpad(to_hex((l.v >> 32)::bigint), 8, '0') || ':'
+         || lpad(to_hex((l.v & 4294967295)::bigint), 8, '0') || ':0000'
+  FROM sys.databases d,
+       (SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint - 1 AS v) l
+  WHERE db IS NULL OR d.database_id = db $$;
 CREATE FUNCTION public.has_perms_by_name(obj text, cls text, perm text) RETURNS int LANGUAGE sql STABLE AS
 $$ SELECT CASE WHEN EXISTS (SELECT 1 FROM sys.database_permissions p
                             WHERE lower(p.object_name) = lower(obj) AND p.denied = 1) THEN 0 ELSE 1 END $$;
@@ -222,6 +237,7 @@ CATALOG_TYPES: dict[tuple[str, str], dict[str, SqlType]] = {
         "is_cdc_enabled": BIT,
         "snapshot_isolation_state": SqlType("tinyint"),
         "is_read_committed_snapshot_on": BIT,
+        "delayed_durability": SqlType("tinyint"),
     },
     ("sys", "tables"): {"object_id": INT, "name": SYSNAME, "schema_id": INT, "is_tracked_by_cdc": BIT},
     ("sys", "columns"): {

@@ -40,6 +40,7 @@ class EmulatedDatabase:
     database_id: int
     capture: CaptureJob
     allow_snapshot: bool = False
+    log_flushes: int = 0  # ``sys.sp_flush_log`` calls (nothing to flush: see session._FLUSH_LOG)
 
 
 class SqlServerCdcEmulator:

@@ -32,6 +32,12 @@ SHARE`` read that waited for a writer returns the writer's new row version in th
 (TABLOCKX)``) -- is PostgreSQL's ``LOCK TABLE ... IN EXCLUSIVE MODE``: it blocks writers and the
 locking readers above, not plain (``SNAPSHOT``, ``READ UNCOMMITTED``) reads, as SQL Server's X
 table lock leaves readers that take only schema-stability locks alone; held to ``COMMIT``.
+``WITH (TABLOCK, HOLDLOCK)`` -- a shared table lock held to the end of the transaction (*Table
+hints*: "TABLOCK ... if you also specify HOLDLOCK, the lock is held until the end of the
+transaction", https://learn.microsoft.com/en-us/sql/t-sql/queries/hints-transact-sql-table; what a
+whole read of a table without key columns sends) -- is ``LOCK TABLE ... IN SHARE MODE``: writers
+(``ROW EXCLUSIVE``, as SQL Server writers take IX on the table) wait, readers do not, as S is
+compatible with the IS of SQL Server's locking readers; held to ``COMMIT``.
 
 ``SET LOCK_TIMEOUT`` (milliseconds, ``-1`` waits forever, ``0`` not at all) becomes PostgreSQL's
 ``lock_timeout``; running out is error 1222, which cancels the statement and, as Microsoft's
@@ -60,7 +66,9 @@ _UNLOCKABLE = re.compile(
     r"|\b(?:COUNT|SUM|MIN|MAX|AVG|OVER)\s*\(",
     re.IGNORECASE,
 )
-_TABLOCKX = re.compile(r"\s+WITH\s*\(\s*TABLOCKX\s*\)", re.IGNORECASE)
+_TABLE_LOCK = re.compile(
+    r"\s+WITH\s*\(\s*(TABLOCKX|TABLOCK\s*,\s*HOLDLOCK|HOLDLOCK\s*,\s*TABLOCK)\s*\)", re.IGNORECASE
+)
 _LOCK_TIMEOUT = re.compile(r"^SET\s+LOCK_TIMEOUT\s+(-?\d+)$", re.IGNORECASE)
 
 
@@ -78,10 +86,15 @@ def user_relations(translated: str) -> list[str] | None:
     return names
 
 
-def strip_tablockx(stmt: str) -> tuple[str, bool]:
-    """``stmt`` without a ``WITH (TABLOCKX)`` table hint, and whether it had one."""
-    stripped, count = _TABLOCKX.subn("", stmt)
-    return stripped, count > 0
+def strip_table_lock(stmt: str) -> tuple[str, str | None]:
+    """``stmt`` without a table-lock hint, and the PostgreSQL lock mode the hint takes to the end
+    of the transaction (``WITH (TABLOCKX)``: ``EXCLUSIVE``; ``WITH (TABLOCK, HOLDLOCK)``:
+    ``SHARE``), or None without one."""
+    m = _TABLE_LOCK.search(stmt)
+    if m is None:
+        return stmt, None
+    mode = "EXCLUSIVE" if m.group(1).upper() == "TABLOCKX" else "SHARE"
+    return stmt[: m.start()] + stmt[m.end() :], mode
 
 
 def lock_timeout(stmt: str) -> int | None:

@@ -46,7 +46,11 @@ _PG_ISOLATION = {
     "SNAPSHOT": psycopg.IsolationLevel.REPEATABLE_READ,
     "SERIALIZABLE": psycopg.IsolationLevel.READ_COMMITTED,
 }
-_SERVER_STATE = re.compile(r"\bdm_server_services\b", re.IGNORECASE)
+#: Views a login without VIEW SERVER STATE is refused (their references' *Permissions*).
+_SERVER_STATE = re.compile(r"\b(?:dm_server_services|dm_db_log_stats)\b", re.IGNORECASE)
+#: ``sys.sp_flush_log`` (hardens delayed durable commits): the emulated log end (the WAL's insert
+#: position, ``sys.dm_db_log_stats``) already covers every committed transaction, so it is counted.
+_FLUSH_LOG = re.compile(r"^EXEC(?:UTE)?\s+(?:sys\.)?sp_flush_log$", re.IGNORECASE)
 _SAVEPOINT = "__emulator_statement"
 _OID_TYPES = {
     16: SqlType("bit"),
@@ -176,6 +180,9 @@ class EmulatorSession:
             return Result()
         if re.match(r"^SET\s+\w+", stmt, re.IGNORECASE):
             return Result()  # NOCOUNT, TEXTSIZE ...: no effect on the emulation
+        if _FLUSH_LOG.match(stmt):
+            self.emu.db(self.database).log_flushes += 1
+            return Result()
         if m := re.match(r"^(?:EXEC(?:UTE)?\s+)?sp_datatype_info(?:_100)?\s+(-?\d+)", stmt, re.IGNORECASE):
             return _type_info(int(m.group(1)))
         if re.match(r"^(SELECT|WITH)\b", stmt, re.IGNORECASE):
@@ -210,7 +217,7 @@ class EmulatorSession:
             raise SqlError(208, "Invalid object name (the emulator's master database has no objects).")
         if not self.login.view_server_state and _SERVER_STATE.search(stmt):
             raise _server_state_denied()
-        stmt, tablockx = locks.strip_tablockx(stmt)
+        stmt, table_lock = locks.strip_table_lock(stmt)
         query = translate_select(stmt, params, self.emu.databases, self.database)
         database = query.database or self.database
         conn = self._conn(database)
@@ -224,7 +231,7 @@ class EmulatorSession:
                     {**query.params, "__ci": query.capture_instance},
                 )
                 query = query.with_change_function(captured)
-            cur = self._read(conn, query.sql, query.params, tablockx)
+            cur = self._read(conn, query.sql, query.params, table_lock)
             rows = cur.fetchall() if cur.description else []
             columns = self._columns(database, cur) if cur.description else None
             count = cur.rowcount
@@ -237,7 +244,7 @@ class EmulatorSession:
             conn.commit()
         return Result(columns, rows, count)
 
-    def _read(self, conn: psycopg.Connection, text: str, params: dict[str, Any], tablockx: bool) -> Any:
+    def _read(self, conn: psycopg.Connection, text: str, params: dict[str, Any], lock: str | None) -> Any:
         """Run a translated SELECT with the read locks of the session's isolation level (:mod:`.locks`).
 
         Inside a transaction the locking steps run under a savepoint: rolling back to it ends a
@@ -246,14 +253,14 @@ class EmulatorSession:
         """
         relations = locks.user_relations(text)
         hold = locks.HOLD_TO_COMMIT.get(self.isolation)
-        if relations is None or (hold is None and not tablockx):
+        if relations is None or (hold is None and lock is None):
             return conn.execute(sql.SQL(text), params)  # type: ignore[arg-type]
         if self.in_transaction:
             conn.execute(f"SAVEPOINT {_SAVEPOINT}")
             self._savepoint = True
-        if tablockx:  # an X table lock lasts to the end of the transaction in every level
+        if lock:  # a table lock hint lasts to the end of the transaction in every level
             for relation in relations:
-                conn.execute(sql.SQL("LOCK TABLE {} IN EXCLUSIVE MODE").format(sql.SQL(relation)))
+                conn.execute(sql.SQL("LOCK TABLE {} IN {} MODE").format(sql.SQL(relation), sql.SQL(lock)))
         else:
             try:
                 conn.execute(sql.SQL(text + " FOR SHARE"), params)  # type: ignore[arg-type]
@@ -261,7 +268,7 @@ class EmulatorSession:
                 self._undo_statement(conn)
         cur = conn.execute(sql.SQL(text), params)  # type: ignore[arg-type]
         if self.in_transaction:
-            if hold is False and not tablockx:  # READ COMMITTED: the locks end with the statement
+            if hold is False and lock is None:  # READ COMMITTED: the locks end with the statement
                 conn.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
             conn.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
             self._savepoint = False

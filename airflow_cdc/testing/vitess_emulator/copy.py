@@ -1,9 +1,14 @@
 """The copy phase of one shard stream (vttablet's uvstreamer/rowstreamer, as vtgate relays it).
 
-Each table is read inside one ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` in primary key order,
-``copy_chunk_rows`` rows per step; the snapshot's binlog position (MariaDB's
-``binlog_snapshot_file/position`` -> ``BINLOG_GTID_POS``) is caught up to before the first row, so
-the rows, the VGTIDs that follow them and the binlog after them agree.  See :mod:`.session`.
+Each table is read inside one ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` in primary key order
+(every column in order for a table without one: v24 ``rowstreamer.go`` ``buildPKColumns``; real
+vttablet first tries a unique NOT NULL index, which only changes the order), ``copy_chunk_rows``
+rows per step; the snapshot's binlog position (MariaDB's ``binlog_snapshot_file/position`` ->
+``BINLOG_GTID_POS``) is caught up to before the first row, so the rows, the VGTIDs that follow them
+and the binlog after them agree.  As vttablet streams one query per table and call
+(``copy.go`` ``copyTable``: one ``StreamRows``, resumed from the call's last key), the steps page
+through that query's result in the snapshot (an offset), never by the last key sent: rows equal to
+it (a table without a key) are not skipped.  See :mod:`.session`.
 
 What a client gets is what vtgate v24 relays (``vstream_manager.go``: ``sendEventsLocked`` turns
 vttablet's GTID and LASTPK events into VGTIDs, the latter carrying ``table_p_ks``; no LASTPK reaches
@@ -93,6 +98,7 @@ def _start_table(session: VStreamSession, st: _ShardStream, table: str) -> Itera
     moved = st.sgtid.gtid != st.shard.position(seq)  # vttablet's setPosition sends no unmoved GTID
     st.sgtid.gtid = st.shard.position(seq)
     plan.conn = conn
+    plan.resume, plan.sent = plan.lastpk.get(table), 0
     fields = st.shard.fields(table)
     plan.fields = fields
     from airflow_cdc.testing.vitess_emulator.session import field_event
@@ -122,20 +128,21 @@ def _chunk(session: VStreamSession, st: _ShardStream, table: str) -> Iterator[li
     plan = st.copy
     assert plan is not None
     fields = plan.fields
-    pk = _pk_index(st.shard, table, fields)
+    pk = _pk_index(st.shard, table, fields) or list(range(len(fields)))  # rowstreamer: every column
     pk_fields = [fields[i] for i in pk]
     columns = ", ".join(_quote(f.name) for f in pk_fields)
     sql, params = f"SELECT * FROM {_quote(table)}", []  # noqa: S608 - quoted identifiers
-    last = plan.lastpk.get(table)
+    last = plan.resume
     if last is not None:
         values = row_values(last.rows[0])
         sql += f" WHERE ({columns}) > ({', '.join(['%s'] * len(pk))})"
         params = [_param(v, f) for v, f in zip(values, pk_fields, strict=True)]
     limit = session.emulator.copy_chunk_rows
-    sql += f" ORDER BY {columns} LIMIT {limit}"
+    sql += f" ORDER BY {columns} LIMIT {limit} OFFSET {plan.sent}"
     with plan.conn.cursor() as cur:
         cur.execute(sql, params)
         rows = list(cur.fetchall())
+    plan.sent += len(rows)
     name = f"{st.shard.keyspace}.{table}"
     if rows:
         lastpk = q.QueryResult(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import threading
 from collections.abc import Iterator, Sequence
 from concurrent import futures
@@ -48,25 +49,62 @@ class _Servicer(service.VitessServicer):
             context.abort(e.code, e.message)
 
     def Execute(self, request: vt.ExecuteRequest, context: grpc.ServicerContext) -> vt.ExecuteResponse:  # noqa: N802
-        """Only ``SHOW TABLES`` in the session's target keyspace (what the source asks)."""
+        """``SHOW TABLES`` in the session's target keyspace, and the two statements that describe a
+        table (``VitessSource._described``): ``SELECT * FROM t WHERE 1 != 1`` (the columns' fields,
+        flags included, no rows) and its ``information_schema.columns`` column types, answered as
+        vtgate answers them from a shard (the keyspace's schema name is the shard's database)."""
         self.emulator.authenticate(context)
         keyspace = request.session.target_string.split("@")[0].split(":")[0]
-        if request.query.sql.strip().lower() != "show tables":
-            context.abort(
-                grpc.StatusCode.UNIMPLEMENTED, f"vtgate emulator: {request.query.sql!r} not supported"
-            )
+        sql = request.query.sql.strip()
+        described = _DESCRIBE.match(sql)
+        if sql.lower() != "show tables" and not described and not _COLUMN_TYPES.match(sql):
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, f"vtgate emulator: {sql!r} not supported")
         try:
-            shards = self.emulator.keyspace_shards(keyspace)
+            shard = self.emulator.keyspace_shards(keyspace)[0]
         except VStreamError as e:
             return vt.ExecuteResponse(
                 error=vtrpc.RPCError(message=e.message, code=5), session=request.session
             )
-        names = shards[0].tables()
-        result = q.QueryResult(
-            fields=[q.Field(name=f"Tables_in_{keyspace}", type=q.VARCHAR)],
-            rows=[make_row([n.encode()]) for n in names],
-        )
+        if described:
+            result = _fields_of(shard, described.group(1).replace("``", "`"))
+        elif sql.lower() != "show tables":
+            result = _column_types(shard, request.query.bind_variables["t"].value.decode())
+        else:
+            result = q.QueryResult(
+                fields=[q.Field(name=f"Tables_in_{keyspace}", type=q.VARCHAR)],
+                rows=[make_row([n.encode()]) for n in shard.tables()],
+            )
         return vt.ExecuteResponse(session=request.session, result=result)
+
+
+def _fields_of(shard: EmulatedShard, table: str) -> q.QueryResult:
+    """``SELECT * FROM table WHERE 1 != 1``: the columns' fields (flags included), no rows."""
+    fields = [
+        q.Field(name=f.name, type=f.type, table=f.table, charset=f.charset, flags=f.flags)
+        for f in shard.fields(table)
+    ]
+    return q.QueryResult(fields=fields)
+
+
+def _column_types(shard: EmulatedShard, table: str) -> q.QueryResult:
+    """The ``information_schema.columns`` column types of ``table`` in the shard's database."""
+    rows = shard.server.execute(
+        "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS"
+        " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+        (shard.database, table),
+    )
+    fields = [q.Field(name="column_name", type=q.VARCHAR), q.Field(name="column_type", type=q.TEXT)]
+    return q.QueryResult(fields=fields, rows=[make_row([_text(n), _text(t)]) for n, t in rows])
+
+
+_DESCRIBE = re.compile(r"^SELECT \* FROM `((?:[^`]|``)+)` WHERE 1 != 1$", re.IGNORECASE)
+_COLUMN_TYPES = re.compile(
+    r"^SELECT column_name, column_type FROM information_schema\.columns\s", re.IGNORECASE
+)
+
+
+def _text(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
 
 
 class VtgateEmulator:

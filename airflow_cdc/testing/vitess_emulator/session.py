@@ -5,8 +5,11 @@ What a client sees, as vtgate v18 sends it:
 * per shard transaction: ``BEGIN, [FIELD], ROW..., VGTID, COMMIT`` (vttablet's GTID event becomes
   a VGTID naming every shard of the stream), ``VGTID, DDL`` for a DDL, ``VGTID, OTHER`` for other
   statements, ``BEGIN, VGTID, COMMIT`` for a transaction on no streamed table;
-* ``gtid: "current"``: ``VGTID, OTHER`` first, then changes from that point;
-* copy phase (``gtid: ""``, or ``table_p_ks`` set): per table, in name order, a consistent snapshot
+* ``gtid: "current"``: ``VGTID, OTHER`` first, then changes from that point (or the copy phase,
+  when ``table_p_ks`` names a table: v24 ``uvstreamer.go`` ``init``, ``setStreamStartPosition``);
+* copy phase (``gtid: ""``, or ``table_p_ks`` set): the tables of ``flags.tables_to_copy``, else
+  *every* table the filter matches (v24 ``uvstreamer.go`` ``buildTablePlan``: a table the VGTID
+  does not name starts from no last key), per table, in name order, a consistent snapshot
   whose position is first caught up to (``BEGIN, FIELD, VGTID, COMMIT``), then the rows in primary
   key order in chunks (``BEGIN, ROW..., VGTID, COMMIT``; the VGTID carries the table's last copied
   key in ``table_p_ks``), then ``BEGIN, VGTID, COMMIT`` without the table; after the last table
@@ -66,6 +69,8 @@ class _Copy:
     conn: Any = None  # the open snapshot transaction of the table in progress
     fields: list[q.Field] = field(default_factory=list)  # of the table in progress
     opening: list[b.VEvent] = field(default_factory=list)  # BEGIN, FIELD, [VGTID] of the table's first chunk
+    resume: q.QueryResult | None = None  # the table's last key when this call started copying it
+    sent: int = 0  # rows of the table's query sent so far in this call
 
 
 @dataclass
@@ -137,6 +142,9 @@ class VStreamSession:
             st.seq = st.shard.seq()
             st.sgtid.gtid = st.shard.position(st.seq)
             yield [self._vgtid(), self._event(st, b.OTHER)]
+            if st.sgtid.table_p_ks:
+                st.copy = self._copy_plan(st)
+                self.copying += 1
             return
         if gtid:
             try:
@@ -161,13 +169,12 @@ class VStreamSession:
                 raise VStreamError(
                     grpc.StatusCode.UNKNOWN, f"table {rule.match} is not present in the database"
                 )
-        if st.sgtid.table_p_ks:
-            plan = _Copy(sorted(t.table_name for t in st.sgtid.table_p_ks))
-            for t in st.sgtid.table_p_ks:
-                if t.lastpk.rows:
-                    plan.lastpk[t.table_name] = t.lastpk
-            return plan
-        return _Copy([t for t in present if self._rule(t) is not None])
+        wanted = set(self.flags.tables_to_copy)
+        plan = _Copy([t for t in present if self._rule(t) is not None and (not wanted or t in wanted)])
+        for t in st.sgtid.table_p_ks:
+            if t.lastpk.rows and t.table_name in plan.tables:
+                plan.lastpk[t.table_name] = t.lastpk
+        return plan
 
     def _rule(self, table: str) -> b.Rule | None:
         for rule in self.rules:

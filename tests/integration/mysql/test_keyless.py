@@ -4,10 +4,7 @@ rows, whole-table snapshots at the consistent snapshot's binlog coordinate, SIGK
 
 from __future__ import annotations
 
-import json
-import random
-import threading
-import time
+from functools import partial
 from pathlib import Path
 
 import pymysql
@@ -17,25 +14,14 @@ from airflow_cdc.core.batch import list_batches
 from tests.integration.mysql.support import (
     execute,
     pipeline,
-    replay,
     run_capture,
     source_multiset,
     source_rows,
 )
-from tests.support.pipeline import (
-    CrashRuns,
-    WriterThreads,
-    assert_multiset_equal,
-    assert_rows_equal,
-    snapshot_pending,
-)
+from tests.support import keyless
+from tests.support.pipeline import CrashRuns, snapshot_pending
 
-
-def assert_mirrored(config, table):
-    oracle = replay(config)
-    assert oracle.keyless[table].anomalies == 0
-    assert_multiset_equal(table, source_multiset(config, table), oracle.multiset(table))
-    return oracle
+assert_mirrored = partial(keyless.assert_mirrored, source_multiset=source_multiset)
 
 
 def test_keyless_table_is_a_multiset(mariadb_db, tmp_path):
@@ -72,51 +58,18 @@ def test_keyless_table_is_a_multiset(mariadb_db, tmp_path):
     assert_mirrored(config, table)
 
 
-def _change(cur, rng: random.Random) -> None:
-    """One random change, mostly to one of several equal rows of ``ev`` (``LIMIT 1``)."""
-    grp, op = rng.randrange(320), rng.random()
-    if op < 0.25:
-        cur.execute("INSERT INTO ev SELECT grp, val, qty, note FROM ev WHERE grp = %s LIMIT 1", (grp,))
-        cur.execute("INSERT INTO ev VALUES (%s, 'new', 0, NULL)", (grp,))
-    elif op < 0.45:
-        cur.execute("DELETE FROM ev WHERE grp = %s LIMIT 1", (grp,))
-    elif op < 0.7:
-        cur.execute("UPDATE ev SET qty = qty + 1 WHERE grp = %s LIMIT 1", (grp,))
-    elif op < 0.8:
-        cur.execute(
-            "UPDATE ev SET val = concat(val, '+') WHERE grp = %s AND qty = %s", (grp, rng.randrange(3))
-        )
-    elif op < 0.85:
-        cur.execute("DELETE FROM ev WHERE grp = %s AND note IS NULL", (grp,))
-    elif op < 0.95:
-        cur.execute("UPDATE keyed SET v = concat(v, '!') WHERE id = %s", (rng.randint(1, 6000),))
-    else:
-        cur.execute("DELETE FROM keyed WHERE id = %s", (rng.randint(1, 6000),))
-
-
-def _writer(db, stop: threading.Event, seed: int) -> None:
-    rng = random.Random(seed)
-    conn = db.connect(autocommit=False)
-    try:
-        with conn.cursor() as cur:
-            while not stop.is_set():
-                try:
-                    for _ in range(rng.randint(1, 3)):
-                        _change(cur, rng)
-                    conn.commit()
-                except pymysql.err.OperationalError:  # deadlock, lock wait timeout
-                    conn.rollback()
-                time.sleep(rng.random() * 0.004)
-    finally:
-        conn.close()
-
-
-class Writers(WriterThreads):
-    def __init__(self, db, n: int = 2) -> None:
-        super().__init__()
-        self.threads = [
-            threading.Thread(target=_writer, args=(db, self.stop, i), daemon=True) for i in range(n)
-        ]
+#: the random changes of the crash scenario (:func:`keyless.random_change`)
+CHANGES = keyless.ChangeSql(
+    copy_row="INSERT INTO ev SELECT grp, val, qty, note FROM ev WHERE grp = %s LIMIT 1",
+    insert_new="INSERT INTO ev VALUES (%s, 'new', 0, NULL)",
+    delete_one="DELETE FROM ev WHERE grp = %s LIMIT 1",
+    bump_one="UPDATE ev SET qty = qty + 1 WHERE grp = %s LIMIT 1",
+    extend_val="UPDATE ev SET val = concat(val, '+') WHERE grp = %s AND qty = %s",
+    delete_nulls="DELETE FROM ev WHERE grp = %s AND note IS NULL",
+    touch_keyed="UPDATE keyed SET v = concat(v, '!') WHERE id = %s",
+    delete_keyed="DELETE FROM keyed WHERE id = %s",
+)
+RETRY = (pymysql.err.OperationalError,)  # deadlock, lock wait timeout
 
 
 def keyless_crash_runs(db, tmp_path: Path, seed: int = 5) -> tuple[dict, CrashRuns]:
@@ -136,27 +89,14 @@ def keyless_crash_runs(db, tmp_path: Path, seed: int = 5) -> tuple[dict, CrashRu
         tmp_path / "staging",
         **{"incremental.snapshot.chunk.size": 500, "snapshot.max.rows.per.run": 1500},
     )
-    config_path = tmp_path / "pipeline.json"
-    config_path.write_text(json.dumps(config))
-    failpoints = "after_batch_write:0.25,after_state_commit:0.25,mid_window:0.1,whole_read:0.3"
-    runs = CrashRuns(config_path, failpoints, random.Random(seed), 0.35, 1.0, budget=8)
-    signalled = False
-    with Writers(db):
-        while snapshot_pending(config) or runs.clean < 4 or runs.kills < 3:  # kills are random: go on until 3
-            runs.run()
-            if runs.runs >= 4 and not signalled:
-                run_capture(config, signals=[{"execute-snapshot": {"data-collections": [f"{db.name}.ev"]}}])
-                signalled = True
-    run_capture(config)
-    return config, runs
+    writers = keyless.KeylessWriters(lambda: db.connect(autocommit=False), CHANGES, RETRY)
+    return config, keyless.keyless_crash_runs(
+        config, tmp_path / "pipeline.json", writers, f"{db.name}.ev", seed
+    )
 
 
 @pytest.mark.slow
 def test_keyless_converges_with_sigkills(mariadb_db, tmp_path: Path):
     config, runs = keyless_crash_runs(mariadb_db, tmp_path)
-    assert runs.kills >= 3, f"only {runs.kills} kills happened"
     ev, keyed = f"{mariadb_db.name}.ev", f"{mariadb_db.name}.keyed"
-    assert_mirrored(config, ev)
-    assert_rows_equal(keyed, source_rows(config, keyed), replay(config).rows(keyed))
-    rows = source_multiset(config, ev)
-    assert len(rows) > len({repr(r) for r in rows})
+    keyless.assert_crash_runs_converged(config, runs, ev, keyed, source_multiset, source_rows)

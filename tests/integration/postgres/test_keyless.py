@@ -4,11 +4,8 @@ mirrored exactly as multisets (duplicates, updates and deletes of one of several
 
 from __future__ import annotations
 
-import json
 import logging
-import random
-import threading
-import time
+from functools import partial
 from pathlib import Path
 
 import psycopg
@@ -17,41 +14,26 @@ import pytest
 from airflow_cdc.core.batch import list_batches
 from tests.integration.postgres.support import (
     every_version,
+    execute,
     pipeline,
     replay,
     run_capture,
     source_multiset,
     source_rows,
 )
-from tests.support.pipeline import (
-    CrashRuns,
-    WriterThreads,
-    assert_multiset_equal,
-    assert_rows_equal,
-    snapshot_pending,
-)
+from tests.support import keyless
+from tests.support.pipeline import CrashRuns, assert_rows_equal, snapshot_pending
 
 #: one occurrence of the row ``t`` picks (``ctid``: equal rows are told apart by their place)
 ONE = "(SELECT ctid FROM {t} WHERE {where} LIMIT 1)"
 
-
-def _exec(db, *statements):
-    with psycopg.connect(db.dsn, autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(statement)
-
-
-def assert_mirrored(config, table):
-    oracle = replay(config)
-    assert oracle.keyless[table].anomalies == 0
-    assert_multiset_equal(table, source_multiset(config, table), oracle.multiset(table))
-    return oracle
+assert_mirrored = partial(keyless.assert_mirrored, source_multiset=source_multiset)
 
 
 @every_version
 def test_full_identity_table_is_a_multiset(pg_db, tmp_path):
-    _exec(
-        pg_db,
+    execute(
+        pg_db.dsn,
         "CREATE TABLE h (a int, b text, n numeric, j jsonb, arr int[])",
         "ALTER TABLE h REPLICA IDENTITY FULL",
         "INSERT INTO h SELECT g % 7, 'b' || (g % 3), NULL, '{\"x\": 1}', ARRAY[g % 2, NULL] "
@@ -65,8 +47,8 @@ def test_full_identity_table_is_a_multiset(pg_db, tmp_path):
     assert batch.table_info("public.h")["keyless"] == "multiset"
     assert batch.table_info("public.h")["key_columns"] == []
     assert_mirrored(config, "public.h")
-    _exec(
-        pg_db,
+    execute(
+        pg_db.dsn,
         f"DELETE FROM h WHERE ctid = {ONE.format(t='h', where='a = 1')}",
         f"UPDATE h SET n = 5 WHERE ctid = {ONE.format(t='h', where='a = 2')}",
         f"DELETE FROM h WHERE ctid = {ONE.format(t='h', where='a IS NULL')}",
@@ -79,8 +61,8 @@ def test_full_identity_table_is_a_multiset(pg_db, tmp_path):
 
 
 def test_default_identity_table_is_an_append_log_with_a_warning(pg_db, tmp_path, caplog):
-    _exec(
-        pg_db,
+    execute(
+        pg_db.dsn,
         "CREATE TABLE hist (tid int, delta int, at text)",
         "INSERT INTO hist VALUES (1, 5, 'x'), (1, 5, 'x')",
     )
@@ -89,7 +71,7 @@ def test_default_identity_table_is_an_append_log_with_a_warning(pg_db, tmp_path,
         run_capture(config)
     warned = [r.getMessage() for r in caplog.records if "public.hist" in r.getMessage()]
     assert warned and "append-only" in warned[0] and "REPLICA IDENTITY FULL" in warned[0]
-    _exec(pg_db, "INSERT INTO hist VALUES (2, 7, 'y')")
+    execute(pg_db.dsn, "INSERT INTO hist VALUES (2, 7, 'y')")
     run_capture(config)
     batches = list_batches(config["staging.path"], config["name"])
     assert {b.table_info("public.hist")["keyless"] for b in batches if "public.hist" in b.tables()} == {
@@ -110,88 +92,42 @@ INSERT INTO keyed SELECT g, 'k' || g FROM generate_series(1, 6000) g;
 TABLES = ("public.ev", "public.keyed")
 
 
-def _keyless_change(conn: psycopg.Connection, rng: random.Random) -> None:
-    """One random change, mostly to one of several equal rows of ``ev`` (picked by ``ctid``)."""
-    grp, op = rng.randrange(320), rng.random()
-    one = ONE.format(t="ev", where="grp = %s")
-    if op < 0.25:  # one more copy of a row that exists (or a new one)
-        conn.execute("INSERT INTO ev SELECT grp, val, qty, note FROM ev WHERE grp = %s LIMIT 1", (grp,))
-        conn.execute("INSERT INTO ev VALUES (%s, 'new', 0, NULL)", (grp,))
-    elif op < 0.45:
-        conn.execute(f"DELETE FROM ev WHERE ctid = {one}", (grp,))
-    elif op < 0.7:
-        conn.execute(f"UPDATE ev SET qty = qty + 1 WHERE ctid = {one}", (grp,))
-    elif op < 0.8:
-        conn.execute("UPDATE ev SET val = val || '+' WHERE grp = %s AND qty = %s", (grp, rng.randrange(3)))
-    elif op < 0.85:
-        conn.execute("DELETE FROM ev WHERE grp = %s AND note IS NULL", (grp,))
-    elif op < 0.95:
-        conn.execute("UPDATE keyed SET v = v || '!' WHERE id = %s", (rng.randint(1, 6000),))
-    else:
-        conn.execute("DELETE FROM keyed WHERE id = %s", (rng.randint(1, 6000),))
-
-
-def _writer(dsn: str, stop: threading.Event, seed: int) -> None:
-    rng = random.Random(seed)
-    with psycopg.connect(dsn, autocommit=False) as conn:
-        while not stop.is_set():
-            try:
-                with conn.transaction():
-                    for _ in range(rng.randint(1, 3)):
-                        _keyless_change(conn, rng)
-            except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
-                pass
-            time.sleep(rng.random() * 0.004)
-
-
-class KeylessWriters(WriterThreads):
-    def __init__(self, dsn: str, n: int = 2) -> None:
-        super().__init__()
-        self.threads = [
-            threading.Thread(target=_writer, args=(dsn, self.stop, i), daemon=True) for i in range(n)
-        ]
+_ONE_EV = ONE.format(t="ev", where="grp = %s")
+#: the random changes of the crash scenario (:func:`keyless.random_change`)
+CHANGES = keyless.ChangeSql(
+    copy_row="INSERT INTO ev SELECT grp, val, qty, note FROM ev WHERE grp = %s LIMIT 1",
+    insert_new="INSERT INTO ev VALUES (%s, 'new', 0, NULL)",
+    delete_one=f"DELETE FROM ev WHERE ctid = {_ONE_EV}",
+    bump_one=f"UPDATE ev SET qty = qty + 1 WHERE ctid = {_ONE_EV}",
+    extend_val="UPDATE ev SET val = val || '+' WHERE grp = %s AND qty = %s",
+    delete_nulls="DELETE FROM ev WHERE grp = %s AND note IS NULL",
+    touch_keyed="UPDATE keyed SET v = v || '!' WHERE id = %s",
+    delete_keyed="DELETE FROM keyed WHERE id = %s",
+)
+RETRY = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
 
 
 def keyless_setup(pg_db, tmp_path: Path) -> dict:
-    _exec(pg_db, KEYLESS_SCHEMA)
-    config = pipeline(
+    execute(pg_db.dsn, KEYLESS_SCHEMA)
+    return pipeline(
         pg_db,
         tmp_path / "staging",
         **{"incremental.snapshot.chunk.size": 500, "snapshot.max.rows.per.run": 1500},
     )
-    (tmp_path / "pipeline.json").write_text(json.dumps(config))
-    return config
 
 
 def keyless_crash_runs(pg_db, tmp_path: Path, config: dict, seed: int = 7) -> CrashRuns:
-    """Captures in child processes, SIGKILLed at random points (mid window, mid whole-table read,
-    after publishing, after the state commit), while writers change ``ev`` and ``keyed``; half
-    way, an ad hoc snapshot of ``ev`` is asked for (read whole again while they write)."""
-    rng = random.Random(seed)
-    failpoints = "after_batch_write:0.25,after_state_commit:0.25,mid_window:0.1,whole_read:0.3"
-    runs = CrashRuns(tmp_path / "pipeline.json", failpoints, rng, 0.35, 1.0, budget=8)
-    signalled = False
-    with KeylessWriters(pg_db.dsn):
-        while snapshot_pending(config) or runs.clean < 4 or runs.kills < 3:  # kills are random: go on until 3
-            runs.run()
-            if runs.runs >= 4 and not signalled:
-                run_capture(config, signals=[{"execute-snapshot": {"data-collections": ["public.ev"]}}])
-                signalled = True
-    run_capture(config)
-    return runs
+    """The crash scenario (:func:`keyless.keyless_crash_runs`) on ``ev`` and ``keyed``."""
+    writers = keyless.KeylessWriters(lambda: psycopg.connect(pg_db.dsn, autocommit=False), CHANGES, RETRY)
+    return keyless.keyless_crash_runs(config, tmp_path / "pipeline.json", writers, "public.ev", seed)
 
 
 @pytest.mark.slow
 def test_keyless_converges_with_sigkills(pg_db, tmp_path):
     config = keyless_setup(pg_db, tmp_path)
     runs = keyless_crash_runs(pg_db, tmp_path, config)
-    assert runs.kills >= 3, f"only {runs.kills} kills happened"
-    assert_mirrored(config, "public.ev")
-    assert_rows_equal(
-        "public.keyed", source_rows(config, "public.keyed"), replay(config).rows("public.keyed")
-    )
-    assert len(source_multiset(config, "public.ev")) > len(
-        {repr(r) for r in source_multiset(config, "public.ev")}
+    keyless.assert_crash_runs_converged(
+        config, runs, "public.ev", "public.keyed", source_multiset, source_rows
     )
 
 
@@ -199,8 +135,8 @@ def test_full_identity_update_leaving_toasted_values_unchanged(pg_db, tmp_path):
     """An update that leaves a TOASTed value unchanged sends it only in the old row: the new row
     takes it from there, so the image removed and the image added are whole."""
     big = "(SELECT string_agg(md5(g::text || '{seed}'), '') FROM generate_series(1, 400) g)"
-    _exec(
-        pg_db,
+    execute(
+        pg_db.dsn,
         "CREATE TABLE docs (n int, body text, blob bytea)",
         "ALTER TABLE docs REPLICA IDENTITY FULL",
         f"INSERT INTO docs VALUES (1, {big.format(seed='a')}, decode({big.format(seed='b')}, 'hex'))",
@@ -208,7 +144,7 @@ def test_full_identity_update_leaving_toasted_values_unchanged(pg_db, tmp_path):
     )
     config = pipeline(pg_db, tmp_path / "staging")
     run_capture(config)
-    _exec(pg_db, f"UPDATE docs SET n = 2 WHERE ctid = {ONE.format(t='docs', where='n = 1')}")
+    execute(pg_db.dsn, f"UPDATE docs SET n = 2 WHERE ctid = {ONE.format(t='docs', where='n = 1')}")
     run_capture(config)
     batch = list_batches(config["staging.path"], config["name"])[-1]
     events = [r for rb in batch.iter_events("public.docs") for r in rb.to_pylist()]
@@ -219,8 +155,8 @@ def test_full_identity_update_leaving_toasted_values_unchanged(pg_db, tmp_path):
 
 def test_replica_identity_index_is_the_key(pg_db, tmp_path):
     """No primary key but ``REPLICA IDENTITY USING INDEX``: the index (unique, NOT NULL) keys it."""
-    _exec(
-        pg_db,
+    execute(
+        pg_db.dsn,
         "CREATE TABLE ri (a int NOT NULL, b text NOT NULL, v text)",
         "CREATE UNIQUE INDEX ri_ab ON ri (b, a)",
         "ALTER TABLE ri REPLICA IDENTITY USING INDEX ri_ab",
@@ -228,8 +164,8 @@ def test_replica_identity_index_is_the_key(pg_db, tmp_path):
     )
     config = pipeline(pg_db, tmp_path / "staging")
     run_capture(config)
-    _exec(
-        pg_db,
+    execute(
+        pg_db.dsn,
         "UPDATE ri SET v = 'w' WHERE a < 10",
         "DELETE FROM ri WHERE a > 45",
         "UPDATE ri SET a = 100 WHERE a = 1",

@@ -139,3 +139,29 @@ def test_copy_framing_as_real_vtgate_sends_it(vtgate, shard_servers, keyspace):
         client.close()
     assert window.copy_chunks == 2 and window.copy_completed
     assert {(t.kind, c.op) for t in window.transactions for c in t.changes} == {("copy", "r")}
+
+
+def test_tables_to_copy_current_start_and_a_table_without_key(vtgate, shard_servers, keyspace):
+    """As vttablet v24 copies (``uvstreamer.go`` ``buildTablePlan``, ``init``; ``rowstreamer.go``
+    ``buildPKColumns``): a VGTID naming one table copies every table the filter matches unless
+    ``tables_to_copy`` names the ones to copy; ``current`` with a table named copies it; a table
+    without a primary key comes in order of all its columns, duplicates across chunks included
+    (one query per table and call, paged in its snapshot)."""
+    vtgate.add_keyspace(keyspace, {"0": shard_servers[0]}, [*SCHEMA, "CREATE TABLE nk (a INT, b VARCHAR(5))"])
+    vtgate.execute(keyspace, "INSERT INTO t1 VALUES (1, 'x')")
+    vtgate.execute(
+        keyspace, "INSERT INTO nk VALUES (2, 'b'), (1, NULL), (1, 'a'), (1, 'a'), (1, 'a'), (1, 'a')"
+    )
+    named = [b.TableLastPK(table_name="nk")]
+    with Drain(vtgate.address, request(keyspace, gtid="", shard="0", table_p_ks=named)) as drain:
+        events = drain.until(lambda ev: any(e.type == b.COPY_COMPLETED and not e.keyspace for e in ev))
+    assert {e.field_event.table_name.split(".")[1] for e in events if e.type == b.FIELD} == {"nk", "t1", "t2"}
+    # a named shard: vtgate drops table_p_ks of a keyspace-wide entry (resolveParams)
+    req = request(keyspace, gtid="current", shard="0", table_p_ks=named, tables_to_copy=["nk"])
+    with Drain(vtgate.address, req) as drain:
+        events = drain.until(lambda ev: any(e.type == b.COPY_COMPLETED and not e.keyspace for e in ev))
+    assert kinds(events)[:2] == ["VGTID", "OTHER"]
+    assert {e.field_event.table_name for e in events if e.type == b.FIELD} == {f"{keyspace}.nk"}
+    chunks = [t for t in transactions(events) if rows_of(t)]
+    assert len(chunks) == 2, "copy_chunk_rows=4: the equal rows straddle two chunks"
+    assert [a for _, a in rows_of(events)] == [[b"1", None]] + [[b"1", b"a"]] * 4 + [[b"2", b"b"]]

@@ -183,3 +183,17 @@ def test_history_option_that_is_not_a_regex_is_refused(tmp_path):
 
     with pytest.raises(ConfigError, match=r"'delta.history.except.columns'.*\(x' is not a regular expression"):
         ApplyOptions.from_config(_config(tmp_path, **{"delta.history.except.columns": r"public\.a\.(x"}))
+
+
+@pytest.mark.parametrize(
+    ("props", "flag"),
+    [({}, "--deletion-vectors"), ({"delta.deletion.vectors.enabled": "false"}, "--no-deletion-vectors")],
+    ids=["default", "opt-out"],
+)
+def test_deletion_vectors_are_on_unless_turned_off(tmp_path, props, flag):
+    from airflow_cdc.apply.submit import ApplyOptions
+
+    options = ApplyOptions.from_config(_config(tmp_path, **props))
+    assert options.deletion_vectors is (flag == "--deletion-vectors")
+    args = options.args()
+    assert flag in args and {"--deletion-vectors", "--no-deletion-vectors"} & set(args) == {flag}

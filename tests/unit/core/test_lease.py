@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from airflow_cdc.airflow.state_variable import VariableStateStore
-from airflow_cdc.core.batch import Batch
+from airflow_cdc.core.batch import Batch, list_batches
 from airflow_cdc.core.capture import Capture
-from airflow_cdc.core.errors import LeaseHeld, LeaseLost
+from airflow_cdc.core.errors import ConfigError, LeaseHeld, LeaseLost
 from airflow_cdc.core.lease import acquire, fence_state
 from airflow_cdc.core.pipeline import build_config
 from airflow_cdc.core.source import ChangeSource
@@ -277,3 +277,20 @@ def test_stale_commit_refused_by_the_state_fence(tmp_path):
     with pytest.raises(LeaseLost, match="lease token 99"):
         capture.commit(batch)
     assert store.load("shop").data["fence"] == 99
+
+
+def test_a_state_another_kind_of_source_wrote_is_refused_before_anything_moves(tmp_path):
+    first = _capture(tmp_path, FakeSource())
+    first.commit(Batch(first.run().batch_path))
+    before = FileStateStore(tmp_path / "staging" / "_state").load("shop")
+
+    class MariaDbSource(FakeSource):
+        kind = "mysql"
+
+    other = MariaDbSource()
+    with pytest.raises(ConfigError) as err:
+        _capture(tmp_path, other).run()
+    assert "state 'shop' was written by a postgresql connector, and this pipeline is mysql" in str(err.value)
+    assert "give this pipeline its own name" in err.value.hint
+    assert FileStateStore(tmp_path / "staging" / "_state").load("shop") == before
+    assert len(list_batches(str(tmp_path / "staging"), "shop")) == 1

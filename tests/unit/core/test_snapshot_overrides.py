@@ -141,6 +141,27 @@ def test_relation_is_checked_once_per_run() -> None:
         overrides.relation("s.t", ["s.t"], ["id", "v"], [], describe, lambda text, present: text)
 
 
+def test_check_all_checks_every_table_and_warns_about_listed_ones_not_captured(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Also under other names a table may be listed by (SQL Server: ``db.schema.table`` and
+    ``schema.table``), the warning naming where the source captures from."""
+    props = {P: "dbo.t,dbo.gone", f"{P}.dbo.t": "SELECT * FROM dbo.t", f"{P}.dbo.gone": "SELECT 1"}
+    config = sqlserver_config({**BASE, "database.names": "db", **props})
+    overrides = so.Overrides(config, so.TSQL, fold_case=True)
+    checked: list[str] = []
+    with caplog.at_level("WARNING"):
+        overrides.check_all({"db.dbo.t": None}, checked.append, lambda t: (t, t.split(".", 1)[1]), "db")
+    assert checked == ["db.dbo.t"]
+    assert [r.getMessage() for r in caplog.records] == [f"{P}: dbo.gone not captured in db; not used"]
+    caplog.clear()
+    overrides.check_all(["dbo.t"], checked.append)
+    assert checked == ["db.dbo.t", "dbo.t"] and "dbo.gone not captured; not used" in caplog.text
+    nothing = so.Overrides(_pg(), so.POSTGRES)
+    nothing.check_all(["s.t"], checked.append)
+    assert checked == ["db.dbo.t", "dbo.t"]
+
+
 def test_origins() -> None:
     assert so.applies("initial") and so.applies("blocking")
     assert not so.applies("adhoc") and not so.applies("verify")

@@ -26,11 +26,12 @@ def test_checked_in_modules_match_the_protos(tmp_path):
 
 
 # (message, {field: number}) as in vitessio/vitess proto/ (v18.0.0; json_partial_values,
-# enum_set_string_values, BindVariable, ExecuteOptions.included_fields and Session.options as at v24)
+# enum_set_string_values, BindVariable, ExecuteOptions.included_fields, Session.options and
+# VStreamFlags.tables_to_copy as at v24)
 FIELDS = [
     (vtgate_pb2.VStreamRequest, {"caller_id": 1, "tablet_type": 2, "vgtid": 3, "filter": 4, "flags": 5}),
     (vtgate_pb2.VStreamFlags, {"minimize_skew": 1, "heartbeat_interval": 2, "stop_on_reshard": 3, "cells": 4,
-                               "cell_preference": 5, "tablet_order": 6}),
+                               "cell_preference": 5, "tablet_order": 6, "tables_to_copy": 9}),
     (vtgate_pb2.VStreamResponse, {"events": 1}),
     (binlogdata_pb2.VEvent, {"type": 1, "timestamp": 2, "gtid": 3, "statement": 4, "row_event": 5,
                              "field_event": 6, "vgtid": 7, "journal": 8, "dml": 9, "current_time": 20,

@@ -28,7 +28,7 @@ from airflow_cdc.sources.vitess.proto import topodata_pb2 as airflow__cdc_dot_so
 from airflow_cdc.sources.vitess.proto import vtrpc_pb2 as airflow__cdc_dot_sources_dot_vitess_dot_proto_dot_vtrpc__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n-airflow_cdc/sources/vitess/proto/vtgate.proto\x12\x06vtgate\x1a\x31\x61irflow_cdc/sources/vitess/proto/binlogdata.proto\x1a,airflow_cdc/sources/vitess/proto/query.proto\x1a/airflow_cdc/sources/vitess/proto/topodata.proto\x1a,airflow_cdc/sources/vitess/proto/vtrpc.proto\"\x98\x01\n\x0cVStreamFlags\x12\x15\n\rminimize_skew\x18\x01 \x01(\x08\x12\x1a\n\x12heartbeat_interval\x18\x02 \x01(\r\x12\x17\n\x0fstop_on_reshard\x18\x03 \x01(\x08\x12\r\n\x05\x63\x65lls\x18\x04 \x01(\t\x12\x17\n\x0f\x63\x65ll_preference\x18\x05 \x01(\t\x12\x14\n\x0ctablet_order\x18\x06 \x01(\t\"\xca\x01\n\x0eVStreamRequest\x12\"\n\tcaller_id\x18\x01 \x01(\x0b\x32\x0f.vtrpc.CallerID\x12)\n\x0btablet_type\x18\x02 \x01(\x0e\x32\x14.topodata.TabletType\x12 \n\x05vgtid\x18\x03 \x01(\x0b\x32\x11.binlogdata.VGtid\x12\"\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x12.binlogdata.Filter\x12#\n\x05\x66lags\x18\x05 \x01(\x0b\x32\x14.vtgate.VStreamFlags\"5\n\x0fVStreamResponse\x12\"\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x12.binlogdata.VEvent\"\\\n\x07Session\x12\x12\n\nautocommit\x18\x04 \x01(\x08\x12\x15\n\rtarget_string\x18\x05 \x01(\t\x12&\n\x07options\x18\x06 \x01(\x0b\x32\x15.query.ExecuteOptions\"x\n\x0e\x45xecuteRequest\x12\"\n\tcaller_id\x18\x01 \x01(\x0b\x32\x0f.vtrpc.CallerID\x12 \n\x07session\x18\x02 \x01(\x0b\x32\x0f.vtgate.Session\x12 \n\x05query\x18\x03 \x01(\x0b\x32\x11.query.BoundQuery\"w\n\x0f\x45xecuteResponse\x12\x1e\n\x05\x65rror\x18\x01 \x01(\x0b\x32\x0f.vtrpc.RPCError\x12 \n\x07session\x18\x02 \x01(\x0b\x32\x0f.vtgate.Session\x12\"\n\x06result\x18\x03 \x01(\x0b\x32\x12.query.QueryResultb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n-airflow_cdc/sources/vitess/proto/vtgate.proto\x12\x06vtgate\x1a\x31\x61irflow_cdc/sources/vitess/proto/binlogdata.proto\x1a,airflow_cdc/sources/vitess/proto/query.proto\x1a/airflow_cdc/sources/vitess/proto/topodata.proto\x1a,airflow_cdc/sources/vitess/proto/vtrpc.proto\"\xb0\x01\n\x0cVStreamFlags\x12\x15\n\rminimize_skew\x18\x01 \x01(\x08\x12\x1a\n\x12heartbeat_interval\x18\x02 \x01(\r\x12\x17\n\x0fstop_on_reshard\x18\x03 \x01(\x08\x12\r\n\x05\x63\x65lls\x18\x04 \x01(\t\x12\x17\n\x0f\x63\x65ll_preference\x18\x05 \x01(\t\x12\x14\n\x0ctablet_order\x18\x06 \x01(\t\x12\x16\n\x0etables_to_copy\x18\t \x03(\t\"\xca\x01\n\x0eVStreamRequest\x12\"\n\tcaller_id\x18\x01 \x01(\x0b\x32\x0f.vtrpc.CallerID\x12)\n\x0btablet_type\x18\x02 \x01(\x0e\x32\x14.topodata.TabletType\x12 \n\x05vgtid\x18\x03 \x01(\x0b\x32\x11.binlogdata.VGtid\x12\"\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x12.binlogdata.Filter\x12#\n\x05\x66lags\x18\x05 \x01(\x0b\x32\x14.vtgate.VStreamFlags\"5\n\x0fVStreamResponse\x12\"\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x12.binlogdata.VEvent\"\\\n\x07Session\x12\x12\n\nautocommit\x18\x04 \x01(\x08\x12\x15\n\rtarget_string\x18\x05 \x01(\t\x12&\n\x07options\x18\x06 \x01(\x0b\x32\x15.query.ExecuteOptions\"x\n\x0e\x45xecuteRequest\x12\"\n\tcaller_id\x18\x01 \x01(\x0b\x32\x0f.vtrpc.CallerID\x12 \n\x07session\x18\x02 \x01(\x0b\x32\x0f.vtgate.Session\x12 \n\x05query\x18\x03 \x01(\x0b\x32\x11.query.BoundQuery\"w\n\x0f\x45xecuteResponse\x12\x1e\n\x05\x65rror\x18\x01 \x01(\x0b\x32\x0f.vtrpc.RPCError\x12 \n\x07session\x18\x02 \x01(\x0b\x32\x0f.vtgate.Session\x12\"\n\x06result\x18\x03 \x01(\x0b\x32\x12.query.QueryResultb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,15 +36,15 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'airflow_cdc.sources.vitess.
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_VSTREAMFLAGS']._serialized_start=250
-  _globals['_VSTREAMFLAGS']._serialized_end=402
-  _globals['_VSTREAMREQUEST']._serialized_start=405
-  _globals['_VSTREAMREQUEST']._serialized_end=607
-  _globals['_VSTREAMRESPONSE']._serialized_start=609
-  _globals['_VSTREAMRESPONSE']._serialized_end=662
-  _globals['_SESSION']._serialized_start=664
-  _globals['_SESSION']._serialized_end=756
-  _globals['_EXECUTEREQUEST']._serialized_start=758
-  _globals['_EXECUTEREQUEST']._serialized_end=878
-  _globals['_EXECUTERESPONSE']._serialized_start=880
-  _globals['_EXECUTERESPONSE']._serialized_end=999
+  _globals['_VSTREAMFLAGS']._serialized_end=426
+  _globals['_VSTREAMREQUEST']._serialized_start=429
+  _globals['_VSTREAMREQUEST']._serialized_end=631
+  _globals['_VSTREAMRESPONSE']._serialized_start=633
+  _globals['_VSTREAMRESPONSE']._serialized_end=686
+  _globals['_SESSION']._serialized_start=688
+  _globals['_SESSION']._serialized_end=780
+  _globals['_EXECUTEREQUEST']._serialized_start=782
+  _globals['_EXECUTEREQUEST']._serialized_end=902
+  _globals['_EXECUTERESPONSE']._serialized_start=904
+  _globals['_EXECUTERESPONSE']._serialized_end=1023
 # @@protoc_insertion_point(module_scope)

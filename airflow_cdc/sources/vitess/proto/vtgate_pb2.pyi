@@ -11,20 +11,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class VStreamFlags(_message.Message):
-    __slots__ = ("minimize_skew", "heartbeat_interval", "stop_on_reshard", "cells", "cell_preference", "tablet_order")
+    __slots__ = ("minimize_skew", "heartbeat_interval", "stop_on_reshard", "cells", "cell_preference", "tablet_order", "tables_to_copy")
     MINIMIZE_SKEW_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
     STOP_ON_RESHARD_FIELD_NUMBER: _ClassVar[int]
     CELLS_FIELD_NUMBER: _ClassVar[int]
     CELL_PREFERENCE_FIELD_NUMBER: _ClassVar[int]
     TABLET_ORDER_FIELD_NUMBER: _ClassVar[int]
+    TABLES_TO_COPY_FIELD_NUMBER: _ClassVar[int]
     minimize_skew: bool
     heartbeat_interval: int
     stop_on_reshard: bool
     cells: str
     cell_preference: str
     tablet_order: str
-    def __init__(self, minimize_skew: _Optional[bool] = ..., heartbeat_interval: _Optional[int] = ..., stop_on_reshard: _Optional[bool] = ..., cells: _Optional[str] = ..., cell_preference: _Optional[str] = ..., tablet_order: _Optional[str] = ...) -> None: ...
+    tables_to_copy: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, minimize_skew: _Optional[bool] = ..., heartbeat_interval: _Optional[int] = ..., stop_on_reshard: _Optional[bool] = ..., cells: _Optional[str] = ..., cell_preference: _Optional[str] = ..., tablet_order: _Optional[str] = ..., tables_to_copy: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class VStreamRequest(_message.Message):
     __slots__ = ("caller_id", "tablet_type", "vgtid", "filter", "flags")

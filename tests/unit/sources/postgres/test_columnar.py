@@ -114,24 +114,32 @@ def window() -> list[tuple[int, bytes]]:
     return [(400 + i, m) for i, m in enumerate(msgs)]
 
 
-def capture(tmp_path, monkeypatch, rows, native: bool, piece_rows: int = 4, skipped=frozenset(), **kw):
-    """Decode ``rows`` (in fetch batches of 5) into a published batch; return its rows per table."""
+def decode(monkeypatch, folder, rows, native: bool, piece_rows: int, skipped=frozenset(), fetch: int = 5):
+    """Decode ``rows`` (in fetch batches of ``fetch``) with the compiled decoder (``native``) or the
+    pure-Python path into a batch published in ``folder``: ``(batch, window result, reader)``.
+    A failed decode aborts the batch (nothing is published) and raises."""
     monkeypatch.setenv(columnar.DECODER_ENV, "native" if native else "python")
-    for name, value in kw.items():
-        monkeypatch.setattr(columnar, name, value)
-    writer = BatchWriter(tmp_path / ("native" if native else "python"), "t", piece_rows=piece_rows)
+    writer = BatchWriter(folder, "t", piece_rows=piece_rows)
     reader = WindowReader(_relation_state, writer, None, skipped, False, lambda p: True, "t", "db")
     assert (reader.native is not None) == native
     st, res = _TxnState(), WindowResult(end_lsn=1000)
     try:
-        for start in range(0, len(rows), 5):
-            reader.consume(rows[start:start + 5], st, res, 300)
+        for start in range(0, len(rows), fetch):
+            reader.consume(rows[start:start + fetch], st, res, 300)
         reader.drain_all()
         reader._flush_messages()
     except BaseException:
         writer.abort()
         raise
-    batch = Batch(writer.finish({}))
+    return Batch(writer.finish({})), res, reader
+
+
+def capture(tmp_path, monkeypatch, rows, native: bool, piece_rows: int = 4, skipped=frozenset(), **kw):
+    """Decode ``rows`` (in fetch batches of 5) into a published batch; return its rows per table."""
+    for name, value in kw.items():
+        monkeypatch.setattr(columnar, name, value)
+    folder = tmp_path / ("native" if native else "python")
+    batch, res, reader = decode(monkeypatch, folder, rows, native, piece_rows, skipped)
     out = {}
     for table in batch.tables() + ["\0messages"]:
         parts = batch.parts(table) if table != "\0messages" else []

@@ -11,14 +11,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_cdc.core.batch import Batch, BatchWriter
 from airflow_cdc.core.connect_json import connect_schema
 from airflow_cdc.core.errors import ProtocolError
 from airflow_cdc.sources.postgres import columnar, streamed
-from airflow_cdc.sources.postgres.stream import WindowReader, WindowResult, _TxnState
 from airflow_cdc.sources.postgres.tables import SOURCE_TYPE
 
-from .test_columnar import ITEMS, ORDERS, _relation_state, change, needs_native, order_row
+from .test_columnar import ITEMS, ORDERS, change, decode, needs_native, order_row
 from .test_protocol import (
     begin_msg,
     commit_msg,
@@ -75,21 +73,8 @@ def window() -> list[tuple[int, bytes]]:
 
 def capture(tmp_path, monkeypatch, rows, native: bool, piece_rows: int = 1000, skipped=frozenset()) -> dict:
     """Decode ``rows`` (fetch batches of 3) into a batch; every staged event and message by table."""
-    monkeypatch.setenv(columnar.DECODER_ENV, "native" if native else "python")
     folder = tmp_path / f"{'native' if native else 'python'}-{piece_rows}"
-    writer = BatchWriter(folder, "t", piece_rows=piece_rows)
-    reader = WindowReader(_relation_state, writer, None, skipped, False, lambda p: True, "t", "db")
-    assert (reader.native is not None) == native
-    st, res = _TxnState(), WindowResult(end_lsn=1000)
-    try:
-        for start in range(0, len(rows), 3):
-            reader.consume(rows[start : start + 3], st, res, 300)
-        reader.drain_all()
-        reader._flush_messages()
-    except BaseException:
-        writer.abort()
-        raise
-    batch = Batch(writer.finish({}))
+    batch, _, _ = decode(monkeypatch, folder, rows, native, piece_rows, skipped, fetch=3)
     out = {
         t: [
             r
