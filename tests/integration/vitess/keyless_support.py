@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pymysql
@@ -73,27 +74,38 @@ def change(cur: Any, rng: random.Random, table: str = "ev") -> None:
 
 
 class Writers(WriterThreads):
-    """Two threads changing ``ev`` and ``kv`` through vtgate (each its own connection) until stopped."""
+    """Two threads, each with its own vtgate connection, running ``step(cursor, rng, n)`` (``n``:
+    the thread's 1-based count of steps) until stopped; a step failing with a MySQL error code in
+    ``retried`` is rolled back and the thread goes on, any other error is kept in ``errors``.  By
+    default they change ``ev`` and ``kv`` (:func:`change`), retrying deadlocks: two writers scanning
+    one group (no index) deadlock."""
 
-    def __init__(self, cluster: vitess_real.RealVitessCluster) -> None:
+    def __init__(
+        self,
+        cluster: vitess_real.RealVitessCluster,
+        step: Callable[[Any, random.Random, int], None] = lambda cur, rng, n: change(cur, rng),
+        seeds: tuple[int, ...] = (3, 4),
+        retried: tuple[int, ...] = _RETRIED,
+    ) -> None:
         super().__init__()
-        self.cluster = cluster
+        self.cluster, self.step, self.retried = cluster, step, retried
         self.errors: list[BaseException] = []
         self.writes = 0
-        self.threads = [threading.Thread(target=self._run, args=(seed,), daemon=True) for seed in (3, 4)]
+        self.threads = [threading.Thread(target=self._run, args=(seed,), daemon=True) for seed in seeds]
 
     def _run(self, seed: int) -> None:
-        rng = random.Random(seed)
+        rng, n = random.Random(seed), 0
         try:
             with self.cluster.connect() as conn, conn.cursor() as cur:
                 while not self.stop.is_set():
+                    n += 1
                     try:
-                        change(cur, rng)
+                        self.step(cur, rng, n)
                         self.writes += 1
                     except pymysql.err.OperationalError as e:
-                        if e.args[0] not in _RETRIED:
+                        if e.args[0] not in self.retried:
                             raise
-                        cur.execute("ROLLBACK")  # two writers scanning one group (no index) deadlock
+                        cur.execute("ROLLBACK")
                     time.sleep(rng.random() * 0.01)
         except pymysql.MySQLError as e:
             self.errors.append(e)

@@ -20,13 +20,10 @@ from __future__ import annotations
 
 import json
 import random
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pymysql
 import pytest
 
 from airflow_cdc.apply.verify import verify
@@ -48,7 +45,6 @@ from tests.integration.vitess import keyless_support
 from tests.integration.vitess.capture_support import ORDER_COLUMNS, encode_order, order_values
 from tests.support.pipeline import (
     CrashRuns,
-    WriterThreads,
     assert_multiset_equal,
     assert_rows_equal,
     replay,
@@ -81,38 +77,21 @@ def cluster() -> Iterator[vitess_real.RealVitessCluster]:
         yield vt
 
 
-class Writers(WriterThreads):
-    """Two threads changing random keys through vtgate (each its own connection) until stopped."""
-
-    def __init__(self, cluster: vitess_real.RealVitessCluster) -> None:
-        super().__init__()
-        self.cluster = cluster
-        self.errors: list[BaseException] = []
-        self.writes = 0
-        self.threads = [threading.Thread(target=self._run, args=(seed,), daemon=True) for seed in (1, 2)]
-
-    def _run(self, seed: int) -> None:
-        rng, version = random.Random(seed), 0
-        try:
-            with self.cluster.connect() as conn, conn.cursor() as cur:
-                while not self.stop.is_set():
-                    key, action, version = rng.randrange(1, KEYS), rng.random(), version + 1
-                    if action < 0.4:
-                        cur.execute(
-                            INSERT + " ON DUPLICATE KEY UPDATE item = VALUES(item), at = VALUES(at)",
-                            order_values(key, version),
-                        )
-                    elif action < 0.8:
-                        cur.execute(
-                            "UPDATE orders SET qty = qty - 1, raw = %s WHERE id = %s",
-                            (bytes([version % 256]), key),
-                        )
-                    else:
-                        cur.execute("DELETE FROM orders WHERE id = %s", (key,))
-                    self.writes += 1
-                    time.sleep(rng.random() * 0.01)
-        except pymysql.MySQLError as e:
-            self.errors.append(e)
+def change_orders(cur: Any, rng: random.Random, version: int) -> None:
+    """One change of a random ``orders`` key: an upsert, an update or a delete."""
+    key, action = rng.randrange(1, KEYS), rng.random()
+    if action < 0.4:
+        cur.execute(
+            INSERT + " ON DUPLICATE KEY UPDATE item = VALUES(item), at = VALUES(at)",
+            order_values(key, version),
+        )
+    elif action < 0.8:
+        cur.execute(
+            "UPDATE orders SET qty = qty - 1, raw = %s WHERE id = %s",
+            (bytes([version % 256]), key),
+        )
+    else:
+        cur.execute("DELETE FROM orders WHERE id = %s", (key,))
 
 
 def vtgate_rows(cluster: vitess_real.RealVitessCluster) -> dict[tuple, dict[str, Any]]:
@@ -136,7 +115,7 @@ def test_real_vitess_converges_with_sigkills_through_spark(cluster, spark, tmp_p
         config_path, "after_batch_write:0.25,after_state_commit:0.2,mid_window:0.1", rng, 0.3, 1.5
     )
     copy_runs = 0
-    with Writers(cluster) as writers:
+    with keyless_support.Writers(cluster, change_orders, seeds=(1, 2), retried=()) as writers:
         while snapshot_pending(props) or runs.clean < 3:
             copy_runs += snapshot_pending(props)
             proc = runs.start()
