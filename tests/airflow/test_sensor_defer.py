@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -111,15 +112,22 @@ def test_trigger_ends_with_a_timeout_event_at_its_deadline(monkeypatch):
 
     checks = []
 
-    async def no_changes(self, offset, check, partition):
+    async def no_changes(self, offset, check, partition, config):
         checks.append(time.monotonic())
         return False
 
-    async def within_limits(self, partition):
+    async def within_limits(self, partition, config):
         return None
 
+    async def read_config(self, partition):
+        return {"connector": "postgresql"}
+
+    # the trigger's first step imports the hook's async half in a thread (pyarrow and the core):
+    # done here first, so the deadline below measures polls, not an import under a loaded machine
+    importlib.import_module("airflow_cdc.airflow.hooks.pg_async")
     monkeypatch.setattr(CdcHook, "achanges_after", no_changes)
     monkeypatch.setattr(CdcHook, "acheck_retained", within_limits)
+    monkeypatch.setattr(CdcHook, "apartition", read_config)
     trigger = CdcChangesTrigger(pipeline={"name": "p"}, offset=OFFSET, poll_interval=0.2, timeout_at=time.time() + 1)
     assert trigger.serialize()[1]["timeout_at"] == trigger.timeout_at
 

@@ -210,12 +210,22 @@ class CdcHook(BaseHook):
         """Whether the source may hold changes past ``offset`` (cheap; see the source's docs)."""
         return _source_changes_after(build_source(self.get_partition(partition)), offset, check)
 
+    async def apartition(self, partition: str | None = None) -> ConnectorConfig:
+        """:meth:`get_partition` for async callers: the properties read once, so a trigger's poll
+        hands the same config to the guard and the change check."""
+        return partition_config(build_config(await self.aproperties()), partition)
+
     async def achanges_after(
-        self, offset: dict[str, Any] | None, check: str | None = None, partition: str | None = None
+        self,
+        offset: dict[str, Any] | None,
+        check: str | None = None,
+        partition: str | None = None,
+        config: ConnectorConfig | None = None,
     ) -> bool:
         """:meth:`changes_after` without blocking the event loop: PostgreSQL through psycopg's
-        ``AsyncConnection``; other sources through a worker thread."""
-        config = partition_config(build_config(await self.aproperties()), partition)
+        ``AsyncConnection``; other sources through a worker thread.  ``config``: the partition's
+        config from :meth:`apartition` (read here when not given)."""
+        config = config or await self.apartition(partition)
         if config["connector"] != "postgresql":
             source = build_source(config)
             return await asyncio.to_thread(_source_changes_after, source, offset, check)
@@ -233,9 +243,12 @@ class CdcHook(BaseHook):
         """
         _check_retained(self.get_partition(partition))
 
-    async def acheck_retained(self, partition: str | None = None) -> None:
-        """:meth:`check_retained` without blocking the event loop (the queries run in a thread)."""
-        config = partition_config(build_config(await self.aproperties()), partition)
+    async def acheck_retained(
+        self, partition: str | None = None, config: ConnectorConfig | None = None
+    ) -> None:
+        """:meth:`check_retained` without blocking the event loop (the queries run in a thread).
+        ``config`` as for :meth:`achanges_after`."""
+        config = config or await self.apartition(partition)
         await asyncio.to_thread(_check_retained, config)
 
 

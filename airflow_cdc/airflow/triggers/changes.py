@@ -79,8 +79,10 @@ class CdcChangesTrigger(BaseTrigger):
         while True:
             polls += 1
             try:
-                await hook.acheck_retained(self.partition)  # the guard (retained.log.max.*)
-                if await hook.achanges_after(self.offset, self.check, self.partition):
+                # one read of the pipeline and its Connection a poll, for the guard and the check
+                config = await hook.apartition(self.partition)
+                await hook.acheck_retained(self.partition, config)  # the guard (retained.log.max.*)
+                if await hook.achanges_after(self.offset, self.check, self.partition, config):
                     yield TriggerEvent({"status": "changes", "offset": self.offset, "polls": polls})
                     return
             except CdcError as e:
