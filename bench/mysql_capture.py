@@ -7,9 +7,13 @@ repeat reads the same window).  Baselines: ``BinLogStreamReader`` from the commi
 non-blocking, rows events only, iterating ``event.rows``; ``mariadb-binlog -v
 --base64-output=DECODE-ROWS`` on the binlog files from the same position, output discarded.
 
-The capture runs with the compiled row decoder (``_binlogrows``) and once more per repeat with
-``AIRFLOW_CDC_MYSQL_ROWS=python`` (the generated pure-Python readers) for comparison.
-``BENCH_MYSQL_INSERTS`` shrinks the window for profiling runs (default 500000).
+The capture runs with the compiled row decoder's columnar hand-over (``_binlogcols.c``: values
+straight into Arrow buffers), once more per repeat with ``AIRFLOW_CDC_MYSQL_COLUMNAR=0`` (the
+compiled decoder building event tuples, the path before it) and with ``AIRFLOW_CDC_MYSQL_ROWS=python``
+(the generated pure-Python readers) for comparison.  The first repeat checks that the columnar
+and the tuple route staged identical rows and that every column of the table took a fast buffer.
+``BENCH_MYSQL_INSERTS`` shrinks the window for profiling runs (default 500000);
+``BENCH_MYSQL_QUICK=1`` leaves out the pure-Python and mysql-replication runs (the slow ones).
 
 Last line: ``mysql_capture: <rows/s> rows/s; ratio <x> vs mariadb-binlog -v`` (issue 15's
 headline); the mysql-replication ratio and the pure-Python capture are printed above it.
@@ -22,9 +26,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import logging  # noqa: E402
 import os  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
 
 from bench._common import (  # noqa: E402
     MYSQL_DDL,
@@ -39,6 +47,8 @@ from bench._common import (  # noqa: E402
 )
 
 ROWS_ENV = "AIRFLOW_CDC_MYSQL_ROWS"
+COLUMNAR_ENV = "AIRFLOW_CDC_MYSQL_COLUMNAR"
+QUICK = os.environ.get("BENCH_MYSQL_QUICK") == "1"
 
 INSERTS = int(os.environ.get("BENCH_MYSQL_INSERTS", "500000"))  # smaller for profiling runs
 STEP = 100_000
@@ -74,6 +84,24 @@ def bare_replication(server, file: str, pos: int, expected: int) -> int:
     finally:
         stream.close()
     return rows
+
+
+def staged_rows(staging: Path) -> pa.Table:
+    """Every staged change row, in position order, without the write-time columns."""
+    files = sorted(staging.rglob("*.parquet"))
+    table = pa.concat_tables([pq.read_table(f).drop_columns(["ts_ms", "ts_us", "ts_ns"]) for f in files])
+    return table.sort_by("__position")
+
+
+class _Buffers(logging.Handler):
+    """Collects the column buffer kinds the columnar hand-over logs per table structure."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
 
 
 def mariadb_binlog(server, files: list[str], pos: int) -> int:
@@ -124,40 +152,67 @@ def main() -> None:
         files = [r[0] for r in server.execute("SHOW BINARY LOGS") if r[0] >= file]
         events = INSERTS + INSERTS // 2
 
-        capture_t, python_t, bare_t, tool_t = [], [], [], []
+        buffers = _Buffers()
+        columnar_log = logging.getLogger("airflow_cdc.sources.mysql.columnar")
+        columnar_log.addHandler(buffers)
+        columnar_log.setLevel(logging.DEBUG)
+        capture_t, tuples_t, python_t, bare_t, tool_t = [], [], [], [], []
+        routes = [(capture_t, None, None), (tuples_t, COLUMNAR_ENV, "0")]
+        routes += [] if QUICK else [(python_t, ROWS_ENV, "python")]
         for i in range(REPEATS):
-            for times, rows_env in ((capture_t, None), (python_t, "python")):
+            staged: list[pa.Table] = []
+            for times, env, value in routes:
                 clear_batches(staging, keep=set())
-                os.environ.pop(ROWS_ENV, None)
-                if rows_env:
-                    os.environ[ROWS_ENV] = rows_env
+                if env:
+                    os.environ[env] = value
                 dt, result = timed(lambda: build_capture(config).run(commit=False))
-                os.environ.pop(ROWS_ENV, None)
+                if env:
+                    os.environ.pop(env)
                 assert result.events == events, result.events
                 times.append(dt)
-            dt, rows = timed(lambda: bare_replication(server, file, pos, events))
-            assert rows == events, rows
-            bare_t.append(dt)
+                if i == 0 and env != ROWS_ENV:
+                    staged.append(staged_rows(staging))
+            if staged:
+                assert staged[0].equals(staged[1]), "the columnar and the tuple route staged different rows"
+                kinds = [line for line in buffers.lines if "bench.orders" in line]
+                assert kinds and "=object" not in kinds[0], kinds
+                log(f"staged rows identical on both routes ({staged[0].num_rows:,}); {kinds[0]}")
+            if not QUICK:
+                dt, rows = timed(lambda: bare_replication(server, file, pos, events))
+                assert rows == events, rows
+                bare_t.append(dt)
             dt, rows = timed(lambda: mariadb_binlog(server, files, pos))
             tool_t.append(dt)
+            slow = (
+                ""
+                if QUICK
+                else f", pure Python rows {python_t[-1]:.2f}s, mysql-replication {bare_t[-1]:.2f}s"
+            )
             log(
-                f"repeat {i + 1}: capture {capture_t[-1]:.2f}s (pure Python rows {python_t[-1]:.2f}s), mysql-replication {bare_t[-1]:.2f}s, "
+                f"repeat {i + 1}: capture {capture_t[-1]:.2f}s, event tuples {tuples_t[-1]:.2f}s{slow}, "
                 f"mariadb-binlog -v {tool_t[-1]:.2f}s"
             )
         clear_batches(staging, keep=set())
         _, top = profile(lambda: build_capture(config).run(commit=False), top=12)
         print(top)
-        cap, bare, tool = events / median(capture_t), events / median(bare_t), events / median(tool_t)
-        pure = events / median(python_t)
+        cap, tool = events / median(capture_t), events / median(tool_t)
+        tuples = events / median(tuples_t)
         log(
-            f"capture seconds {fmt(capture_t, 2)}, pure-Python rows {fmt(python_t, 2)}, "
-            f"mysql-replication {fmt(bare_t, 2)}, mariadb-binlog {fmt(tool_t, 2)}"
+            f"capture seconds {fmt(capture_t, 2)}, event tuples {fmt(tuples_t, 2)}, "
+            f"pure-Python rows {fmt(python_t, 2) if python_t else '-'}, "
+            f"mysql-replication {fmt(bare_t, 2) if bare_t else '-'}, mariadb-binlog {fmt(tool_t, 2)}"
         )
+        if not QUICK:
+            bare, pure = events / median(bare_t), events / median(python_t)
+            print(
+                f"mysql-replication loop: {bare:,.0f} rows/s (median of {REPEATS}); capture ratio {cap / bare:.2f}"
+            )
+            print(
+                f"capture with pure-Python row readers: {pure:,.0f} rows/s; ratio {pure / tool:.2f} vs mariadb-binlog -v"
+            )
         print(
-            f"mysql-replication loop: {bare:,.0f} rows/s (median of {REPEATS}); capture ratio {cap / bare:.2f}"
-        )
-        print(
-            f"capture with pure-Python row readers: {pure:,.0f} rows/s; ratio {pure / tool:.2f} vs mariadb-binlog -v"
+            f"capture with event tuples (AIRFLOW_CDC_MYSQL_COLUMNAR=0): {tuples:,.0f} rows/s; "
+            f"ratio {tuples / tool:.2f} vs mariadb-binlog -v"
         )
         print(f"mariadb-binlog -v: {tool:,.0f} rows/s (median of {REPEATS})")
         print(f"mysql_capture: {cap:,.0f} rows/s; ratio {cap / tool:.2f} vs mariadb-binlog -v")

@@ -12,10 +12,12 @@ the server's walsender spent (``/proc/<pid>/stat``; the server runs on this mach
 Measured: ``build_capture(config).run(commit=False)`` with ``window.reader=stream`` (the
 compiled stream reader, and the pure-Python one with ``AIRFLOW_CDC_PG_STREAM=python``) and
 ``window.reader=peek`` (nothing is consumed, so all repeat on the same window).  Peak RSS of
-the streaming capture is taken from a fresh ``python -m airflow_cdc.cli capture`` subprocess.
+the capture with the default reader (``peek``) is taken from a fresh ``python -m airflow_cdc.cli
+capture`` subprocess; the cProfile run is of the same capture.
 
-Last line (the streaming reader, ``window.reader=stream`` with the compiled reader):
-``pg_capture: <events/s> events/s; ratio <bare peek s / capture s> vs bare peek fetch``.
+Last line (the default window reader, ``window.reader=peek``):
+``pg_capture: <events/s> events/s; ratio <bare peek s / capture s> vs bare peek fetch``; the line
+before it gives the streaming reader (compiled) the same way.
 """
 
 from __future__ import annotations
@@ -250,13 +252,13 @@ def report(args: argparse.Namespace, config: dict[str, Any], tmp: Path, staging:
 
     child_rss = float("nan")
     if not args.no_rss:
-        log("peak RSS: streaming capture in a fresh subprocess (python -m airflow_cdc.cli capture)")
-        wall, child_rss, _ = run_cli_capture(dict(config, **{"window.reader": "stream"}), tmp)
+        log("peak RSS: capture (window.reader=peek) in a fresh subprocess (python -m airflow_cdc.cli capture)")
+        wall, child_rss, _ = run_cli_capture(dict(config, **{"window.reader": "peek"}), tmp)
         log(f"  subprocess capture: {wall:.2f}s wall (incl. interpreter start), peak RSS {child_rss:,.0f} MiB")
         clear_batches(staging, keep={first})
     if not args.no_profile:
-        log("profiling one in-process streaming capture (cProfile, tottime)")
-        _, prof = profile(lambda: build_capture(dict(config, **{"window.reader": "stream"})).run(commit=False))
+        log("profiling one in-process capture, window.reader=peek (cProfile, tottime)")
+        _, prof = profile(lambda: build_capture(dict(config, **{"window.reader": "peek"})).run(commit=False))
         print(prof, flush=True)
         clear_batches(staging, keep={first})
     med = {k: median(v) for k, v in times.items()}
@@ -273,12 +275,12 @@ def report(args: argparse.Namespace, config: dict[str, Any], tmp: Path, staging:
         f"bare stream libpq {med['peek'] / med['stream']:.2f}, compiled {med['peek'] / med['cstream']:.2f}, "
         f"server decode {med['peek'] / med['decode']:.2f}")
     log(f"server decode rate (the ceiling): {counts['decode'] / med['decode']:,.0f} messages/s")
-    log(f"peak RSS: streaming capture subprocess {child_rss:,.0f} MiB (target < 1024); "
+    log(f"peak RSS: capture subprocess (window.reader=peek) {child_rss:,.0f} MiB (target < 1024); "
         f"this process {self_maxrss_mib():,.0f} MiB (includes in-process repeats)")
-    log(f"peek capture (window.reader=peek): {counts['cap_peek'] / med['cap_peek']:.0f} events/s; "
-        f"ratio {med['peek'] / med['cap_peek']:.2f} vs bare peek fetch")
-    print(f"pg_capture: {events / med['cap_stream']:.0f} events/s; ratio {med['peek'] / med['cap_stream']:.2f} "
-          "vs bare peek fetch", flush=True)
+    log(f"stream capture (window.reader=stream, compiled reader): {events / med['cap_stream']:.0f} events/s; "
+        f"ratio {med['peek'] / med['cap_stream']:.2f} vs bare peek fetch")
+    print(f"pg_capture: {counts['cap_peek'] / med['cap_peek']:.0f} events/s; "
+          f"ratio {med['peek'] / med['cap_peek']:.2f} vs bare peek fetch", flush=True)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ types, so a batch that spans an ``ALTER TABLE`` reads as one frame.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -29,6 +30,7 @@ OLD_KEY = "__old_key"  # on the c of a key change: the old key (natural types); 
 BATCH = "__batch_id"
 DELETED = "__deleted"
 META = (POSITION, OP, TS_MS, BATCH)
+MERGED = (ACTION, *META)  # what the silver MERGE reads of an action besides its values
 
 
 def quoted(name: str) -> str:
@@ -38,6 +40,35 @@ def quoted(name: str) -> str:
 
 class SchemaChangeError(RuntimeError):
     """A column changed type in a way Delta cannot take (checked before anything is written)."""
+
+
+@dataclass(frozen=True)
+class StagedValues:
+    """A frame's actions with the values of non-key columns still as staged, for the fold per
+    key: keys, positions, kinds and the columns the MERGE reads (``MERGED``) as in
+    :attr:`TableFrame.actions`, no ``__unavailable`` (only for batches without unchanged-TOAST
+    values), and the conversion to silver's types.
+
+    Converting is a pure function of each value, so folding these per key and converting only
+    the newest actions (:meth:`convert`) gives the same rows as folding converted actions, without
+    converting every event of the batch (a backlog of updates holds several per key; ZonedTimestamp
+    text and decimals cost most).  Only for batches of one staged schema (one value type per column).
+    """
+
+    actions: DataFrame
+    conversions: dict[str, Callable[[Column], Column]]
+    columns: dict[str, T.DataType]
+
+    def convert(self, frame: DataFrame) -> DataFrame:
+        """``frame`` (derived from :attr:`actions`, same column names) in silver's types, with
+        the empty ``__unavailable`` of every action."""
+        out = []
+        for name in frame.columns:
+            value = F.col(quoted(name))
+            if name in self.conversions:
+                value = self.conversions[name](value).cast(self.columns[name])
+            out.append(value.alias(name))
+        return frame.select(*out, F.array().cast("array<string>").alias(UNAVAILABLE))
 
 
 @dataclass
@@ -52,6 +83,7 @@ class TableFrame:
     events: int = 0  # staged events of the table in this batch
     every_action: DataFrame | None = None  # also those before the batch's truncate (history)
     truncates: tuple[tuple[bytes, int | None], ...] = ()  # every truncate: position, source.ts_ms
+    staged: StagedValues | None = None  # ``actions`` with values as staged (keyed, one schema, no TOAST)
 
 
 def all_of(conds: list[Column]) -> Column:
@@ -75,9 +107,15 @@ def silver_columns(table: StagedTable) -> tuple[dict[str, T.DataType], dict[int,
     return columns, per_group
 
 
-def _image(group: dict[str, Natural], columns: dict[str, T.DataType], side: str) -> list[Column]:
+def _image(
+    group: dict[str, Natural], columns: dict[str, T.DataType], side: str, staged: frozenset[str] = frozenset()
+) -> list[Column]:
+    """The row image ``side`` in silver's columns; those in ``staged`` keep their staged values."""
     out = []
     for name, spark_type in columns.items():
+        if name in staged:
+            out.append(F.col(side).getField(name).alias(name))
+            continue
         if name in group:
             value = group[name].convert(F.col(side).getField(name))
         else:
@@ -94,10 +132,12 @@ def _group_actions(
     keys: list[str],
     removes: bool,
     images: bool = False,
+    staged: frozenset[str] = frozenset(),
 ) -> DataFrame:
     """The actions of schema groups with one staged schema (of one batch, or of consecutive
     batches of a backlog: read as one, each part's rows tagged with its batch).  With ``images``
-    (a keyless multiset table) every ``u`` that carries a before image also removes it."""
+    (a keyless multiset table) every ``u`` that carries a before image also removes it; columns
+    in ``staged`` keep their staged values (:class:`StagedValues`)."""
     group = groups[0]
     parts = [read_group(spark, g).select("*", F.lit(g.batch_id).alias(_PART_BATCH)) for g in groups]
     events = parts[0]
@@ -120,7 +160,7 @@ def _group_actions(
         F.lit("upsert").alias(ACTION),
         *meta,
         unavailable.alias(UNAVAILABLE),
-        *_image(conv, columns, "after"),
+        *_image(conv, columns, "after", staged),
         _old_key(group, conv, columns, keys).alias(OLD_KEY),
     )
     if not removes:
@@ -132,7 +172,7 @@ def _group_actions(
         F.lit("delete").alias(ACTION),
         *meta,
         F.array().cast("array<string>").alias(UNAVAILABLE),
-        *_image(conv, columns, "before"),
+        *_image(conv, columns, "before", staged),
         F.lit(None).cast(_old_key_type(columns, keys)).alias(OLD_KEY),
     )
     return after.unionByName(removed.select(*after.columns))
@@ -224,9 +264,19 @@ def table_frame(
     for frame in frames[1:]:
         every = every.unionByName(frame)
     truncate_at = max(p for p, _ in truncates) if truncates else None
-    actions = every if truncate_at is None else every.where(F.col(POSITION) > F.lit(truncate_at))
+
+    def later(actions: DataFrame) -> DataFrame:
+        return actions if truncate_at is None else actions.where(F.col(POSITION) > F.lit(truncate_at))
+
+    staged = None
+    if len(runs) == 1 and keys and not table.toast:
+        conv = per_group.get(runs[0][0], {})
+        values = frozenset(n for n in columns if n not in keys and n in conv)
+        raw = _group_actions(spark, runs[0][1], conv, columns, keys, table.may_remove, images, values)
+        raw = raw.select(*(F.col(quoted(n)) for n in columns), *MERGED)  # the others are not read
+        staged = StagedValues(later(raw), {n: conv[n].convert for n in values}, columns)
     return TableFrame(
-        actions, columns, table.key_columns, truncate_at, table.toast, table.rows, every, tuple(truncates)
+        later(every), columns, keys, truncate_at, table.toast, table.rows, every, tuple(truncates), staged
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from . import backlog, bronze, compaction, delta_log, frames, history, keyless, rechunk, silver, toast
+from . import backlog, bronze, compaction, delta_log, fold, frames, history, keyless, rechunk, silver, toast
 from .catalog import DEFAULT_FORMAT, CatalogNames
 from .crash import crash_point
 from .layout import table_path
@@ -308,21 +308,17 @@ def _apply_silver(
         partition = staged.manifest.get("partition")
         out["silver"] = keyless.apply_keyless(spark, silver_path, frame, commit, mode, partition)
         return out
-    actions = silver.drop_superseded(
-        spark, frame.actions, _path(target, "tombstones", staged, table), table.key_columns
-    )
-    stored = spark.read.format("delta").load(silver_path) if silver_log.files else None
-    actions = toast.fill_unavailable(replace(frame, actions=actions), stored)
-    latest = frames.latest_per_key(actions, table.key_columns)
-    # deletes (d; in older batches also an update that moved its key) are stored as tombstones,
-    # then merged; the tombstones need only keys and positions, so they get their own narrow
-    # newest-action-per-key (caching the wide one would hold whole rows -- blobs -- in the heap)
-    deletes = not soft and table.may_remove and frames.has_deletes(frame)
+    tombstones = _path(target, "tombstones", staged, table)
+    actions, latest = fold.newest(spark, frame, tombstones, silver_path if silver_log.files else None)
+    # deletes (d; a u that moved its key) are stored as tombstones, then merged; the tombstones
+    # need only keys and positions, so they get their own narrow newest-action-per-key (caching
+    # the wide one would hold whole rows -- blobs -- in the heap)
+    deletes = not soft and table.may_remove and fold.has_deletes(table, frame)
     narrow = frames.latest_per_key(frames.key_actions(actions, table.key_columns), table.key_columns)
     try:
         silver.record_tombstones(
             spark,
-            _path(target, "tombstones", staged, table),
+            tombstones,
             narrow,
             frame,
             commit,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .delta_log import filesystem, hadoop_url
@@ -54,6 +55,28 @@ class StagedTable:
         """Whether an event may remove a key: a delete, or an update that changed the key."""
         return not self.ops_counted or bool(self.ops.get("d") or self.ops.get("u"))
 
+    def removes_keys(self) -> bool | None:
+        """Whether an event removes a key: a ``d``, or a ``u`` whose before image has another key
+        (SQL Server's updates; every source's in batches staged before key changes became d + c
+        pairs).  From the op counts where they tell, else read on the driver from the parts'
+        ``op`` and key columns only (row groups whose ``op`` statistics rule out ``u`` and ``d``
+        unread): no Spark job.  ``None`` where a key column is not a plain value or its name has
+        a dot (Spark decides).  A key counts as changed unless its staged values are equal (both
+        null, or equal values), so it never misses a change Spark's comparison of the converted
+        values would see."""
+        if not self.key_columns:
+            return None
+        if self.ops_counted and (self.ops.get("d") or not self.ops.get("u")):
+            return bool(self.ops.get("d"))
+        for group in self.groups:
+            row = group.schema.field("after").type
+            keys = [k for k in self.key_columns if row.get_field_index(k) >= 0]
+            if not keys or any("." in k or not _plain(row.field(k).type) for k in keys):
+                return None
+            if any(_part_removes(file, keys) for file in group.files):
+                return True
+        return False
+
     @property
     def rows(self) -> int:
         return sum(g.rows for g in self.groups)
@@ -87,6 +110,55 @@ class StagedTable:
             row_type = group.schema.field("after").type
             for f in row_type:
                 yield i, f
+
+
+def _plain(arrow: pa.DataType) -> bool:
+    """A type whose equal staged values are one value (floats: -0.0 and NaN are not)."""
+    return (
+        pa.types.is_integer(arrow)
+        or pa.types.is_string(arrow)
+        or pa.types.is_large_string(arrow)
+        or pa.types.is_binary(arrow)
+        or pa.types.is_large_binary(arrow)
+        or pa.types.is_decimal(arrow)
+        or pa.types.is_boolean(arrow)
+        or pa.types.is_date(arrow)
+        or pa.types.is_timestamp(arrow)
+    )
+
+
+def _may_remove(meta: pq.RowGroupMetaData) -> bool:
+    """Whether a row group's ``op`` statistics allow a ``d`` or ``u`` (no statistics: yes)."""
+    op = next(meta.column(j) for j in range(meta.num_columns) if meta.column(j).path_in_schema == "op")
+    stats = op.statistics
+    if stats is None or not stats.has_min_max:
+        return True
+    return any(stats.min <= op_ <= stats.max for op_ in ("d", "u"))
+
+
+def _part_removes(file: str, keys: list[str]) -> bool:
+    """Whether a part holds a ``d``, or a ``u`` with a before image whose key differs from its
+    after image's (columns ``op`` and the key columns of both images only)."""
+    fs, local = filesystem(file)
+    columns = ["op", *(f"{side}.{k}" for side in ("before", "after") for k in keys)]
+    with fs.open_input_file(local) as f:
+        part = pq.ParquetFile(f)
+        for i in range(part.num_row_groups):
+            if not _may_remove(part.metadata.row_group(i)):
+                continue
+            events = part.read_row_group(i, columns=columns)
+            op, before, after = (events.column(c).combine_chunks() for c in ("op", "before", "after"))
+            if pc.any(pc.equal(op, "d")).as_py():
+                return True
+            same = pa.repeat(pa.scalar(True), len(op))
+            for k in keys:
+                old, new = pc.struct_field(before, k), pc.struct_field(after, k)
+                equal = pc.or_(pc.and_(old.is_null(), new.is_null()), pc.fill_null(pc.equal(old, new), False))
+                same = pc.and_(same, equal)
+            moved = pc.and_(pc.and_(pc.equal(op, "u"), before.is_valid()), pc.invert(same))
+            if pc.any(moved).as_py():
+                return True
+    return False
 
 
 def row_bytes(meta: pq.FileMetaData) -> int:

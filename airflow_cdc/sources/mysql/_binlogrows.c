@@ -8,39 +8,14 @@
  * makes Layout() raise NotImplementedError (the caller then uses the Python reader); a row image
  * running past the end of the event raises ValueError (the caller turns it into ProtocolError).
  * MySQL binary JSON is returned as raw bytes passed through the column's json callable, as in
- * Python.
+ * Python.  _binlogcols.c adds ``Columns``, which reads the same images into Arrow column buffers.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
+#include "_binlogrows.h"
 #include <string.h>
-
-enum {
-    T_TINY = 1, T_SHORT = 2, T_LONG = 3, T_FLOAT = 4, T_DOUBLE = 5, T_TIMESTAMP = 7,
-    T_LONGLONG = 8, T_INT24 = 9, T_DATE = 10, T_TIME = 11, T_DATETIME = 12, T_YEAR = 13,
-    T_VARCHAR = 15, T_BIT = 16, T_TIMESTAMP2 = 17, T_DATETIME2 = 18, T_TIME2 = 19,
-    T_JSON = 245, T_NEWDECIMAL = 246, T_ENUM = 247, T_SET = 248, T_TINY_BLOB = 249,
-    T_MEDIUM_BLOB = 250, T_LONG_BLOB = 251, T_BLOB = 252, T_VAR_STRING = 253, T_STRING = 254,
-    T_GEOMETRY = 255
-};
 
 static const int DIG2BYTES[10] = {0, 1, 1, 2, 2, 3, 3, 4, 4, 4};
 
-typedef struct {
-    int index;      /* position in the full column list */
-    int type, meta, is_unsigned;
-    int size;       /* fixed size in bytes, or the length-prefix size for variable types */
-    PyObject *json; /* borrowed-owned: callable applied to JSON bytes, or NULL */
-} Col;
-
-typedef struct {
-    PyObject_HEAD
-    int ncols;      /* columns of the table */
-    int npresent;   /* columns present in the image */
-    Col *cols;      /* present columns, in order */
-} Layout;
-
-static PyTypeObject LayoutType;
+#define LayoutType BinlogLayoutType
 
 #define NEED(n) do { if (*o + (Py_ssize_t)(n) > len) goto overrun; } while (0)
 
@@ -63,7 +38,7 @@ static PyObject *from_i128(__int128 v) {
     return _PyLong_FromByteArray(buf, 16, 1, 1);
 }
 
-static int col_size(Col *c) {
+int binlog_col_size(Col *c) {
     int t = c->type, m = c->meta;
     switch (t) {
     case T_TINY: return 1;
@@ -160,7 +135,15 @@ static PyObject *read_time2(const uint8_t *d, int fsp) {
     return PyLong_FromLongLong(negative ? -micros : micros);
 }
 
-static PyObject *read_value(Col *c, const uint8_t *d, Py_ssize_t len, Py_ssize_t *o) {
+int binlog_is_variable(int type) {
+    switch (type) {
+    case T_VARCHAR: case T_VAR_STRING: case T_STRING: case T_BLOB: case T_GEOMETRY: case T_JSON:
+    case T_TINY_BLOB: case T_MEDIUM_BLOB: case T_LONG_BLOB: return 1;
+    default: return 0;
+    }
+}
+
+PyObject *binlog_read_value(Col *c, const uint8_t *d, Py_ssize_t len, Py_ssize_t *o) {
     const uint8_t *p = d + *o;
     int sz = c->size;
     switch (c->type) {
@@ -257,7 +240,7 @@ static PyObject *read_row(Layout *L, const uint8_t *d, Py_ssize_t len, Py_ssize_
     for (int bit = 0; bit < L->npresent; bit++) {
         if (nulls[bit >> 3] >> (bit & 7) & 1) continue;
         Col *c = &L->cols[bit];
-        PyObject *v = read_value(c, d, len, o);
+        PyObject *v = binlog_read_value(c, d, len, o);
         if (!v) { Py_DECREF(row); return NULL; }
         Py_DECREF(Py_None);
         PyTuple_SET_ITEM(row, c->index, v);
@@ -307,7 +290,7 @@ static int Layout_init(Layout *self, PyObject *args, PyObject *kw) {
             goto fail;
         c->index = (int)i;
         c->is_unsigned = uns;
-        c->size = col_size(c);
+        c->size = binlog_col_size(c);
         if (c->size < 0) {
             PyErr_Format(PyExc_NotImplementedError, "binlog column type %d (metadata %d) is not supported",
                          c->type, c->meta);
@@ -513,7 +496,7 @@ static PyMethodDef Layout_methods[] = {
     {NULL, NULL, 0, NULL}
 };
 
-static PyTypeObject LayoutType = {
+PyTypeObject BinlogLayoutType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "airflow_cdc.sources.mysql._binlogrows.Layout",
     .tp_basicsize = sizeof(Layout),
@@ -655,6 +638,10 @@ PyMODINIT_FUNC PyInit__binlogrows(void) {
     Py_INCREF(&LayoutType);
     if (PyModule_AddObject(m, "Layout", (PyObject *)&LayoutType) < 0) {
         Py_DECREF(&LayoutType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (binlogcols_add_types(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

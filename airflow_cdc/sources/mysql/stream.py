@@ -3,9 +3,10 @@
 The window runs from the committed coordinate to the head read at the start of the run; it
 ends on a transaction boundary (``run.max.events`` bounds it at the first commit past the
 limit).  Row images are decoded by the compiled or the generated readers (:mod:`rowcodec`)
-with the structure that applied when they were written (:class:`TableResolver`), buffered per
-table and converted column-wise by the table sinks.  DDL statements update the schema history
-and become schema change events; ``TRUNCATE`` becomes an ``op=t`` event.
+with the structure that applied when they were written (:class:`TableResolver`): straight into
+Arrow column buffers where the compiled decoder can (:mod:`columnar`), else as event tuples
+buffered per table and converted column-wise by the table sinks.  DDL statements update the
+schema history and become schema change events; ``TRUNCATE`` becomes an ``op=t`` event.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from airflow_cdc.core.table_sink import TableSink
 from airflow_cdc.core.unchanged import unchanged_row
 from airflow_cdc.sources.mysql import protocol as p
 from airflow_cdc.sources.mysql.client import BinlogStream
+from airflow_cdc.sources.mysql.columnar import ColumnarBuffer, new_columns
 from airflow_cdc.sources.mysql.flavour import Flavour, GtidSet
 from airflow_cdc.sources.mysql.position import binlog_file_number
 from airflow_cdc.sources.mysql.tables import TableResolver, TableState
@@ -139,6 +141,10 @@ class WindowReader:
         self.tracked = tracker.tables() if tracker else frozenset()
         self.maps: dict[int, TableState | None] = {}
         self.schema_changes: list[dict[str, Any]] = []
+        #: each table state's column buffers (None: the compiled hand-over does not apply), by id
+        #: (the state is kept with them); ``_pending``: the buffer of each table holding events
+        self._columnar: dict[int, tuple[TableState, ColumnarBuffer | None]] = {}
+        self._pending: dict[str, ColumnarBuffer] = {}
 
     def read(
         self, stream: BinlogStream, file: str, from_lsn: int, upto_lsn: int, gtids: str, max_events: int
@@ -197,6 +203,7 @@ class WindowReader:
                 res.bounded, res.end_lsn = True, res.last_commit_lsn
                 data = stream.read()
                 break
+        self._flush_columnar()
         self._look_ahead(stream, data, file_no)
         for change in self.schema_changes:  # entries the proof could not vouch for are left out
             change["tableChanges"] = [t for t in change["tableChanges"] if t]
@@ -323,6 +330,16 @@ class WindowReader:
         # the common case: no skipped operation applies, no transaction blocks, no chunk tracking
         every = not track and not self.provide_txn and op not in self.skipped
         every = every and (op != "u" or not {"d", "c"} & self.skipped)
+        if every and not self.skip_unchanged:
+            buffer = self._buffer(state)
+            added = (
+                None
+                if buffer is None
+                else buffer.add(data, o + p.HEADER_SIZE, op, present, present_after, pos, info)
+            )
+            if added is not None:  # the compiled reader wrote the events into column buffers
+                txn.seq += added
+                return added
         if every:
             built = state.events(data, o + p.HEADER_SIZE, op, present, present_after, pos, info)
             if built is not None:  # the compiled reader built the events
@@ -377,11 +394,41 @@ class WindowReader:
         return n
 
     def _sink(self, state: TableState) -> TableSink:
-        """The table's stream sink; it drops unchanged updates the compiled reader built
-        (``skip.messages.without.change``), by the rule :func:`unchanged_row` applies here."""
+        """The table's stream sink, after the table's column buffers (events keep their order); it
+        drops unchanged updates the compiled reader built (``skip.messages.without.change``), by
+        the rule :func:`unchanged_row` applies here."""
+        self._flush_columnar(state.name)
+        return self._stream_sink(state)
+
+    def _stream_sink(self, state: TableState) -> TableSink:
         sink = state.stream_sink(self.writer, expand_events)
         sink.skip_unchanged = self.skip_unchanged
         return sink
+
+    def _buffer(self, state: TableState) -> ColumnarBuffer | None:
+        """The state's column buffers (see :mod:`columnar`), or None; the table's other buffers
+        are flushed first."""
+        entry = self._columnar.get(id(state))
+        if entry is None:
+            columns = new_columns(state)
+            buffer = (
+                None
+                if columns is None
+                else ColumnarBuffer(state, columns, lambda: self._stream_sink(state), self.writer.piece_rows)
+            )
+            entry = self._columnar[id(state)] = (state, buffer)
+        buffer = entry[1]
+        if buffer is not None and self._pending.get(state.name) is not buffer:
+            self._flush_columnar(state.name)
+            self._pending[state.name] = buffer
+        return buffer
+
+    def _flush_columnar(self, table: str | None = None) -> None:
+        """Hand the buffered events of ``table`` (None: every table) to the stream sinks."""
+        for name in [table] if table is not None else list(self._pending):
+            pending = self._pending.pop(name, None)  # type: ignore[arg-type]
+            if pending is not None:
+                pending.flush()
 
     def _observe(self, state: TableState, before: Any, after: Any, txn_start: int) -> None:
         for image in (before, after):

@@ -202,6 +202,16 @@ class TableState:
         except ValueError as e:
             raise ProtocolError(f"table {self.name}: cannot decode rows event at {pos}: {e}") from e
 
+    def native_layouts(
+        self, op: str, present: list[bool], after: list[bool] | None, pos: int
+    ) -> tuple[Any, Any] | None:
+        """The compiled layouts of a rows event's images (before/only, after), or None.
+
+        :raises SchemaError: as :meth:`decode`.
+        """
+        self._require_full(op, present, pos)
+        return self._native(op, present, after)
+
     def _require_full(self, op: str, present: list[bool], pos: int) -> None:
         """:raises SchemaError: an UPDATE/DELETE image lacks columns (not ``binlog_row_image=FULL``)."""
         if op != "c" and not all(present):

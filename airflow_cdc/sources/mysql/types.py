@@ -139,6 +139,14 @@ def _zero(col: ColumnDef, epoch_value: Any) -> Any:
     return None if col.nullable else epoch_value
 
 
+def columnar(convert: Callable[[list], pa.Array], *spec: Any) -> Callable[[list], pa.Array]:
+    """Tag a converter with the column buffers of the compiled hand-over it is equivalent to
+    (:mod:`airflow_cdc.sources.mysql.columnar`): ``("int",)``, ``("bool",)``, ``("float",)``,
+    ``("decimal",)``, ``("text",)`` or ``("datetime", divisor, zero, adjust)``."""
+    convert.columnar = spec  # type: ignore[attr-defined]
+    return convert
+
+
 def _ints(arrow_type: pa.DataType, fn: Callable[[Any], Any] | None = None) -> Callable[[list], pa.Array]:
     if fn is None:
         return lambda values: pa.array(values, type=arrow_type)
@@ -159,7 +167,7 @@ def _text(charset: str | None) -> Callable[[list], pa.Array]:
             type=pa.string(),
         )
 
-    return convert
+    return columnar(convert, "text") if py == "utf-8" else convert
 
 
 _BINARY_ENCODERS: dict[str, Callable[[bytes], str]] = {
@@ -239,9 +247,15 @@ def _temporal(
         if mode == "connect" or fsp <= 3:
             divisor, name = 1000, KAFKA + "Timestamp" if mode == "connect" else DBZ + "Timestamp"
         convert = _datetimes(divisor, zero)
+        spec = ("datetime", divisor, zero, modes.time_adjuster)
         if modes.time_adjuster:
-            return pa.int64(), "int64", name, lambda values: convert(adjust_datetimes(values))
-        return pa.int64(), "int64", name, convert
+            return (
+                pa.int64(),
+                "int64",
+                name,
+                columnar(lambda values: convert(adjust_datetimes(values)), *spec),
+            )
+        return pa.int64(), "int64", name, columnar(convert, *spec)
     if t == "timestamp":
         return pa.string(), "string", DBZ + "ZonedTimestamp", _timestamp_text(col)
     if t == "time":
@@ -270,7 +284,13 @@ def _decimal(col: ColumnDef, mode: str) -> tuple[pa.DataType, str, str | None, d
         # unscaled value as big-endian two's complement bytes (scale in the parameters)
         return pa.binary(), "bytes", KAFKA + "Decimal", params, _ints(pa.binary(), _unscaled_bytes(s))
     arrow = pa.decimal128(p, s)
-    return arrow, "bytes", KAFKA + "Decimal", params, lambda v: pa.array(v, pa.string()).cast(arrow)
+    return (
+        arrow,
+        "bytes",
+        KAFKA + "Decimal",
+        params,
+        columnar(lambda v: pa.array(v, pa.string()).cast(arrow), "decimal"),
+    )
 
 
 def _unscaled_bytes(scale: int) -> Callable[[str], bytes]:
@@ -284,6 +304,10 @@ _INTEGER = {
     "int": (pa.int32(), pa.int64()),
     "bigint": (pa.int64(), pa.int64()),
 }
+
+
+def _int_bools(arrow_type: pa.DataType) -> Callable[[list], pa.Array]:
+    return lambda values: pc.not_equal(pa.array(values, arrow_type), 0)
 
 
 def _wrap64(v: int) -> int:
@@ -302,7 +326,7 @@ def encoding(
         one = t == "tinyint" and col.column_type.startswith("tinyint(1)")
         # a column declared BOOLEAN in a DDL Debezium parsed (JDBC BOOLEAN), or the converter
         if one and (col.boolean or modes.tinyint_one_boolean):
-            return pa.bool_(), "boolean", None, None, lambda v: pc.not_equal(pa.array(v, pa.int16()), 0)
+            return pa.bool_(), "boolean", None, None, columnar(_int_bools(pa.int16()), "bool")
         arrow = _INTEGER[t][1 if col.unsigned else 0]
         if t == "bigint" and col.unsigned:
             if modes.bigint_unsigned == "precise":
@@ -313,13 +337,13 @@ def encoding(
                     {"scale": "0", "connect.decimal.precision": "20"},
                     lambda v: pa.array([None if x is None else str(x) for x in v]).cast(pa.decimal128(20, 0)),
                 )
-            return arrow, "int64", None, None, _ints(pa.int64(), _wrap64)
-        return arrow, str(arrow).replace("int", "int"), None, None, _ints(arrow)
+            return arrow, "int64", None, None, columnar(_ints(pa.int64(), _wrap64), "int")
+        return arrow, str(arrow).replace("int", "int"), None, None, columnar(_ints(arrow), "int")
     if t in ("float", "double", "real"):
         # FLOAT(M,D) is FLOAT64 in Debezium's MySQL type mapping; FLOAT and FLOAT(p<=24) FLOAT32
         single = t == "float" and "," not in col.column_type
         arrow = pa.float32() if single else pa.float64()
-        return arrow, "float32" if single else "float64", None, None, _ints(arrow)
+        return arrow, "float32" if single else "float64", None, None, columnar(_ints(arrow), "float")
     if t == "decimal":
         return _decimal(col, modes.decimal)
     if t in ("date", "datetime", "timestamp", "time", "year"):
@@ -328,7 +352,7 @@ def encoding(
     if t == "bit":
         n = col.precision or 1
         if n == 1:
-            return pa.bool_(), "boolean", None, None, lambda v: pc.not_equal(pa.array(v, pa.int64()), 0)
+            return pa.bool_(), "boolean", None, None, columnar(_int_bools(pa.int64()), "bool")
         size = (n + 7) // 8
         return (
             pa.binary(),

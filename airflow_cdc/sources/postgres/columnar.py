@@ -14,6 +14,9 @@ extension is not built).
 from __future__ import annotations
 
 import os
+import queue
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -133,3 +136,59 @@ def to_piece(taken: tuple) -> ColumnarPiece:
         before=_images(n, before),
         after=_images(n, after),
     )
+
+
+class PieceStage:
+    """A helper thread that runs the hand-over of taken pieces (Arrow wrapping, conversion by the
+    column codecs, the row group's assembly) while the caller decodes the next messages.
+
+    Work runs in submission order, at most ``depth`` items waiting: memory stays bounded (a piece
+    is at most ``staging.piece.rows`` events and about :data:`MAX_PIECE_BYTES` of text).  The
+    caller must :meth:`sync` before it touches anything the submitted work touches (the batch's
+    parts), and :meth:`stop` at the end, also on errors.  After an item failed, later items are
+    skipped (the batch is void) and :meth:`submit` / :meth:`sync` raise the error.
+    """
+
+    def __init__(self, depth: int = 1) -> None:
+        self._queue: queue.Queue[Callable[[], Any] | None] = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="airflow-cdc-pieces", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            work = self._queue.get()
+            try:
+                if work is None:
+                    return
+                if self._error is None:
+                    work()
+            except BaseException as e:  # noqa: BLE001 - raised in the caller's thread by submit/sync
+                self._error = e
+            finally:
+                self._queue.task_done()
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def submit(self, work: Callable[[], Any]) -> None:
+        """Queue ``work``; blocks while ``depth`` items wait.
+
+        :raises Exception: what earlier work raised.
+        """
+        self._check()
+        self._queue.put(work)
+
+    def sync(self) -> None:
+        """Wait until the submitted work ran.
+
+        :raises Exception: what it raised.
+        """
+        self._queue.join()
+        self._check()
+
+    def stop(self) -> None:
+        """End the thread after the work submitted so far (errors are left to :meth:`sync`)."""
+        self._queue.put(None)
+        self._thread.join()

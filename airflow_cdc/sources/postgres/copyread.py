@@ -30,6 +30,10 @@ try:
     from airflow_cdc.sources.postgres._pgcopy import read as _read
 except ImportError:  # not built (a source checkout without pip install): pure Python
     _read = None
+try:
+    from airflow_cdc.sources.postgres._pgcopy import zoned_iso as _zoned_iso
+except ImportError:  # not built, or built before it had the kernel: the string kernels run
+    _zoned_iso = None
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +81,24 @@ def native_available() -> bool:
     if _read is None or os.environ.get(COPY_ENV, "").lower() == "python":
         return False
     return _libpq_functions() is not None
+
+
+def zoned_iso(text: pa.Array, precision: int) -> pa.Array | None:
+    """``timestamptz`` text output (``+00``) as Debezium ZonedTimestamp strings with exactly
+    ``precision`` (0 to 6) fraction digits, in one compiled pass; NULL where a value is not in
+    the common shape (for the caller's row-by-row path).  None when the compiled kernel is not
+    built, ``precision`` is out of range or ``AIRFLOW_CDC_PG_COPY=python`` (the caller's string
+    kernels then run).
+    """
+    if _zoned_iso is None or not 0 <= precision <= 6 or os.environ.get(COPY_ENV, "").lower() == "python":
+        return None  # (a timestamptz has at most 6 digits)
+    valid, offsets, data = text.buffers()
+    n = len(text)
+    if offsets is None or data is None:  # an empty array may come without buffers
+        return pa.nulls(n, pa.string()) if n else pa.array([], pa.string())
+    out_offsets, out_data, out_valid, nulls = _zoned_iso(offsets, data, valid, text.offset, n, precision)
+    bufs = [pa.py_buffer(out_valid) if nulls else None, pa.py_buffer(out_offsets), pa.py_buffer(out_data)]
+    return pa.Array.from_buffers(pa.string(), n, bufs, null_count=nulls)
 
 
 def read_table(conn: psycopg.Connection, query: Callable[[str], Any], ncols: int) -> pa.Table:

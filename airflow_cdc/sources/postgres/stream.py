@@ -8,6 +8,13 @@ consumes: each run re-decodes from the slot's confirmed position, so the slot is
 when the batch is committed.  The window covers every transaction whose commit record starts
 below the window end; the next window starts there.  Transactions below the stored offset
 (the slot was not advanced after a commit) are skipped.
+
+Three threads share the work: this one decodes; the compiled decoder's pieces are converted
+by a helper (:class:`~.columnar.PieceStage`) and their row groups encoded by another (the part's
+``BackgroundWrites``): Arrow and Parquet release the GIL, so on two cores they run beside the
+decoding and the fetch.  At most one piece waits for each (memory stays bounded: peak RSS
+~300 MiB against ~230 MiB with one thread doing everything, for the 1.5M-event bench), errors
+are raised in this thread, and both are stopped before the window's read returns.
 """
 
 from __future__ import annotations
@@ -29,12 +36,13 @@ from airflow_cdc.core.failpoints import failpoint
 from airflow_cdc.core.filters import IncludeExclude
 from airflow_cdc.core.progress import Progress
 from airflow_cdc.core.snapshot import ChunkTracker
+from airflow_cdc.core.table_sink import BackgroundWrites, TableSink
 from airflow_cdc.core.unchanged import unchanged_row
 from airflow_cdc.sources.postgres import protocol as proto
 from airflow_cdc.sources.postgres import sql as q
 from airflow_cdc.sources.postgres import versions
 from airflow_cdc.sources.postgres.client import prefetch
-from airflow_cdc.sources.postgres.columnar import native_decoder, to_piece
+from airflow_cdc.sources.postgres.columnar import PieceStage, native_decoder, to_piece
 from airflow_cdc.sources.postgres.position import PgPosition, format_pg_lsn
 from airflow_cdc.sources.postgres.tables import SOURCE_TYPE, RelationState, source_constants
 from airflow_cdc.sources.postgres.walstream import ReplicationStream
@@ -102,6 +110,12 @@ class WindowReader:
         self.events = 0
         self.last_commit_end: int | None = None
         self.last_nontx: int | None = None
+        #: the compiled decoder's pieces are converted (``_pieces``) and their row groups
+        #: encoded and written (``_writes``) by helper threads while this one decodes: see
+        #: :meth:`_drain` and :meth:`_sink`; both stopped when the window is read
+        self._pieces: PieceStage | None = None
+        self._writes: BackgroundWrites | None = None
+        self._behind: list[TableSink] = []
         #: Debezium's last commit LSN and source timestamp as the stored offset left them
         self.resume = resume
 
@@ -121,13 +135,19 @@ class WindowReader:
             cur.execute(q.peek_changes(slot, upto, max_events, publication, messages=messages))
             # closed explicitly: the fetching thread must be gone before the cursor closes
             with closing(prefetch(cur, FETCH_ROWS)) as batches:
-                res, rows = self.read_batches(batches, from_lsn, upto_lsn)
-        return self.finish(res, rows >= max_events)
+                try:
+                    res, rows = self.read_batches(batches, from_lsn, upto_lsn)
+                    return self.finish(res, rows >= max_events)
+                finally:
+                    self._stop_writes()
 
     def read_stream(self, stream: ReplicationStream) -> WindowResult:
         """Read the window a started :class:`ReplicationStream` delivers (``window.reader=stream``)."""
-        res, _rows = self.read_batches(stream.batches(), stream.from_lsn, stream.upto_lsn)
-        return self.finish(res, stream.bounded)
+        try:
+            res, _rows = self.read_batches(stream.batches(), stream.from_lsn, stream.upto_lsn)
+            return self.finish(res, stream.bounded)
+        finally:
+            self._stop_writes()
 
     def read_batches(
         self, batches: Iterable[list[tuple[int, bytes]]], from_lsn: int, upto_lsn: int
@@ -242,22 +262,61 @@ class WindowReader:
             raise ProtocolError(f"unexpected pgoutput message type {shown} at {format_pg_lsn(change_lsn)}")
 
     def drain_all(self) -> None:
-        """Write every event the compiled decoder still buffers (end of the window)."""
+        """Write every event the compiled decoder still buffers (end of the window).
+
+        :raises Exception: what the hand-over of a piece raised (see :class:`PieceStage`).
+        """
         for relid in list(self.native_rels):
             self._drain(relid)
+        self._sync()
 
     def _drain(self, relid: int) -> None:
         """Write the compiled decoder's buffered events of a relation (keeps event order)."""
         taken = self.native.take(relid)  # type: ignore[union-attr]
         if taken is not None:
             rs = self.native_rels[relid]
-            sink = rs.sink or rs.open_sink(self.writer, expand=expand_events)
-            sink.write_piece(to_piece(taken))
+            if self._pieces is None:
+                self._pieces = PieceStage()
+            self._pieces.submit(lambda: self._sink(rs).write_piece(to_piece(taken)))
+
+    def _sync(self) -> None:
+        """Wait for the pieces handed to the helper thread (before this thread touches a part)."""
+        if self._pieces is not None:
+            self._pieces.sync()
+
+    def _sink(self, rs: RelationState) -> TableSink:
+        """The relation's open stream part, its row groups written by a background thread.
+
+        Parquet encoding releases the GIL, so it runs beside the decoding of the next piece (and
+        the fetch of the next batches); one write per part is outstanding at most, so row groups
+        keep their order, and a write's error is raised by the part's next write or its close.
+        """
+        sink = rs.sink or rs.open_sink(self.writer, expand=expand_events)
+        if sink.writes is None:
+            if self._writes is None:
+                self._writes = BackgroundWrites(threads=1, most=2)
+            sink.writes = self._writes
+            self._behind.append(sink)
+        return sink
+
+    def _stop_writes(self) -> None:
+        """Wait for the pieces and row groups still being written; later writes of the parts
+        (their close) happen in the caller's thread."""
+        if self._pieces is not None:
+            self._pieces.stop()
+            self._pieces = None
+        if self._writes is None:
+            return
+        self._writes.shutdown()
+        for sink in self._behind:
+            sink.writes = None
+        self._writes, self._behind = None, []
 
     def _relation(self, rel: proto.Relation) -> None:
         if rel.relid in self.native_rels:
             self._drain(rel.relid)
             del self.native_rels[rel.relid]
+        self._sync()  # the helper thread may still write to the relation's part
         if self.native is not None:
             self.native.unregister(rel.relid)
         old = self.rels.get(rel.relid)
@@ -355,10 +414,10 @@ class WindowReader:
     ) -> None:
         if relid in self.native_rels:
             self._drain(relid)  # the compiled decoder's earlier events of this table go first
+        self._sync()
         st.seq += 1
         block = st.txn_block(rs.name, change_lsn) if self.provide_txn else None
-        sink = rs.sink or rs.open_sink(self.writer, expand=expand_events)
-        sink.add((op, before, after, st.info, st.seq, change_lsn, block))
+        self._sink(rs).add((op, before, after, st.info, st.seq, change_lsn, block))
 
     def _truncate(self, msg: proto.Truncate, change_lsn: int, st: _TxnState, res: WindowResult) -> None:
         for relid in msg.relids:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_cdc.sources.postgres import copyread
 from airflow_cdc.sources.postgres import types_clock as clock
 from airflow_cdc.sources.postgres.types_base import (
     NULL_STRING,
@@ -155,6 +156,9 @@ def _zoned_timestamp(precision: int) -> Convert:
         return clock.iso_datetime(clock.timestamp_micros(text), precision or None) + "Z"
 
     def convert(text: pa.Array) -> pa.Array:
+        compiled = copyread.zoned_iso(text, precision)  # one C pass (~30x): the same strings
+        if compiled is not None:
+            return fill_slow(text, compiled, slow)
         # plain string kernels (a regex replace costs ~4x): "<date>T<time>" without "+00", then
         # ".000000" or "000000" after it (no fraction / a fraction), cut to the column's width
         ok = pc.match_substring_regex(text, TIMESTAMPTZ_FAST)

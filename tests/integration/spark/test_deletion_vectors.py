@@ -108,8 +108,17 @@ def test_new_silver_and_tombstone_tables_have_deletion_vectors_by_default(spark,
     assert _vectors_written(stones) > 0 and _rows_copied(stones) == 0  # a newer delete of a key
 
 
-def test_opt_out_creates_tables_without_deletion_vectors(spark, tmp_path):
-    silver, stones = _apply(spark, tmp_path, 21, [OPT_OUT] * 4)
+@pytest.fixture(scope="module")
+def opted_out(spark, tmp_path_factory) -> tuple[str, str]:
+    """Tables the opt-out created (the first batch has deletes: both tables), then 3 batches with
+    the default setting.  One table set for two tests: the opt-out's (the setting only picks a new
+    table's properties, so these MERGEs are the ones an all-opt-out run makes) and the
+    created-without case of ``test_a_table_keeps_what_it_was_created_with``."""
+    return _apply(spark, tmp_path_factory.mktemp("opted_out"), 21, [OPT_OUT] + [DEFAULT] * 3)
+
+
+def test_opt_out_creates_tables_without_deletion_vectors(opted_out):
+    silver, stones = opted_out
     assert not _has_vectors(silver) and not _has_vectors(stones)
     assert _vectors_written(silver) == 0 and _rows_copied(silver) > 0  # files copied instead
     assert _vectors_written(stones) == 0 and _rows_copied(stones) > 0
@@ -121,10 +130,13 @@ def test_opt_out_creates_tables_without_deletion_vectors(spark, tmp_path):
     [(OPT_OUT, DEFAULT), (DEFAULT, OPT_OUT)],
     ids=["created-without-stays-without", "created-with-stays-with"],
 )
-def test_a_table_keeps_what_it_was_created_with(spark, tmp_path, created, later):
+def test_a_table_keeps_what_it_was_created_with(request, spark, tmp_path, created, later):
     """The setting applies to tables the job creates: an existing table's protocol is never
     upgraded (older readers keep reading it) nor its vectors turned off."""
-    silver, stones = _apply(spark, tmp_path, 22, [created, later, later])
+    if created is OPT_OUT:  # the opt-out's tables: created without, then 3 default batches
+        silver, stones = request.getfixturevalue("opted_out")
+    else:
+        silver, stones = _apply(spark, tmp_path, 22, [created, later, later])
     assert _has_vectors(silver) is created.deletion_vectors
     assert _has_vectors(stones) is created.deletion_vectors
 

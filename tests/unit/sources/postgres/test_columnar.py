@@ -124,10 +124,13 @@ def decode(monkeypatch, folder, rows, native: bool, piece_rows: int, skipped=fro
     assert (reader.native is not None) == native
     st, res = _TxnState(), WindowResult(end_lsn=1000)
     try:
-        for start in range(0, len(rows), fetch):
-            reader.consume(rows[start:start + fetch], st, res, 300)
-        reader.drain_all()
-        reader._flush_messages()
+        try:
+            for start in range(0, len(rows), fetch):
+                reader.consume(rows[start:start + fetch], st, res, 300)
+            reader.drain_all()
+            reader._flush_messages()
+        finally:
+            reader._stop_writes()  # the helper threads, as read() and read_stream() stop them
     except BaseException:
         writer.abort()
         raise
