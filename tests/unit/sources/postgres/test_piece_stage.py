@@ -19,10 +19,20 @@ from airflow_cdc.sources.postgres.stream import WindowReader
 from .test_columnar import _relation_state, capture, needs_native, window
 
 HELPERS = ("airflow-cdc-pieces", "parquet-write")
+_before: set[threading.Thread] = set()
+
+
+@pytest.fixture(autouse=True)
+def _threads_before():
+    """The threads alive before the test (another test in this process may have left a
+    process-wide writer, e.g. the MySQL hand-over's, idle): only the test's own count."""
+    _before.clear()
+    _before.update(threading.enumerate())
+    yield
 
 
 def _helpers() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith(HELPERS)]
+    return [t for t in threading.enumerate() if t.name.startswith(HELPERS) and t not in _before]
 
 
 def test_stage_runs_work_in_order_on_its_thread() -> None:
