@@ -92,7 +92,17 @@ class TdsServer:
         return self
 
     def stop(self) -> None:
+        """Stop listening.  The socket is shut down and the accept thread joined before the
+        descriptor is closed: a thread about to call ``accept()`` on a closed descriptor number
+        could otherwise accept on the next socket given that number (another emulator's, in a
+        test process that starts several), and serve its clients with this backend."""
         self._stop.set()
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes a blocked accept() (EINVAL on Linux)
+        except OSError:
+            pass
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
         try:
             self._sock.close()
         except OSError:
