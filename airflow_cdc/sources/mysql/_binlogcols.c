@@ -122,19 +122,6 @@ static PyTypeObject ChunkType = {
     .tp_as_sequence = &Chunk_as_sequence,
 };
 
-static uint64_t be_(const uint8_t *p, int n) {
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++) v = v << 8 | p[i];
-    return v;
-}
-
-static uint64_t le_(const uint8_t *p, int n) {
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
-
-static const int DIG2BYTES_[10] = {0, 1, 1, 2, 2, 3, 3, 4, 4, 4};
 static const uint64_t POW10[10] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000,
                                    1000000000};
 
@@ -143,7 +130,7 @@ static const uint64_t POW10[10] = {1, 10, 100, 1000, 10000, 100000, 1000000, 100
 static int decimal_unscaled(const uint8_t *src, const Col *c, __int128 *out) {
     int precision = c->meta >> 8, scale = c->meta & 0xFF;
     int intg = precision - scale, intg0 = intg / 9, intg0x = intg % 9, frac0 = scale / 9, frac0x = scale % 9;
-    int lead = DIG2BYTES_[intg0x], tail = DIG2BYTES_[frac0x], p = 0;
+    int lead = DIG2BYTES[intg0x], tail = DIG2BYTES[frac0x], p = 0;
     uint8_t b[32];
     memcpy(b, src, c->size);
     int negative = !(b[0] & 0x80);
@@ -152,18 +139,18 @@ static int decimal_unscaled(const uint8_t *src, const Col *c, __int128 *out) {
     __int128 v = 0;
     uint64_t g;
     if (lead) {
-        g = be_(b, lead);
+        g = be(b, lead);
         if (g >= POW10[intg0x]) goto bad;
         v = g;
         p = lead;
     }
     for (int i = 0; i < intg0 + frac0; i++, p += 4) {
-        g = be_(b + p, 4);
+        g = be(b + p, 4);
         if (g >= POW10[9]) goto bad;
         v = v * (__int128)POW10[9] + g;
     }
     if (tail) {
-        g = be_(b + p, tail);
+        g = be(b + p, tail);
         if (g >= POW10[frac0x]) goto bad;
         v = v * (__int128)POW10[frac0x] + g;
     }
@@ -174,47 +161,24 @@ bad:
     return -1;
 }
 
-static int64_t floordiv_(int64_t a, int64_t b) {
-    int64_t q = a / b;
-    if ((a % b != 0) && ((a < 0) != (b < 0))) q--;
-    return q;
-}
-
-static int64_t days_from_civil_(int64_t y, int64_t m, int64_t d) {
-    y -= m <= 2;
-    int64_t era = (y >= 0 ? y : y - 399) / 400;
-    int64_t yoe = y - era * 400;
-    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + doe - 719468;
-}
-
-static int valid_date_(int64_t y, int64_t m, int64_t d) {
-    static const int DIM[13] = {0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    if (y < 1 || y > 9999 || m < 1 || m > 12 || d < 1) return 0;
-    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-    return d <= DIM[m] + (m == 2 && leap);
-}
-
-static const int64_t FRAC_MULT_[4] = {1, 10000, 100, 1};
 #define DT_YEAR ((__int128)10000000000000000LL) /* 10**16: a year in a neutral DATETIME */
 
 /* A DATETIME2 image as the codec's value: 1 with *out set, 0 for the zero value (zero date). */
 static int datetime_value(const uint8_t *p, const Builder *b, int64_t *out) {
     int nfrac = b->col.size - 5;
-    int64_t packed = (int64_t)be_(p, 5) - 0x8000000000LL;
+    int64_t packed = (int64_t)be(p, 5) - 0x8000000000LL;
     int64_t ymd = packed >> 17, hms = packed & 0x1FFFF, ym = ymd >> 5;
     int64_t q = ym / 13, r = ym % 13;
     if (r < 0) { r += 13; q -= 1; }
-    int64_t frac = nfrac ? (int64_t)be_(p + 5, nfrac) * FRAC_MULT_[nfrac] : 0;
+    int64_t frac = nfrac ? (int64_t)be(p + 5, nfrac) * FRAC_MULT[nfrac] : 0;
     if (q >= 0 && frac < 1000000) {
         /* the neutral value's digits are the fields themselves (month < 13, day, hour < 32,
          * minute, second < 64, micros): the same arithmetic without 128-bit divisions */
         int64_t year = q, month = r, day = ymd & 31;
         if (b->adjust && year < 100 && (month || day)) year += year < 70 ? 2000 : 1900;
-        if (!valid_date_(year, month, day)) return 0;
-        int64_t secs = days_from_civil_(year, month, day) * 86400 + (hms >> 12) * 3600 + (hms >> 6 & 63) * 60 + (hms & 63);
-        *out = floordiv_(secs * 1000000 + frac, b->divisor);
+        if (!valid_date(year, month, day)) return 0;
+        int64_t secs = days_from_civil(year, month, day) * 86400 + (hms >> 12) * 3600 + (hms >> 6 & 63) * 60 + (hms & 63);
+        *out = floordiv(secs * 1000000 + frac, b->divisor);
         return 1;
     }
     __int128 v = (((__int128)((q * 100 + r) * 100 + (ymd & 31))) * 1000000
@@ -232,9 +196,9 @@ static int datetime_value(const uint8_t *p, const Builder *b, int64_t *out) {
     if (year > ((__int128)1 << 40)) return 0;
     int64_t bits = (int64_t)year << 9 | (int64_t)(ymd8 / 100 % 100) << 5 | (int64_t)(ymd8 % 100);
     int64_t y = bits >> 9, m = bits >> 5 & 15, d = bits & 31;
-    if (!valid_date_(y, m, d)) return 0;
-    int64_t secs = days_from_civil_(y, m, d) * 86400 + hms6 / 10000 * 3600 + hms6 / 100 % 100 * 60 + hms6 % 100;
-    *out = floordiv_(secs * 1000000 + micros, b->divisor);
+    if (!valid_date(y, m, d)) return 0;
+    int64_t secs = days_from_civil(y, m, d) * 86400 + hms6 / 10000 * 3600 + hms6 / 100 % 100 * 60 + hms6 % 100;
+    *out = floordiv(secs * 1000000 + micros, b->divisor);
     return 1;
 }
 
@@ -242,7 +206,7 @@ static int datetime_value(const uint8_t *p, const Builder *b, int64_t *out) {
 static Py_ssize_t value_size(const Col *c, const uint8_t *d, Py_ssize_t len, Py_ssize_t o) {
     if (o + c->size > len) return -1;
     if (!binlog_is_variable(c->type)) return c->size;
-    uint64_t n = le_(d + o, c->size);
+    uint64_t n = le(d + o, c->size);
     if ((uint64_t)(len - o - c->size) < n) return -1;
     return c->size + (Py_ssize_t)n;
 }
@@ -271,9 +235,9 @@ static int append(Columns *self, Builder *b, Py_ssize_t i, Py_ssize_t o, const u
     if (valid) {
         switch (b->mode) {
         case M_INT:
-            if (b->col.type == T_BIT) { i64 = (int64_t)be_(p, sz); break; }
+            if (b->col.type == T_BIT) { i64 = (int64_t)be(p, sz); break; }
             {
-                uint64_t v = le_(p, sz);
+                uint64_t v = le(p, sz);
                 if (!b->col.is_unsigned && sz < 8 && (v >> (8 * sz - 1)) & 1) v |= ~(uint64_t)0 << (8 * sz);
                 i64 = (int64_t)v;
             }
@@ -304,7 +268,7 @@ static int append(Columns *self, Builder *b, Py_ssize_t i, Py_ssize_t o, const u
     case M_BYTES: {
         Py_ssize_t n = 0;
         if (valid) {
-            n = (Py_ssize_t)le_(p, sz);
+            n = (Py_ssize_t)le(p, sz);
             if (b->data.len + n > INT32_MAX) {
                 PyErr_SetString(PyExc_OverflowError, "a piece's string column passed 2 GiB");
                 return -1;

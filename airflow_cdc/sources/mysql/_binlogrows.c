@@ -13,23 +13,9 @@
 #include "_binlogrows.h"
 #include <string.h>
 
-static const int DIG2BYTES[10] = {0, 1, 1, 2, 2, 3, 3, 4, 4, 4};
-
 #define LayoutType BinlogLayoutType
 
 #define NEED(n) do { if (*o + (Py_ssize_t)(n) > len) goto overrun; } while (0)
-
-static uint64_t be(const uint8_t *p, int n) {
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++) v = v << 8 | p[i];
-    return v;
-}
-
-static uint64_t le(const uint8_t *p, int n) {
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
 
 static PyObject *from_i128(__int128 v) {
     if (v >= INT64_MIN && v <= INT64_MAX) return PyLong_FromLongLong((long long)v);
@@ -112,7 +98,6 @@ static PyObject *read_decimal(const uint8_t *src, Col *c) {
     return PyUnicode_FromStringAndSize(out, n);
 }
 
-static const int64_t FRAC_MULT[4] = {1, 10000, 100, 1};
 
 static PyObject *read_time2(const uint8_t *d, int fsp) {
     int nfrac = (fsp + 1) / 2;
@@ -509,29 +494,6 @@ PyTypeObject BinlogLayoutType = {
     .tp_methods = Layout_methods,
 };
 
-
-/* Days from 0001-01-01 style civil date to the Unix epoch (proleptic Gregorian). */
-static int64_t days_from_civil(int64_t y, int64_t m, int64_t d) {
-    y -= m <= 2;
-    int64_t era = (y >= 0 ? y : y - 399) / 400;
-    int64_t yoe = y - era * 400;
-    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + doe - 719468;
-}
-
-static int valid_date(int64_t y, int64_t m, int64_t d) {
-    static const int DIM[13] = {0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    if (y < 1 || y > 9999 || m < 1 || m > 12 || d < 1) return 0;
-    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-    return d <= DIM[m] + (m == 2 && leap);
-}
-
-static int64_t floordiv(int64_t a, int64_t b) {
-    int64_t q = a / b;
-    if ((a % b != 0) && ((a < 0) != (b < 0))) q--;
-    return q;
-}
 
 /* datetime_epoch(values, divisor, zero) -> (data, validity) or None
  *

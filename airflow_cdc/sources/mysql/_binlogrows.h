@@ -33,6 +33,45 @@ typedef struct {
     Col *cols;      /* present columns, in order */
 } Layout;
 
+/* Byte, date and fraction helpers both decoders use (static inline: one definition, inlined in each). */
+static const int DIG2BYTES[10] = {0, 1, 1, 2, 2, 3, 3, 4, 4, 4};  /* DECIMAL: bytes of a partial group */
+static const int64_t FRAC_MULT[4] = {1, 10000, 100, 1};           /* fractional-second bytes to micros */
+
+static inline uint64_t be(const uint8_t *p, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) v = v << 8 | p[i];
+    return v;
+}
+
+static inline uint64_t le(const uint8_t *p, int n) {
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+/* Days from a civil date to the Unix epoch (proleptic Gregorian). */
+static inline int64_t days_from_civil(int64_t y, int64_t m, int64_t d) {
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;
+    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+static inline int valid_date(int64_t y, int64_t m, int64_t d) {
+    static const int DIM[13] = {0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (y < 1 || y > 9999 || m < 1 || m > 12 || d < 1) return 0;
+    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    return d <= DIM[m] + (m == 2 && leap);
+}
+
+static inline int64_t floordiv(int64_t a, int64_t b) {
+    int64_t q = a / b;
+    if ((a % b != 0) && ((a < 0) != (b < 0))) q--;
+    return q;
+}
+
 extern PyTypeObject BinlogLayoutType;
 
 /* The neutral Python value of column ``c`` at ``*o`` (advanced past it); NULL with ValueError when
