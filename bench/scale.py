@@ -56,24 +56,17 @@ from typing import Any  # noqa: E402
 
 import psycopg  # noqa: E402
 
-from bench._common import REPO, dir_size_mib, log, pipeline_config, run_child  # noqa: E402
+from bench._common import REPO, TABLE_DDL, dir_size_mib, log, pipeline_config, run_child  # noqa: E402
 
 os.environ.setdefault("AIRFLOW_CDC_DELTA_JARS", str(REPO / ".jars"))
 
 TABLE = "items"
-DDL = """
-CREATE TABLE items (
-    id      bigint PRIMARY KEY,
-    qty     integer NOT NULL,
-    price   numeric(12,2) NOT NULL,
-    label   text NOT NULL,
-    created timestamptz NOT NULL,
-    active  boolean NOT NULL,
-    attrs   jsonb,
-    blob    bytea,
-    doc     text
-);
-ALTER TABLE items ALTER COLUMN doc SET STORAGE EXTERNAL"""
+# the other benches' table, plus a bytea and a text column kept out of line (EXTERNAL: TOASTed)
+DDL = (
+    TABLE_DDL.format(name=TABLE)
+    + ";\nALTER TABLE items ADD COLUMN blob bytea, ADD COLUMN doc text;"
+    + "\nALTER TABLE items ALTER COLUMN doc SET STORAGE EXTERNAL"
+)
 # rows lo..hi; 1 % of them (id % 100 = 0) with a 3,200-byte doc, stored out of line (EXTERNAL)
 INSERT = """
 INSERT INTO items
