@@ -297,10 +297,17 @@ Decoder_feed(Decoder *d, PyObject *args)
     return PyLong_FromSsize_t(i);
 }
 
+/* An image's buffers (present bitmap, per column offsets, text, validity, TOAST bitmap or None),
+ * or None when no row of the piece has the image (e.g. the before image of inserts): nothing
+ * written, nothing copied. */
 static PyObject *
 image_take(Rel *r, Image *img)
 {
     Py_ssize_t n = r->n, bitmap = (n + 7) / 8;
+    if (img->filled == 0)  /* a row with the image sets ``filled`` past it (see Image) */
+        Py_RETURN_NONE;
+    if (image_fill(r, img, n) < 0)
+        return NULL;
     PyObject *cols = PyList_New(r->nsel);
     if (cols == NULL)
         return NULL;
@@ -308,7 +315,7 @@ image_take(Rel *r, Image *img)
         Col *c = &img->cols[j];
         PyObject *toast = Py_None;
         Py_INCREF(Py_None);
-        if (bits_set(&c->toast, n)) {
+        if (c->toasted && bits_set(&c->toast, n)) {
             Py_DECREF(Py_None);
             toast = buf_bytes(&c->toast, bitmap);
         }
@@ -367,6 +374,9 @@ Decoder_take(Decoder *d, PyObject *arg)
         return NULL;
     rel_rollback(r, 0);
     r->img[0].present.len = r->img[1].present.len = 0;
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < r->nsel; j++)
+            r->img[k].cols[j].toasted = 0;
     r->ops.len = r->pos.len = r->ts.len = r->xid.len = r->lsn.len = r->seqoff.len = r->seqdata.len = 0;
     r->ooff.len = r->odata.len = r->ovalid.len = r->olsn.len = 0;
     r->origins = 0;

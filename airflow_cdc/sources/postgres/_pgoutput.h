@@ -24,12 +24,17 @@ typedef struct {
     Buf off;    /* int32 offsets, n + 1 */
     Buf data;   /* UTF-8 text values */
     Buf valid;  /* validity bitmap */
-    Buf toast;  /* unchanged-TOAST bitmap */
+    Buf toast;  /* unchanged-TOAST bitmap: kept only once a value of the piece was not sent */
+    int toasted;
 } Col;
 
+/* An image's rows below ``filled`` are in its buffers; the rows from there to the relation's
+ * ``n`` are absent (every column null) and written in one go by image_fill when a later row has
+ * the image or the piece is taken: an insert's before image costs nothing per event. */
 typedef struct {
     Buf present;  /* bitmap: the event has this row image */
     Col *cols;
+    Py_ssize_t filled;
 } Image;
 
 typedef struct {
@@ -82,6 +87,7 @@ PyObject *buf_bytes(const Buf *b, Py_ssize_t len);
 void buf_free(Buf *b);
 void rel_free(Rel *r);
 void rel_rollback(Rel *r, Py_ssize_t row);
+int image_fill(const Rel *r, Image *img, Py_ssize_t upto);
 int change_put(Txn *t, Rel *r, const unsigned char *buf, Py_ssize_t len, int64_t change_lsn);
 
 extern const char OPS[3];

@@ -66,6 +66,31 @@ bit_put(Buf *b, Py_ssize_t row, int on)
     return 0;
 }
 
+/* Clear bits ``from`` .. ``to - 1`` of an LSB-first bitmap, growing it with zero bytes. */
+static int
+bits_clear(Buf *b, Py_ssize_t from, Py_ssize_t to)
+{
+    if (from >= to)
+        return 0;
+    Py_ssize_t need = (to + 7) / 8;
+    if (b->len < need) {
+        if (buf_reserve(b, need - b->len) < 0)
+            return -1;
+        memset(b->p + b->len, 0, (size_t)(need - b->len));
+        b->len = need;
+    }
+    for (; from < to && (from & 7); from++)
+        b->p[from >> 3] &= (char)~(1 << (from & 7));
+    Py_ssize_t whole = (to - from) / 8;
+    if (whole > 0) {
+        memset(b->p + (from >> 3), 0, (size_t)whole);
+        from += whole * 8;
+    }
+    for (; from < to; from++)
+        b->p[from >> 3] &= (char)~(1 << (from & 7));
+    return 0;
+}
+
 Py_ssize_t
 bits_set(const Buf *b, Py_ssize_t n)
 {
@@ -127,8 +152,51 @@ col_put(Col *c, Py_ssize_t row, const unsigned char *v, uint32_t vlen, int state
         return -2;
     off[row + 1] = (int32_t)end;
     c->off.len = (row + 2) * 4;
-    if (bit_put(&c->valid, row, state == 0) < 0 || bit_put(&c->toast, row, state == 2) < 0)
+    if (bit_put(&c->valid, row, state == 0) < 0)
         return -2;
+    /* the TOAST bitmap is kept from the piece's first value not sent on (earlier rows: zeros) */
+    if (state == 2 && !c->toasted) {
+        if (bits_clear(&c->toast, 0, row) < 0)
+            return -2;
+        c->toasted = 1;
+    }
+    if (c->toasted && bit_put(&c->toast, row, state == 2) < 0)
+        return -2;
+    return 0;
+}
+
+/* Whether row ``row`` of a column holds an unchanged-TOAST value. */
+static inline int
+toast_at(const Col *c, Py_ssize_t row)
+{
+    return c->toasted && ((c->toast.p[row >> 3] >> (row & 7)) & 1);
+}
+
+/* Write the image's absent rows ``img->filled`` .. ``upto - 1``: every column null, no TOAST,
+ * not present (see Image).  Returns 0 or -2 (memory error set). */
+int
+image_fill(const Rel *r, Image *img, Py_ssize_t upto)
+{
+    Py_ssize_t from = img->filled;
+    if (from >= upto)
+        return 0;
+    for (int j = 0; j < r->nsel; j++) {
+        Col *c = &img->cols[j];
+        if (buf_reserve(&c->off, (upto + 1) * 4 - c->off.len) < 0)
+            return -2;
+        int32_t *off = (int32_t *)c->off.p;
+        if (from == 0)
+            off[0] = 0;
+        int32_t end = off[from];
+        for (Py_ssize_t i = from + 1; i <= upto; i++)
+            off[i] = end;
+        c->off.len = (upto + 1) * 4;
+        if (bits_clear(&c->valid, from, upto) < 0 || (c->toasted && bits_clear(&c->toast, from, upto) < 0))
+            return -2;
+    }
+    if (bits_clear(&img->present, from, upto) < 0)
+        return -2;
+    img->filled = upto;
     return 0;
 }
 
@@ -137,6 +205,8 @@ col_put(Col *c, Py_ssize_t row, const unsigned char *v, uint32_t vlen, int state
 static Py_ssize_t
 tuple_put(Rel *r, Image *img, const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos, Py_ssize_t row)
 {
+    if (image_fill(r, img, row) < 0)
+        return -2;
     if (len - pos < 2)
         return -1;
     int ncols = be16(buf + pos);
@@ -172,29 +242,26 @@ tuple_put(Rel *r, Image *img, const unsigned char *buf, Py_ssize_t len, Py_ssize
     }
     if (bit_put(&img->present, row, 1) < 0)
         return -2;
+    img->filled = row + 1;
     return pos;
 }
 
-/* Row ``row`` of an absent image: every column null. */
-static int
-image_absent(Rel *r, Image *img, Py_ssize_t row)
-{
-    for (int j = 0; j < r->nsel; j++)
-        if (col_put(&img->cols[j], row, NULL, 0, 1) < 0)
-            return -2;
-    return bit_put(&img->present, row, 0) < 0 ? -2 : 0;
-}
-
-/* Forget whatever a rejected row ``row`` wrote (its bits are rewritten by the next row). */
+/* Forget whatever a rejected row ``row`` (and any later one) wrote; its bits are rewritten by
+ * the next row or by image_fill. */
 void
 rel_rollback(Rel *r, Py_ssize_t row)
 {
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 2; k++) {
+        Image *img = &r->img[k];
+        if (img->filled > row)
+            img->filled = row;
+        Py_ssize_t f = img->filled;
         for (int j = 0; j < r->nsel; j++) {
-            Col *c = &r->img[k].cols[j];
-            c->data.len = (row == 0 || c->off.len < (row + 1) * 4) ? 0 : ((int32_t *)c->off.p)[row];
-            c->off.len = row == 0 ? 0 : (row + 1) * 4;
+            Col *c = &img->cols[j];
+            c->data.len = f == 0 ? 0 : ((int32_t *)c->off.p)[f];
+            c->off.len = f == 0 ? 0 : (f + 1) * 4;
         }
+    }
 }
 
 static char *
@@ -298,11 +365,9 @@ meta_put(Txn *tx, Rel *r, int op, int64_t change_lsn)
 static int
 has_toast(const Rel *r, const Image *img, Py_ssize_t row)
 {
-    for (int j = 0; j < r->nsel; j++) {
-        const Buf *b = &img->cols[j].toast;
-        if (row / 8 < b->len && ((b->p[row >> 3] >> (row & 7)) & 1))
+    for (int j = 0; j < r->nsel; j++)
+        if (toast_at(&img->cols[j], row))
             return 1;
-    }
     return 0;
 }
 
@@ -332,7 +397,7 @@ key_moved(Rel *r, Py_ssize_t row)
 {
     for (int k = 0; k < r->nkey; k++) {
         Col *a = &r->img[0].cols[r->key[k]], *b = &r->img[1].cols[r->key[k]];
-        if ((b->toast.p[row >> 3] >> (row & 7)) & 1)
+        if (toast_at(b, row))
             continue;
         int va = (a->valid.p[row >> 3] >> (row & 7)) & 1, vb = (b->valid.p[row >> 3] >> (row & 7)) & 1;
         if (va != vb)
@@ -380,8 +445,8 @@ key_change_put(Txn *tx, Rel *r, const unsigned char *buf, Py_ssize_t len, Py_ssi
         if (tx->skip[op])
             continue;
         p = tuple_put(r, &r->img[0], buf, len, 6, r->n);
-        if (p >= 0)
-            p = op == 2 ? image_absent(r, &r->img[1], r->n) : tuple_put(r, &r->img[1], buf, len, newpos, r->n);
+        if (p >= 0 && op == 0)  /* the d half's after image is absent (filled in later) */
+            p = tuple_put(r, &r->img[1], buf, len, newpos, r->n);
         if (p >= 0)
             p = row_done(tx, r, op, change_lsn);
         if (p >= 0)
@@ -410,17 +475,13 @@ change_put(Txn *tx, Rel *r, const unsigned char *buf, Py_ssize_t len, int64_t ch
     unsigned char kind = buf[0], marker = buf[5];
     int op;
     if (kind == 'I') {
-        op = 0;
-        p = marker == 'N' ? image_absent(r, &r->img[0], row) : -1;
-        if (p == 0)
-            p = tuple_put(r, &r->img[1], buf, len, 6, row);
+        op = 0;  /* no before image: image_fill writes it when needed */
+        p = marker == 'N' ? tuple_put(r, &r->img[1], buf, len, 6, row) : -1;
     }
     else if (kind == 'U') {
         op = 1;
         if (marker == 'N') {
-            p = image_absent(r, &r->img[0], row);
-            if (p == 0)
-                p = tuple_put(r, &r->img[1], buf, len, 6, row);
+            p = tuple_put(r, &r->img[1], buf, len, 6, row);
         }
         else if (marker == 'K' || marker == 'O') {
             p = tuple_put(r, &r->img[0], buf, len, 6, row);
@@ -440,8 +501,6 @@ change_put(Txn *tx, Rel *r, const unsigned char *buf, Py_ssize_t len, int64_t ch
     else {
         op = 2;
         p = (marker == 'K' || marker == 'O') ? tuple_put(r, &r->img[0], buf, len, 6, row) : -1;
-        if (p >= 0)
-            p = image_absent(r, &r->img[1], row);
     }
     if (p >= 0 && tx->skip[op]) {
         rel_rollback(r, row);

@@ -73,7 +73,11 @@ def _int64(n: int, data: bytes) -> pa.Array:
     return pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(data)])
 
 
-def _images(n: int, taken: tuple[bytes, list[tuple]]) -> RowImages:
+def _images(n: int, taken: tuple[bytes, list[tuple]] | None, width: int) -> RowImages:
+    """A row image of the piece; ``None``: no event of the piece has it (the before image of
+    inserts, or of updates without an old image): ``width`` null columns, written by Arrow alone."""
+    if taken is None:
+        return RowImages(pa.repeat(pa.scalar(False), n), [pa.nulls(n, pa.string())] * width, [None] * width)
     present, columns = taken
     texts = [_strings(n, off, data, valid) for off, data, valid, _ in columns]
     unchanged = [None if toast is None else _bools(n, toast) for *_, toast in columns]
@@ -117,6 +121,7 @@ def to_piece(taken: tuple) -> ColumnarPiece:
         origin,
     ) = taken
     ts_us = _int64(n, ts)
+    width = len((before or after)[1])  # every event has one image at least
     source = {
         "ts_ms": floor_div(ts_us, 1000),
         "ts_us": ts_us,
@@ -133,8 +138,8 @@ def to_piece(taken: tuple) -> ColumnarPiece:
             pa.binary(), n, [None, pa.py_buffer(pos_offsets), pa.py_buffer(positions)]
         ),
         source=source,
-        before=_images(n, before),
-        after=_images(n, after),
+        before=_images(n, before, width),
+        after=_images(n, after, width),
     )
 
 
