@@ -88,7 +88,11 @@ def test_chained_key_changes_fill_from_silver(spark):
     # 10 -> 11 -> 12 -> 13 in one batch; only silver knows key 10's value
     actions = [delete(20, 10), up(21, 11, "m", None, unsent=True, old=10)]
     actions += [delete(22, 11), up(23, 12, "m", None, unsent=True, old=11)]
-    actions += [delete(24, 12), up(25, 13, "m", None, unsent=True, old=12), up(26, 13, "n", None, unsent=True)]
+    actions += [
+        delete(24, 12),
+        up(25, 13, "m", None, unsent=True, old=12),
+        up(26, 13, "n", None, unsent=True),
+    ]
     got = _fill(spark, actions, stored=[(10, "s", "S10", 5), (99, "z", "S99", 5)])
     assert {k: v for k, v in got.items()} == {
         (11, 21): ("S10", []),
@@ -154,3 +158,60 @@ def test_unknown_old_key_stays_listed_and_a_delete_skipped_move_still_fills(spar
 def test_batches_without_placeholders_are_returned_as_they_are(spark):
     got = _fill(spark, [up(1, 1, "a", "A"), delete(2, 1), up(3, 2, "a", "B", old=1)])
     assert got == {(1, 1): ("A", []), (2, 3): ("B", [])}
+
+
+def test_many_keys_fill_only_from_their_own_earlier_actions(spark):
+    # keys 1..60 of one action each (every third sends big); keys 101..110 send big, then leave it
+    actions = [
+        up(k, k, f"v{k}", None, unsent=True) if k % 3 else up(k, k, f"v{k}", f"B{k}") for k in range(1, 61)
+    ]
+    actions += [up(100 + k, 100 + k, "a", f"E{k}") for k in range(1, 11)]
+    actions += [up(200 + k, 100 + k, "b", None, unsent=True) for k in range(1, 11)]
+    actions += [delete(300 + k, 400 + k) for k in range(5)]
+    got = _fill(spark, actions)
+    assert got[(3, 3)] == ("B3", []) and got[(4, 4)] == (None, ["big"])
+    assert all(got[(k, k)] == (None, ["big"]) for k in range(1, 61) if k % 3)
+    assert all(got[(100 + k, 200 + k)] == (f"E{k}", []) for k in range(1, 11))
+
+
+def test_mixed_placeholder_and_sent_updates_of_one_key_fill_in_order(spark):
+    got = _fill(
+        spark,
+        [
+            up(1, 1, "a", None, unsent=True),  # first of its key: stays listed (stored value)
+            up(2, 1, "b", "B"),
+            up(3, 1, "c", None, unsent=True),  # takes B
+            up(4, 2, "x", None, unsent=True),  # a key of one action next to them: stays listed
+            up(5, 1, "d", "D"),
+            up(6, 1, "e", None, unsent=True),  # takes D, not B
+        ]
+        + [up(10 + k, 10 + k, "s", None, unsent=True) for k in range(20)],
+    )
+    assert got[(1, 1)] == (None, ["big"])
+    assert got[(1, 3)] == ("B", [])
+    assert got[(2, 4)] == (None, ["big"])
+    assert got[(1, 6)] == ("D", [])
+    assert got[(15, 15)] == (None, ["big"])
+
+
+def test_delete_then_reinsert_with_a_placeholder_stays_listed(spark):
+    got = _fill(
+        spark,
+        [
+            up(1, 1, "a", "A"),
+            delete(2, 1),
+            up(3, 1, "b", None, unsent=True),
+            up(4, 2, "z", None, unsent=True),
+        ],
+    )
+    assert got[(1, 3)] == (None, ["big"])  # the delete ends the key's history: no A
+    assert got[(2, 4)] == (None, ["big"])
+
+
+def test_key_move_with_placeholder_still_fills_among_single_action_keys(spark):
+    # the moved row takes the old key's value; an unrelated key of one action stays listed
+    got = _fill(
+        spark, [up(1, 1, "a", "A"), up(2, 2, "b", None, unsent=True, old=1), up(3, 3, "c", None, unsent=True)]
+    )
+    assert got[(2, 2)] == ("A", [])
+    assert got[(3, 3)] == (None, ["big"])
