@@ -76,6 +76,43 @@ def _positions(start: int, n: int) -> pa.Array:
     return pa.array([(start + i).to_bytes(8, "big") + b"\0" * 8 for i in range(n)], pa.binary())
 
 
+def _source(n: int) -> pa.Array:
+    """``n`` copies of the bench's constant ``source`` struct."""
+    one = {
+        "version": "bench",
+        "connector": "postgresql",
+        "name": "bench",
+        "ts_ms": 0,
+        "snapshot": "false",
+        "db": "bench",
+        "schema": "public",
+        "table": "items",
+    }
+    return pa.array([one] * n, SOURCE_TYPE)
+
+
+def write_manifest(path: Path, batch_id: str, parts: list[dict], rows: int, from_offset: dict | None) -> None:
+    """The batch's ``manifest.json``: its ``parts`` of ``public.items``, ``rows`` in all."""
+    manifest = {
+        "format": 1,
+        "batch_id": batch_id,
+        "connector": "bench",
+        "messages": [],
+        "tables": {
+            "public.items": {
+                "schema": "public",
+                "table": "items",
+                "key_columns": ["id"],
+                "parts": parts,
+                "rows": rows,
+            }
+        },
+        "from_offset": from_offset or {},
+        "to_offset": {"lsn": batch_id},
+    }
+    (path / "manifest.json").write_text(json.dumps(manifest))
+
+
 def write_batch(
     root: Path,
     batch_id: str,
@@ -95,22 +132,7 @@ def write_batch(
         n = len(chunk)
         after = _rows(chunk, version)
         before = _rows(chunk, version - 1) if op == "u" else pa.nulls(n, after.type)
-        source = pa.array(
-            [
-                {
-                    "version": "bench",
-                    "connector": "postgresql",
-                    "name": "bench",
-                    "ts_ms": 0,
-                    "snapshot": "false",
-                    "db": "bench",
-                    "schema": "public",
-                    "table": "items",
-                }
-            ]
-            * n,
-            SOURCE_TYPE,
-        )
+        source = _source(n)
         table = pa.Table.from_arrays(
             [
                 pa.array([op] * n),
@@ -129,24 +151,7 @@ def write_batch(
         rel = f"tables/public.items/part-{k:05d}.parquet"
         pq.write_table(table, path / rel)
         parts.append({"file": rel, "rows": n, "kind": "stream", "schema_version": "v1", "ops": {op: n}})
-    manifest = {
-        "format": 1,
-        "batch_id": batch_id,
-        "connector": "bench",
-        "messages": [],
-        "tables": {
-            "public.items": {
-                "schema": "public",
-                "table": "items",
-                "key_columns": ["id"],
-                "parts": parts,
-                "rows": len(ids),
-            }
-        },
-        "from_offset": from_offset or {},
-        "to_offset": {"lsn": batch_id},
-    }
-    (path / "manifest.json").write_text(json.dumps(manifest))
+    write_manifest(path, batch_id, parts, len(ids), from_offset)
     return path
 
 

@@ -17,7 +17,6 @@ ratio <x> vs toast share <last>; <rows> rows, <events> events``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import tempfile
@@ -28,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from _common import REPO, fmt, log, median  # noqa: I001
-from delta_apply import COLUMNS, StageLog, _positions, _rows
+from delta_apply import COLUMNS, StageLog, _positions, _rows, _source, write_manifest
 
 from airflow_cdc.core.events import TRANSACTION_TYPE, envelope_schema
 from airflow_cdc.sources.postgres.tables import SOURCE_TYPE
@@ -49,20 +48,6 @@ def _doc(ids: pa.Array, version: int) -> pa.Array:
     return pc.binary_join_element_wise(
         pc.cast(ids, pa.string()), pa.scalar(f"-doc-v{version}-" + "x" * 200), ""
     )
-
-
-def _source(n: int) -> pa.Array:
-    one = {
-        "version": "bench",
-        "connector": "postgresql",
-        "name": "bench",
-        "ts_ms": 0,
-        "snapshot": "false",
-        "db": "bench",
-        "schema": "public",
-        "table": "items",
-    }
-    return pa.array([one] * n, SOURCE_TYPE)
 
 
 def write_batch(
@@ -100,24 +85,7 @@ def write_batch(
             pq.write_table(table, path / rel)
             parts.append({"file": rel, "rows": n, "kind": "stream", "schema_version": "v1", "ops": {op: n}})
             pos, k = pos + n, k + 1
-    manifest = {
-        "format": 1,
-        "batch_id": batch_id,
-        "connector": "bench",
-        "messages": [],
-        "tables": {
-            "public.items": {
-                "schema": "public",
-                "table": "items",
-                "key_columns": ["id"],
-                "parts": parts,
-                "rows": pos - pos0,
-            }
-        },
-        "from_offset": {"lsn": prev} if prev else {},
-        "to_offset": {"lsn": batch_id},
-    }
-    (path / "manifest.json").write_text(json.dumps(manifest))
+    write_manifest(path, batch_id, parts, pos - pos0, {"lsn": prev} if prev else None)
     return path
 
 
