@@ -2,8 +2,11 @@
 
 Capture reads the committed state, resolves the start offset, reads pending snapshot chunks,
 streams the change window, reconciles the chunks, and publishes one immutable batch whose
-manifest carries the state to commit.  Capture never changes the stored state or the source's
-acknowledged position: re-running it from the same committed state yields an equivalent batch.
+manifest carries the state to commit.  Capture never acknowledges a position at the source, and
+changes the stored state only before it publishes anything, for what no log would give the next
+run again: a new start (:meth:`Capture._anchor`) and, on Vitess, the snapshots of this run's
+signals (:meth:`Capture._store_signals`).  Re-running it from the same committed state yields an
+equivalent batch.
 Commit compare-and-sets the state (so of two racing runs only one commits) and only then
 acknowledges the source; a crash in between leaves the source behind the state, which the next
 run tolerates by skipping what the state says is done.  Both hold the connector's lease
@@ -176,6 +179,40 @@ class Capture:
         )
         return state, version
 
+    def _store_signals(
+        self,
+        lease: Lease,
+        data: dict[str, Any],
+        version: int | None,
+        signals: list[SnapshotSignal],
+        tables: list[str],
+    ) -> tuple[dict[str, Any], int | None]:
+        """Store the snapshots this run's signals queued (or stopped) before any batch is published.
+
+        A run signal (the DAG run's or the CLI's ``--signal``) is in no log: were the run killed
+        after publishing its batch, the next run would not know of it, while the orphaned batch
+        holds its effects.  On Vitess that loses rows: the request raised the epoch and staged a
+        truncate below the copy, and the next run, in the old epoch and without the copy, voids
+        the keys the orphan copied (:mod:`airflow_cdc.sources.vitess.orphans`).  Stored, the signal
+        is taken up again by every retry, as Debezium re-reads a signal whose offset it did not
+        commit.  Only for sources that need it (``Capabilities.stores_run_signals``), and only once
+        the source accepted the requests (a stored request it refuses would fail every later run).
+        Nothing else of the state changes (what this run planned besides is stored with its
+        commit, as before); blocking signals store nothing (read whole in this run alone).
+        """
+        stored = SnapshotContext.from_json(data.get("snapshot"))
+        before = {s.id for s in stored.pending}
+        apply_signals(stored, signals, tables, [])
+        self.source.check_snapshot_requests([s for s in stored.pending if s.id not in before])
+        if stored.to_json() == SnapshotContext.from_json(data.get("snapshot")).to_json():
+            return data, version
+        state = dict(data, snapshot=stored.to_json())
+        lease.check()
+        state = fence_state(lease, data or None, state)
+        version = self.store.compare_and_set(self.name, version, state)
+        log.info("stored the snapshots this run's signals asked for (state version %d)", version)
+        return state, version
+
     def run(
         self,
         signals: list[dict[str, Any] | SnapshotSignal] | None = None,
@@ -253,6 +290,8 @@ class Capture:
                 data, version = self._anchor(lease, stored, from_lsn, ctx, tables)
             self._blocking = []
             notes += apply_signals(ctx, parsed, tables, self._blocking)
+            if parsed and self.source.capabilities.stores_run_signals:
+                data, version = self._store_signals(lease, data, version, parsed, tables)
             writer = BatchWriter(
                 staging,
                 self.name,

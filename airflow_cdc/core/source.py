@@ -60,6 +60,13 @@ class Capabilities:
         too) in one consistent snapshot at an exact log position, with an ``additional-conditions``
         filter: ``execute-snapshot`` signals of type ``blocking`` run
         (:mod:`airflow_cdc.core.snapshot_blocking`); False: they are refused.
+    :param stores_run_signals: the snapshots a run's own signals queue (or stop) are stored
+        before the run publishes anything (``Capture._store_signals``), after
+        :meth:`ChangeSource.check_snapshot_requests`: a batch published but never committed holds
+        effects of the request that only its completion makes right (Vitess: a raised epoch, a
+        purge below the copy, the copy's keys voided by the next run otherwise).  False: a run
+        signal belongs to its run (an Airflow retry carries it again), as the orphan's snapshot
+        rows are harmless without it.
     """
 
     acknowledges: bool = False
@@ -69,6 +76,7 @@ class Capabilities:
     checks: tuple[str, ...] = ("wal",)
     logs_creation: bool = False
     blocking_snapshots: bool = False
+    stores_run_signals: bool = False
 
 
 class ChangeSource(abc.ABC):
@@ -173,6 +181,13 @@ class ChangeSource(abc.ABC):
         """Column names of a captured table (after :meth:`open`), which an ad hoc snapshot's
         additional condition may name; None when the source cannot tell (nothing is checked)."""
         return None
+
+    def check_snapshot_requests(self, requested: list) -> None:  # noqa: B027 (optional hook)
+        """Refuse, before anything is stored, ad hoc snapshots (``TableSnapshot``) this source
+        would refuse when it reads them; nothing by default.
+
+        :raises ConfigError: naming the table and what is not supported.
+        """
 
     def read_chunks(self, pending: list, max_rows: int, chunk_size: Any) -> list:
         """Key-ordered chunks of the pending table snapshots (``chunked_snapshots`` sources)."""

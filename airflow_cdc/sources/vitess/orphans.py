@@ -45,8 +45,10 @@ class Orphans:
     from_offset: dict[str, Any] | None = None
     events: dict[str, dict[tuple, tuple[list[bytes], str]]] = field(default_factory=dict)
     batches: list[str] = field(default_factory=list)
-    #: tables without key columns the batches staged events of, and their greatest keyless round
+    #: tables without key columns the batches staged events of, and their greatest keyless epoch
+    #: and round
     keyless: set[str] = field(default_factory=set)
+    keyless_epoch: int = 0
     keyless_round: int = 0
 
 
@@ -63,6 +65,7 @@ def load(staging: str, connector: str, last_batch: str | None) -> Orphans:
         if to.get("vgtid"):
             out.end = offsets.from_offset(to)
         out.keyless_round = max(out.keyless_round, int(to.get("keyless_round") or 0))
+        out.keyless_epoch = max(out.keyless_epoch, position.stored_keyless_epoch(to))
         for table in batch.tables():
             if not batch.table_info(table)["key_columns"]:
                 out.keyless.add(table)

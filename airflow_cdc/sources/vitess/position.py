@@ -29,10 +29,15 @@ apply job never needs for a keyed table.
 Tables without key columns (``keyless: multiset``) are different: their silver is one multiset
 per table, and the apply job skips a table's events at or below the greatest position it already
 applied (``spark_jobs/cdc_apply/keyless.py``: ``through``), across shards.  So their events carry
-the run's *keyless round* in place of the generation, ``(epoch, round, shard transactions, index,
-stamp)`` (:func:`keyless_key`): the round is raised once per run that stages such events, above
-the committed one and above those of batches published but not committed (:mod:`.orphans`), so
-every event of a run sorts above everything an earlier batch held, whatever the shards' counts.
+the run's *keyless epoch and round* in place of the epoch and generation, ``(keyless epoch, round,
+shard transactions, index, stamp)`` (:func:`keyless_key`): the round is raised once per run that
+stages such events, above the committed one and above those of batches published but not committed
+(:mod:`.orphans`), and the keyless epoch is the greatest of theirs (the offset's ``keyless_epoch``;
+before it was stored, the offset's ``epoch``), so every event of a run sorts above everything an
+earlier batch held, whatever the shards' counts.  The keyless epoch is fixed for the run: the run's
+own epoch can rise in its middle (a snapshot requested after a table was read whole), and a batch
+whose keyless events took that raised epoch but was never committed would otherwise sort above the
+whole next run, which starts from the committed (lower) epoch -- its events would be skipped.
 A run that follows uncommitted batches holding such a table reads the table whole again
 (:mod:`.whole`): events cannot be matched to the ones those batches held in another round.
 """
@@ -67,6 +72,13 @@ def sort_key(epoch: int, generation: int, count: int, index: int, stamp: int = 0
 def keyless_key(epoch: int, round_: int, count: int, index: int, stamp: int = 0) -> bytes:
     """The position of an event of a table without key columns (see the module notes)."""
     return _KEY.pack(epoch, round_, count, index, stamp)
+
+
+def stored_keyless_epoch(offset: dict[str, Any]) -> int:
+    """The keyless epoch an offset (or a manifest's ``to_offset``) stands at: its
+    ``keyless_epoch``, or -- stored before there was one -- its ``epoch``, never below the epochs
+    its keyless events took (a run's epoch only rises)."""
+    return int(offset.get("keyless_epoch", offset.get("epoch")) or 0)
 
 
 def unpack(key: bytes) -> tuple[int, int, int, int, int]:

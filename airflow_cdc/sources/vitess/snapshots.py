@@ -44,6 +44,16 @@ def listed(sgtid: b.ShardGtid) -> set[str]:
     return {t.table_name for t in sgtid.table_p_ks}
 
 
+def check_supported(snap: TableSnapshot) -> None:
+    """:raises ConfigError: a snapshot with a condition or surrogate key (not supported by
+    VStream copy)."""
+    if snap.condition or snap.surrogate_key:
+        raise ConfigError(
+            f"snapshot of {snap.table}: additional conditions and surrogate keys are not supported "
+            "by the Vitess copy phase"
+        )
+
+
 def request(
     start: b.VGtid, pending: Iterable[TableSnapshot], known: set[str]
 ) -> tuple[b.VGtid, list[str], list[TableSnapshot]]:
@@ -60,11 +70,7 @@ def request(
     for snap in pending:
         if snap.last_key == REQUESTED:
             continue
-        if snap.condition or snap.surrogate_key:
-            raise ConfigError(
-                f"snapshot of {snap.table}: additional conditions and surrogate keys are not supported "
-                "by the Vitess copy phase"
-            )
+        check_supported(snap)
         if snap.table not in known:
             notes.append(f"snapshot of {snap.table} skipped: not a captured table")
             continue

@@ -68,7 +68,7 @@ class VitessSource(ChangeSource):
     """One Vitess keyspace (or one of its shards) captured through vtgate's VStream."""
 
     kind = "vitess"
-    capabilities = Capabilities(chunked_snapshots=False, checks=("vgtid",))
+    capabilities = Capabilities(chunked_snapshots=False, checks=("vgtid",), stores_run_signals=True)
 
     def __init__(self, config: ConnectorConfig) -> None:
         self.config, self.name = config, config.state_name
@@ -107,10 +107,11 @@ class VitessSource(ChangeSource):
         self._epoch_raised = False
         self._orphan_cache: orphans.Orphans | None = None
         self._start: VitessCoord | None = None
-        # tables without key columns: the committed keyless round, this run's (once used), which
-        # captured tables have no key, and the tables read whole in this run (see .whole)
+        # tables without key columns: the committed keyless epoch and round, this run's (once
+        # used), which captured tables have no key, and the tables read whole in this run (.whole)
+        self._keyless_epoch = 0
         self._keyless_round = 0
-        self._round: int | None = None
+        self._round: tuple[int, int] | None = None
         self._keyless: dict[str, bool] = {}
         self.whole_reads: dict[str, whole.WholeRead] = {}
 
@@ -191,6 +192,7 @@ class VitessSource(ChangeSource):
             return self._configured_start(), "no stored offset"
         self.epoch = int(offset.get("epoch", 0))
         self._keyless_round = int(offset.get("keyless_round") or 0)
+        self._keyless_epoch = position.stored_keyless_epoch(offset)
         self._columns_at_start = offset.get("columns") or {}
         self._columns_at_end = self._columns_at_start
         self._resumed = True
@@ -289,9 +291,9 @@ class VitessSource(ChangeSource):
     def offset_at(self, end: VitessCoord, window: Any, previous: dict[str, Any] | None) -> dict[str, Any]:
         out = offsets.to_offset(end.vgtid)
         out["epoch"], out["generation"] = self.epoch, end.generation
-        keyless_round = self._keyless_round if self._round is None else self._round
+        kepoch, keyless_round = self._round or (self._keyless_epoch, self._keyless_round)
         if keyless_round:
-            out["keyless_round"] = keyless_round
+            out["keyless_epoch"], out["keyless_round"] = kepoch, keyless_round
         if self._columns_at_end:
             out["columns"] = self._columns_at_end
         return out
@@ -347,17 +349,32 @@ class VitessSource(ChangeSource):
         self.whole_reads[snap.table] = read
         return read.rows
 
-    def keyless_round(self) -> int:
-        """This run's keyless round (:mod:`.position`): on first use, one above the committed round
-        and the rounds of batches published but not committed."""
+    def keyless_round(self) -> tuple[int, int]:
+        """This run's keyless ``(epoch, round)`` (:mod:`.position`), fixed on first use: the round
+        one above the committed round and the rounds of batches published but not committed, the
+        epoch the greatest of theirs -- not the run's own epoch, which a snapshot request raises
+        in the middle of a run (after its tables were read whole), so that a run that started from
+        the committed offset after such a run's batch was never committed would sort below it."""
         if self._round is None:
-            self._round = max(self._keyless_round, self._orphans().keyless_round) + 1
+            found = self._orphans()
+            self._round = (
+                max(self._keyless_epoch, found.keyless_epoch),
+                max(self._keyless_round, found.keyless_round) + 1,
+            )
         return self._round
 
     def _start_vgtid(self) -> b.VGtid:
         if self._start is None:
             raise RuntimeError("VitessSource read before start_offset()")
         return self._start.vgtid
+
+    def check_snapshot_requests(self, requested: list[TableSnapshot]) -> None:
+        """Refuse what :meth:`read_window` would: conditions and surrogate keys, and with offset
+        storage per task any ad hoc snapshot."""
+        for snap in requested:
+            snapshots.check_supported(snap)
+        if self.task is not None:
+            tasks.check_task_snapshots(requested, str(self.config.partition))
 
     def read_window(
         self, start: VitessCoord, upto: VitessCoord, writer: BatchWriter, tracker: Any, max_events: int

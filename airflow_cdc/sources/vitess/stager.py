@@ -161,7 +161,7 @@ class Stager:
                 if op in self.skipped or held:
                     continue
                 if state.keyless:
-                    at = position.keyless_key(epoch, self.source.keyless_round(), count, index)
+                    at = position.keyless_key(*self.source.keyless_round(), count, index)
                 else:
                     at = position.sort_key(epoch, generation, count, index)
                 if self.txn_meta:

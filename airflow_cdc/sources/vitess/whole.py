@@ -27,8 +27,8 @@ first row):
 * once every shard sent its ``COPY_COMPLETED`` the call is closed (vttablet would go on with the
   table's changes after ``G``: the window streams those).
 
-The rows are staged at ``(epoch, keyless round, transactions in G, max index, stamp)`` per shard,
-above a truncate of the table at the round's floor ``(epoch, round, 0, 0, 0)``: the image replaces
+The rows are staged at ``(keyless epoch, round, transactions in G, max index, stamp)`` per shard,
+above a truncate of the table at the round's floor ``(keyless epoch, round, 0, 0, 0)``: the image replaces
 silver's multiset, whatever earlier rounds held (:mod:`.position`).  The window then drops the
 table's changes of each shard up to its ``G`` (the rows hold them) and reads at least that far
 (:attr:`WholeRead.positions`).
@@ -182,7 +182,7 @@ def read_whole(source: VitessSource, table: str, writer: BatchWriter, shards: b.
     :raises SchemaError: the copy describes the table with key columns (it changed meanwhile).
     """
     read = WholeRead(table)
-    epoch, round_, stamp = source.epoch, source.keyless_round(), now_us() // 1000
+    (epoch, round_), stamp = source.keyless_round(), now_us() // 1000
     progress = Progress(f"snapshot of {table} (whole)", None)
     described: Table | None = None
     for chunk in copy_table(source, table, shards, read):

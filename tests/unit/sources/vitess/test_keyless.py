@@ -92,7 +92,7 @@ def _source(reads: dict[str, whole.WholeRead]) -> Any:
     table = Table.from_event(b.FieldEvent(table_name=TABLE, fields=FIELDS))
     state = _state()
     return SimpleNamespace(
-        config=CONFIG, epoch=3, whole_reads=reads, keyless_round=lambda: 7,
+        config=CONFIG, epoch=5, whole_reads=reads, keyless_round=lambda: (3, 7),
         includes=lambda _: True, table_state=lambda _: state, table=table,
     )  # fmt: skip
 
@@ -114,7 +114,56 @@ def test_stager_drops_what_a_whole_read_holds_and_positions_in_the_round():
     row = {"grp": 1, "val": "a"}
     stager.stage(_txn("-80", 10, _change("c", after=row), _change("d", before=row)), tables)  # held
     stager.stage(_txn("-80", 11, _change("u", before=row, after={"grp": 1, "val": "b"})), tables)
+    # the run's keyless epoch and round, not its own epoch (5: raised mid-run)
     assert [(op, at) for op, _, _, at in writer.sink_.rows] == [("u", position.keyless_key(3, 7, 11, 1))]
     with pytest.raises(SchemaError, match="partial row image"):
         stager.stage(_txn("-80", 12, _change("c", after=row, partial=True)), tables)
     stager.stage(_txn("-80", 9, _change("c", after=row, partial=True)), tables)  # held: no image needed
+
+
+@pytest.mark.parametrize(
+    ("committed", "orphans", "run_epoch", "expected"),
+    [
+        ({"epoch": 2, "keyless_round": 4}, [], 2, (2, 5)),  # stored before keyless_epoch: the epoch
+        ({"epoch": 3, "keyless_epoch": 1, "keyless_round": 4}, [], 3, (1, 5)),
+        # an uncommitted batch whose run raised the epoch (a snapshot requested after a whole read)
+        ({"epoch": 1, "keyless_epoch": 1, "keyless_round": 4}, [{"epoch": 2, "keyless_round": 5}], 1, (2, 6)),
+        (
+            {"epoch": 1, "keyless_epoch": 1, "keyless_round": 4},
+            [{"epoch": 2, "keyless_epoch": 1, "keyless_round": 5}],
+            2,
+            (1, 6),
+        ),
+        (None, [], 0, (0, 1)),
+    ],
+)
+def test_the_keyless_epoch_and_round_sort_a_run_above_every_earlier_batch(
+    tmp_path: Any, committed: dict | None, orphans: list[dict], run_epoch: int, expected: tuple[int, int]
+) -> None:
+    """A run's keyless positions lead with ``(keyless epoch, round)``: above the committed offset's
+    and every uncommitted batch's, fixed for the run whatever its own epoch does afterwards, and
+    stored in the offset it commits."""
+    from airflow_cdc.sources.vitess.orphans import Orphans
+    from airflow_cdc.sources.vitess.source import VitessSource
+
+    source = VitessSource(CONFIG)
+    found = Orphans()
+    for to in orphans:
+        found.keyless_round = max(found.keyless_round, to["keyless_round"])
+        found.keyless_epoch = max(found.keyless_epoch, position.stored_keyless_epoch(to))
+    source._orphan_cache = found
+    if committed is not None:
+        source._keyless_round = committed["keyless_round"]
+        source._keyless_epoch = position.stored_keyless_epoch(committed)
+    source.epoch = run_epoch
+    assert source.keyless_round() == expected
+    source.epoch += 1  # a snapshot requested in the window: the keyless positions do not follow
+    assert source.keyless_round() == expected
+    earlier = [
+        (position.stored_keyless_epoch(o), o["keyless_round"]) for o in [*orphans, committed or {}] if o
+    ]
+    assert all(expected > e for e in earlier)
+    end = SimpleNamespace(vgtid=b.VGtid(), generation=0)
+    stored = source.offset_at(end, None, None)  # type: ignore[arg-type]
+    assert (stored["keyless_epoch"], stored["keyless_round"]) == expected
+    assert stored["epoch"] == run_epoch + 1
