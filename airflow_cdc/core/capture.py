@@ -201,10 +201,10 @@ class Capture:
         commit, as before); blocking signals store nothing (read whole in this run alone).
         """
         stored = SnapshotContext.from_json(data.get("snapshot"))
-        before = {s.id for s in stored.pending}
+        unchanged, before = stored.to_json(), {s.id for s in stored.pending}
         apply_signals(stored, signals, tables, [])
         self.source.check_snapshot_requests([s for s in stored.pending if s.id not in before])
-        if stored.to_json() == SnapshotContext.from_json(data.get("snapshot")).to_json():
+        if stored.to_json() == unchanged:
             return data, version
         state = dict(data, snapshot=stored.to_json())
         lease.check()

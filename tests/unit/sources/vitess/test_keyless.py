@@ -122,46 +122,41 @@ def test_stager_drops_what_a_whole_read_holds_and_positions_in_the_round():
 
 
 @pytest.mark.parametrize(
-    ("committed", "orphans", "run_epoch", "expected"),
+    ("committed", "orphan", "run_epoch", "expected"),
     [
-        ({"epoch": 2, "keyless_round": 4}, [], 2, (2, 5)),  # stored before keyless_epoch: the epoch
-        ({"epoch": 3, "keyless_epoch": 1, "keyless_round": 4}, [], 3, (1, 5)),
+        ({"epoch": 2, "keyless_round": 4}, None, 2, (2, 5)),  # stored before keyless_epoch: the epoch
+        ({"epoch": 3, "keyless_epoch": 1, "keyless_round": 4}, None, 3, (1, 5)),
         # an uncommitted batch whose run raised the epoch (a snapshot requested after a whole read)
-        ({"epoch": 1, "keyless_epoch": 1, "keyless_round": 4}, [{"epoch": 2, "keyless_round": 5}], 1, (2, 6)),
+        ({"epoch": 1, "keyless_epoch": 1, "keyless_round": 4}, {"epoch": 2, "keyless_round": 5}, 1, (2, 6)),
         (
             {"epoch": 1, "keyless_epoch": 1, "keyless_round": 4},
-            [{"epoch": 2, "keyless_epoch": 1, "keyless_round": 5}],
+            {"epoch": 2, "keyless_epoch": 1, "keyless_round": 5},
             2,
             (1, 6),
         ),
-        (None, [], 0, (0, 1)),
+        (None, None, 0, (0, 1)),
     ],
 )
 def test_the_keyless_epoch_and_round_sort_a_run_above_every_earlier_batch(
-    tmp_path: Any, committed: dict | None, orphans: list[dict], run_epoch: int, expected: tuple[int, int]
+    committed: dict | None, orphan: dict | None, run_epoch: int, expected: tuple[int, int]
 ) -> None:
     """A run's keyless positions lead with ``(keyless epoch, round)``: above the committed offset's
-    and every uncommitted batch's, fixed for the run whatever its own epoch does afterwards, and
-    stored in the offset it commits."""
+    and an uncommitted batch's (its manifest's ``to_offset``), fixed for the run whatever its own
+    epoch does afterwards, and stored in the offset it commits."""
     from airflow_cdc.sources.vitess.orphans import Orphans
     from airflow_cdc.sources.vitess.source import VitessSource
 
     source = VitessSource(CONFIG)
-    found = Orphans()
-    for to in orphans:
-        found.keyless_round = max(found.keyless_round, to["keyless_round"])
-        found.keyless_epoch = max(found.keyless_epoch, position.stored_keyless_epoch(to))
-    source._orphan_cache = found
+    earlier = [(position.stored_keyless_epoch(o), o["keyless_round"]) for o in (committed, orphan) if o]
+    source._orphan_cache = Orphans()
+    if orphan is not None:
+        source._orphan_cache.keyless_epoch, source._orphan_cache.keyless_round = earlier[-1]
     if committed is not None:
-        source._keyless_round = committed["keyless_round"]
-        source._keyless_epoch = position.stored_keyless_epoch(committed)
+        source._keyless_epoch, source._keyless_round = earlier[0]
     source.epoch = run_epoch
     assert source.keyless_round() == expected
     source.epoch += 1  # a snapshot requested in the window: the keyless positions do not follow
     assert source.keyless_round() == expected
-    earlier = [
-        (position.stored_keyless_epoch(o), o["keyless_round"]) for o in [*orphans, committed or {}] if o
-    ]
     assert all(expected > e for e in earlier)
     end = SimpleNamespace(vgtid=b.VGtid(), generation=0)
     stored = source.offset_at(end, None, None)  # type: ignore[arg-type]
