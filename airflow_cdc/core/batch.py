@@ -34,6 +34,7 @@ import shutil
 import socket
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -142,7 +143,9 @@ class BatchWriter:
         self.target, self.partition = target or connector, partition
         self.published = False
         self._open: dict[str, TableSink] = {}
-        self._parts: dict[str, list[PartInfo]] = {}
+        #: closed parts per table, in the order they were opened; a :class:`Future` of one while
+        #: a writer thread closes it (:meth:`_settle`)
+        self._parts: dict[str, list[Any]] = {}
         self._tables: dict[str, dict[str, Any]] = {}
         self._counters: dict[str, int] = {}
         #: encodes snapshot parts' row groups while the caller prepares the next rows, and the
@@ -199,17 +202,29 @@ class BatchWriter:
 
     def close_table(self, table: str) -> None:
         sink = self._open.pop(table, None)
-        if sink is not None:
+        if sink is not None and sink.rows and sink.writes is not None:
+            # its last row group may still be encoding: a writer thread closes the file then,
+            # while the next part's rows go on
+            self._parts.setdefault(table, []).append(sink.close_later())
+        elif sink is not None:
             part = sink.close()
             if part.rows:
                 self._parts.setdefault(table, []).append(part)
             else:
                 (self.area / part.file).delete()
 
+    def _settle(self) -> None:
+        """Wait for the parts writer threads are closing; raises what a write or close raised."""
+        for parts in self._parts.values():
+            for i, part in enumerate(parts):
+                if isinstance(part, Future):
+                    parts[i] = part.result()
+
     def inserted_rows(self, table: str, kind: str = "stream") -> list[dict[str, Any]]:
         """The after images of the ``c`` events of ``table`` staged so far in parts of ``kind``,
         in staging order (its open part is closed first).  For small tables (the signal table)."""
         self.close_table(table)
+        self._settle()
         out: list[dict[str, Any]] = []
         for part in self._parts.get(table, []):
             if part.kind != kind:
@@ -226,6 +241,7 @@ class BatchWriter:
             if sink.kind == kind:
                 sink.flush()
         sinks = [(t, s.ops) for t, s in self._open.items() if s.kind == kind]
+        self._settle()
         parts = [(t, p.ops) for t, ps in self._parts.items() for p in ps if p.kind == kind]
         for table, ops in sinks + parts:
             counts = out.setdefault(table, {})
@@ -238,6 +254,7 @@ class BatchWriter:
         (for facts read from their footers before :meth:`finish`; a later row opens a new part)."""
         for table in [t for t, s in self._open.items() if s.kind == kind]:
             self.close_table(table)
+        self._settle()
         return [(t, p, self.area / p.file) for t, ps in self._parts.items() for p in ps if p.kind == kind]
 
     def write_messages(self, table: pa.Table) -> None:
@@ -264,6 +281,7 @@ class BatchWriter:
                 self.close_table(table)
         finally:
             self._stop_writes()
+        self._settle()
         tables = {}
         for name, info in self._tables.items():
             parts = self._parts.get(name, [])

@@ -589,6 +589,36 @@ class TableSink:
         finally:
             self._writer.close()
         self.closed = True
+        return self._info()
+
+    def close_later(self) -> Future:
+        """:meth:`close` without waiting for the outstanding row-group write: the file is closed
+        by the writer thread that finishes it.  The future gives the :class:`PartInfo`, or raises
+        what the write or the close raised; nothing more may be written to the sink."""
+        self.flush()
+        pending, self._pending = self._pending, None
+        self.closed = True
+        done: Future = Future()
+
+        def finish(_: Any = None) -> None:
+            try:
+                try:
+                    if pending is not None:
+                        pending.result()
+                finally:
+                    self._writer.close()
+            except BaseException as e:  # noqa: BLE001 - handed to whoever settles the part
+                done.set_exception(e)
+            else:
+                done.set_result(self._info())
+
+        if pending is None:
+            finish()
+        else:
+            pending.add_done_callback(finish)
+        return done
+
+    def _info(self) -> PartInfo:
         return PartInfo(
             self.rel_path,
             self.rows,
@@ -600,12 +630,30 @@ class TableSink:
         )
 
 
+#: rows after which a table's snapshot part written in the background is closed (by its writer
+#: thread, :meth:`TableSink.close_later`) and the next rows go to a new part: a part's row groups
+#: are encoded one after another, so a large table's rows would otherwise be encoded by one
+#: thread while the other waits (one part per chunk of the default chunk sizes' largest)
+ROTATE_ROWS = 1 << 17
+#: overrides :data:`ROTATE_ROWS` (tests: rotation with small tables)
+PART_ROWS_ENV = "AIRFLOW_CDC_SNAPSHOT_PART_ROWS"
+
+
+def snapshot_part_rows() -> int:
+    """Rows after which a snapshot part written in the background rotates (:data:`ROTATE_ROWS`,
+    or :data:`PART_ROWS_ENV`)."""
+    value = os.environ.get(PART_ROWS_ENV, "")
+    return max(1, int(value)) if value.strip().isdigit() else ROTATE_ROWS
+
+
 class SnapshotSinks:
     """The open snapshot sink of each (batch, table, table structure).
 
-    A table's chunks, pre-images and purges of one batch share one part; a structure change inside
-    the run (a new ``signature``) opens a new part, as the stream side does.  States are the
-    sources' table states: anything with ``name``, ``signature`` and ``open_sink(writer, kind)``.
+    A table's chunks, pre-images and purges of one batch share one part -- or, when written in
+    the background, a new part once one holds :func:`snapshot_part_rows`, so that several are
+    encoded side by side; a structure change inside the run (a new ``signature``) opens a new
+    part, as the stream side does.  States are the sources' table states: anything with
+    ``name``, ``signature`` and ``open_sink(writer, kind)``.
     """
 
     def __init__(self) -> None:
@@ -614,7 +662,7 @@ class SnapshotSinks:
     def get(self, writer: Any, state: Any) -> TableSink:
         key = (id(writer), state.name, state.signature)
         sink = self._open.get(key)
-        if sink is None or sink.closed:
+        if sink is None or sink.closed or (sink.writes is not None and sink.rows >= snapshot_part_rows()):
             sink = self._open[key] = state.open_sink(writer, "snapshot")
         return sink
 

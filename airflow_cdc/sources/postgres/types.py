@@ -117,7 +117,9 @@ class ColumnCodec:
         :raises ProtocolError: a value is not valid text output of the column's type.
         """
         if isinstance(text, pa.ChunkedArray):
-            text = text.combine_chunks()
+            # one chunk (a snapshot chunk's column): that array as it is -- ``combine_chunks``
+            # copies even a single chunk, all the bytes of a pass-through text column
+            text = text.chunk(0) if text.num_chunks == 1 else text.combine_chunks()
         if not pa.types.is_string(text.type):
             text = text.cast(pa.string())
         try:

@@ -12,6 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from airflow_cdc.core.table_sink import PART_ROWS_ENV
 from tests.integration.postgres import toast_scenario
 from tests.integration.postgres.support import assert_converged, every_version, pipeline, run_capture
 from tests.support.pipeline import CrashRuns, WriterThreads, snapshot_pending
@@ -120,10 +121,11 @@ def _setup(pg_db, tmp_path: Path, reader: str = "peek", threads: int = 1) -> dic
 
 @pytest.mark.parametrize(("reader", "threads"), [("stream", 1), ("peek", 1), ("peek", 3)],
                          ids=["stream", "peek", "peek-three-readers"])
-def test_converges_under_concurrent_writes(pg_db, tmp_path, reader, threads):
+def test_converges_under_concurrent_writes(pg_db, tmp_path, monkeypatch, reader, threads):
     """Three snapshot readers (snapshot.max.threads) on two cores: ranges of 1,000 rows read side
     by side while the writers insert into them, move keys across them and delete from them."""
     config = _setup(pg_db, tmp_path, reader, threads)
+    monkeypatch.setenv(PART_ROWS_ENV, "2500")  # a table's snapshot rows of a run span parts
     runs = 0
     with Writers(pg_db.dsn) as writers:
         while snapshot_pending(config) or runs < 3:
@@ -142,11 +144,12 @@ def test_converges_under_concurrent_writes(pg_db, tmp_path, reader, threads):
 
 
 @every_version
-def test_converges_with_sigkill_at_random_points(pg_db, tmp_path):
+def test_converges_with_sigkill_at_random_points(pg_db, tmp_path, monkeypatch):
     """Each run reads its snapshot rows with one, two or three readers (snapshot.max.threads,
     drawn per run): killed runs leave ranges read by readers side by side, the next run may read
     them with another count."""
     config = _setup(pg_db, tmp_path, "stream")  # peek: test_crash_between_state_commit_and_slot_advance
+    monkeypatch.setenv(PART_ROWS_ENV, "2500")  # a kill may land while a writer thread closes a part
     config_path = tmp_path / "pipeline.json"
     rng = random.Random(42)
     runs = CrashRuns(config_path, "after_batch_write:0.25,after_state_commit:0.25,mid_window:0.1", rng, 0.35, 1.5)

@@ -16,10 +16,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_cdc.core import table_sink
 from airflow_cdc.core.batch import Batch, BatchWriter, clean_incomplete, list_batches
 from airflow_cdc.core.errors import BatchError
 from airflow_cdc.core.lease import pid_namespace
-from airflow_cdc.core.table_sink import BackgroundWrites, SourceLayout
+from airflow_cdc.core.table_sink import BackgroundWrites, SnapshotSinks, SourceLayout
 
 
 class IntCodec:
@@ -202,7 +203,9 @@ def test_snapshot_parts_written_in_the_background_equal_parts_written_inline(tmp
         assert [b.table_info(t)["rows"] for t in b.tables()] == [sum(range(50, 62))] * 2
     for got, want in zip(files[True], files[False], strict=True):
         assert got.metadata.num_row_groups == want.metadata.num_row_groups == 12
-        assert got.read().drop(["ts_ms", "ts_us", "ts_ns"]).equals(want.read().drop(["ts_ms", "ts_us", "ts_ns"]))
+        assert (
+            got.read().drop(["ts_ms", "ts_us", "ts_ns"]).equals(want.read().drop(["ts_ms", "ts_us", "ts_ns"]))
+        )
 
 
 def test_a_failed_background_write_fails_the_batch(tmp_path, monkeypatch):
@@ -225,6 +228,67 @@ def test_a_failed_background_write_fails_the_batch(tmp_path, monkeypatch):
         w.finish({})  # closing the part waits for the failed write
     w.abort()
     assert calls == [50, 50] and list_batches(tmp_path, "conn") == []
+    assert list((tmp_path / "conn" / "batches").iterdir()) == []
+
+
+class _State:
+    """What :class:`SnapshotSinks` needs of a table state: the test table ``public.t``."""
+
+    name, signature = "public.t", "v1"
+
+    def open_sink(self, writer, kind):
+        return open_sink(writer, kind)
+
+
+def _rotated_batch(tmp_path, monkeypatch, fail_write=None):
+    """12 chunks of ``public.t`` (50..61 rows) through :class:`SnapshotSinks` with parts rotated
+    at 120 rows; ``fail_write``: the n-th row-group write (over all parts) raises."""
+    monkeypatch.setenv(table_sink.PART_ROWS_ENV, "120")
+    w, sinks, calls = BatchWriter(tmp_path, "conn"), SnapshotSinks(), []
+    for i in range(12):
+        sink = sinks.get(w, _State())
+        if fail_write is not None and not hasattr(sink._writer, "_wrapped"):
+            real = sink._writer.write_table
+
+            def write(table, _real=real, **kw):
+                calls.append(table.num_rows)
+                if len(calls) == fail_write:
+                    raise OSError("disk full")
+                _real(table, **kw)
+
+            monkeypatch.setattr(sink._writer, "write_table", write)
+            sink._writer._wrapped = True
+        ids = pa.array([str(i * 1000 + j) for j in range(50 + i)])
+        sink.write_columnar("r", [ids, pc.binary_join_element_wise(ids, "x", "")], _pos(i), (i,))
+    return w, calls
+
+
+def test_large_snapshot_parts_rotate_and_close_on_the_writer_threads(tmp_path, monkeypatch):
+    """A table's snapshot rows beyond ROTATE_ROWS go to a new part while a writer thread finishes
+    and closes the previous one: the batch lists every part, in the order they were opened, each
+    closed and complete, and together they hold every row once."""
+    w, _ = _rotated_batch(tmp_path, monkeypatch)
+    b = Batch(w.finish({}))
+    parts = b.table_info("public.t")["parts"]
+    # chunks of 50, 51, ... rows: a part reaches 120 rows with its third chunk; 12 chunks fill 4
+    assert [p["file"] for p in parts] == [f"tables/public.t/part-{n:05d}.parquet" for n in range(4)]
+    assert [p["rows"] for p in parts] == [153, 162, 171, 180]
+    ids = []
+    for p in parts:
+        data = pq.read_table(b.path / p["file"])
+        assert p["rows"] == data.num_rows and p["ops"] == {"r": data.num_rows}
+        ids += data.column("after").combine_chunks().field("id").to_pylist()
+    assert sorted(ids) == sorted(i * 1000 + j for i in range(12) for j in range(50 + i))
+
+
+def test_a_failed_write_of_a_part_closed_on_a_writer_thread_fails_the_batch(tmp_path, monkeypatch):
+    """The last row group of a rotated part failed on the writer thread that closes it: the batch
+    does not publish (the error is raised when the parts are settled) and abort removes it all."""
+    w, calls = _rotated_batch(tmp_path, monkeypatch, fail_write=3)  # part 0's third chunk
+    with pytest.raises(OSError, match="disk full"):
+        w.finish({})
+    w.abort()
+    assert len(calls) >= 3 and list_batches(tmp_path, "conn") == []
     assert list((tmp_path / "conn" / "batches").iterdir()) == []
 
 
