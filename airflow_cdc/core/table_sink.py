@@ -583,17 +583,12 @@ class TableSink:
 
     def close(self) -> PartInfo:
         """Flush and close the file; returns what the manifest records about this part."""
-        self.flush()
-        try:
-            self._wait()
-        finally:
-            self._writer.close()
-        self.closed = True
-        return self._info()
+        return self.close_later().result()
 
     def close_later(self) -> Future:
-        """:meth:`close` without waiting for the outstanding row-group write: the file is closed
-        by the writer thread that finishes it.  The future gives the :class:`PartInfo`, or raises
+        """Flush and close the file without waiting for the outstanding row-group write: the file
+        is closed by the writer thread that finishes it (at once when none is outstanding).  The
+        future gives what the manifest records about this part (:class:`PartInfo`), or raises
         what the write or the close raised; nothing more may be written to the sink."""
         self.flush()
         pending, self._pending = self._pending, None
@@ -610,24 +605,24 @@ class TableSink:
             except BaseException as e:  # noqa: BLE001 - handed to whoever settles the part
                 done.set_exception(e)
             else:
-                done.set_result(self._info())
+                first, last = self.first_position, self.last_position
+                done.set_result(
+                    PartInfo(
+                        self.rel_path,
+                        self.rows,
+                        self.kind,
+                        self.schema_version,
+                        first.hex() if first else None,
+                        last.hex() if last else None,
+                        dict(self.ops),
+                    )
+                )
 
         if pending is None:
             finish()
         else:
             pending.add_done_callback(finish)
         return done
-
-    def _info(self) -> PartInfo:
-        return PartInfo(
-            self.rel_path,
-            self.rows,
-            self.kind,
-            self.schema_version,
-            self.first_position.hex() if self.first_position else None,
-            self.last_position.hex() if self.last_position else None,
-            dict(self.ops),
-        )
 
 
 #: rows after which a table's snapshot part written in the background is closed (by its writer
