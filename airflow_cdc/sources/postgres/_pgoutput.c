@@ -16,6 +16,8 @@
  *     names that relation until take() empties it.
  *   - Transaction facts come from Python (set_txn) and ``seq`` is shared back and forth, so both
  *     paths number the events of a transaction identically.
+ *   - feed() decodes without the GIL (the buffers grow with PyMem_Raw*), so the thread fetching
+ *     the next batch runs meanwhile; every other method refuses to run while it does.
  * Bounds are checked before every read: malformed input can only make feed() stop early.
  */
 #include "_pgoutput.h"
@@ -30,6 +32,7 @@ typedef struct {
     Py_ssize_t piece_rows, max_bytes;
     Txn txn;
     int64_t full;
+    int feeding;  /* feed() is decoding without the GIL: no other call may touch the buffers */
 } Decoder;
 
 static Rel *
@@ -117,9 +120,19 @@ register_key(Rel *r, PyObject *key)
     return 0;
 }
 
+/* Refuses a call while feed() decodes in another thread without the GIL. */
+static PyObject *
+busy(void)
+{
+    PyErr_SetString(PyExc_RuntimeError, "the decoder is feeding in another thread");
+    return NULL;
+}
+
 static PyObject *
 Decoder_register(Decoder *d, PyObject *args)
 {
+    if (d->feeding)
+        return busy();
     unsigned long relid;
     PyObject *select, *key = NULL;
     int ignore = 0;
@@ -186,6 +199,8 @@ fail:
 static PyObject *
 Decoder_unregister(Decoder *d, PyObject *arg)
 {
+    if (d->feeding)
+        return busy();
     unsigned long relid = PyLong_AsUnsignedLong(arg);
     if (relid == (unsigned long)-1 && PyErr_Occurred())
         return NULL;
@@ -222,6 +237,8 @@ set_origin(Txn *t, PyObject *origin, unsigned long long origin_lsn)
 static PyObject *
 Decoder_set_txn(Decoder *d, PyObject *args)
 {
+    if (d->feeding)
+        return busy();
     int active;
     unsigned long long final_lsn, origin_lsn = 0;
     long long ts_us, xid, seq;
@@ -246,27 +263,22 @@ Decoder_set_txn(Decoder *d, PyObject *args)
     Py_RETURN_NONE;
 }
 
-static PyObject *
-Decoder_feed(Decoder *d, PyObject *args)
+/* One row of a fed batch, as feed() reads it without the GIL. */
+typedef struct {
+    const unsigned char *buf;
+    Py_ssize_t len;
+    long long lsn;
+    int lsn_ok;
+} FedRow;
+
+/* Decode rows[0 .. n) (see feed): returns the count consumed, or -2 - count when out of memory. */
+static Py_ssize_t
+feed_rows(Decoder *d, const FedRow *rows, Py_ssize_t n)
 {
-    PyObject *rows;
-    Py_ssize_t i;
-    if (!PyArg_ParseTuple(args, "O!n", &PyList_Type, &rows, &i))
-        return NULL;
-    if (d->full >= 0) {
-        PyErr_SetString(PyExc_RuntimeError, "a full piece must be taken before feeding more rows");
-        return NULL;
-    }
-    Py_ssize_t n = PyList_GET_SIZE(rows);
+    Py_ssize_t i = 0;
     for (; i < n; i++) {
-        PyObject *row = PyList_GET_ITEM(rows, i);
-        if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != 2)
-            break;
-        PyObject *data = PyTuple_GET_ITEM(row, 1), *lsn = PyTuple_GET_ITEM(row, 0);
-        if (!PyBytes_CheckExact(data) || !PyLong_CheckExact(lsn))
-            break;
-        const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data);
-        Py_ssize_t len = PyBytes_GET_SIZE(data);
+        const unsigned char *buf = rows[i].buf;
+        Py_ssize_t len = rows[i].len;
         if (len < 1 || (buf[0] != 'I' && buf[0] != 'U' && buf[0] != 'D'))
             break;
         if (!d->txn.active)
@@ -278,14 +290,11 @@ Decoder_feed(Decoder *d, PyObject *args)
             break;
         if (r->ignore)
             continue;
-        long long change_lsn = PyLong_AsLongLong(lsn);
-        if (change_lsn == -1 && PyErr_Occurred()) {
-            PyErr_Clear();
+        if (!rows[i].lsn_ok)
             break;
-        }
-        int rc = change_put(&d->txn, r, buf, len, change_lsn);
+        int rc = change_put(&d->txn, r, buf, len, rows[i].lsn);
         if (rc == -2)
-            return NULL;
+            return -2 - i;
         if (rc == -1)
             break;
         if (r->n >= d->piece_rows || r->bytes >= d->max_bytes) {
@@ -294,7 +303,66 @@ Decoder_feed(Decoder *d, PyObject *args)
             break;
         }
     }
-    return PyLong_FromSsize_t(i);
+    return i;
+}
+
+/* Rows are decoded without the GIL, so the thread fetching the next batch (psycopg builds its
+ * tuples under the GIL) runs meanwhile.  The (lsn, data) facts are taken under the GIL first, up
+ * to the first row that is not an (int, bytes) pair, and each bytes object is held until the
+ * decode is done. */
+static PyObject *
+Decoder_feed(Decoder *d, PyObject *args)
+{
+    PyObject *rows;
+    Py_ssize_t i;
+    if (!PyArg_ParseTuple(args, "O!n", &PyList_Type, &rows, &i))
+        return NULL;
+    if (d->full >= 0) {
+        PyErr_SetString(PyExc_RuntimeError, "a full piece must be taken before feeding more rows");
+        return NULL;
+    }
+    if (d->feeding)
+        return busy();
+    Py_ssize_t n = PyList_GET_SIZE(rows);
+    if (i < 0 || i >= n)
+        return PyLong_FromSsize_t(i < 0 ? 0 : i);
+    FedRow *fed = PyMem_RawMalloc(sizeof(FedRow) * (size_t)(n - i));
+    PyObject **held = PyMem_RawMalloc(sizeof(PyObject *) * (size_t)(n - i));
+    if (fed == NULL || held == NULL) {
+        PyMem_RawFree(fed);
+        PyMem_RawFree(held);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t m = 0;
+    for (Py_ssize_t j = i; j < n; j++, m++) {
+        PyObject *row = PyList_GET_ITEM(rows, j);
+        if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != 2)
+            break;
+        PyObject *data = PyTuple_GET_ITEM(row, 1), *lsn = PyTuple_GET_ITEM(row, 0);
+        if (!PyBytes_CheckExact(data) || !PyLong_CheckExact(lsn))
+            break;
+        fed[m].buf = (const unsigned char *)PyBytes_AS_STRING(data);
+        fed[m].len = PyBytes_GET_SIZE(data);
+        fed[m].lsn = PyLong_AsLongLong(lsn);
+        fed[m].lsn_ok = !(fed[m].lsn == -1 && PyErr_Occurred());
+        if (!fed[m].lsn_ok)
+            PyErr_Clear();
+        Py_INCREF(data);
+        held[m] = data;
+    }
+    Py_ssize_t done;
+    d->feeding = 1;
+    Py_BEGIN_ALLOW_THREADS
+    done = feed_rows(d, fed, m);
+    Py_END_ALLOW_THREADS
+    d->feeding = 0;
+    for (Py_ssize_t j = 0; j < m; j++)
+        Py_DECREF(held[j]);
+    PyMem_RawFree(fed);
+    PyMem_RawFree(held);
+    if (done <= -2)
+        return PyErr_NoMemory();
+    return PyLong_FromSsize_t(i + done);
 }
 
 /* An image's buffers (present bitmap, per column offsets, text, validity, TOAST bitmap or None),
@@ -346,6 +414,8 @@ origin_take(Rel *r)
 static PyObject *
 Decoder_take(Decoder *d, PyObject *arg)
 {
+    if (d->feeding)
+        return busy();
     unsigned long relid = PyLong_AsUnsignedLong(arg);
     if (relid == (unsigned long)-1 && PyErr_Occurred())
         return NULL;
@@ -357,7 +427,7 @@ Decoder_take(Decoder *d, PyObject *arg)
     Py_ssize_t n = r->n;
     Buf steps = {0};
     if (buf_reserve(&steps, (n + 1) * 8) < 0)
-        return NULL;
+        return PyErr_NoMemory();
     for (Py_ssize_t i = 0; i <= n; i++) {
         ((int32_t *)steps.p)[i] = (int32_t)i;
         ((int32_t *)steps.p)[n + 1 + i] = (int32_t)(POS_LEN * i);

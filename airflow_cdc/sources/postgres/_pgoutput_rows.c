@@ -14,17 +14,13 @@ buf_reserve(Buf *b, Py_ssize_t extra)
         return 0;
     Py_ssize_t cap = b->cap ? b->cap : 256;
     while (cap - b->len < extra) {
-        if (cap > PY_SSIZE_T_MAX / 2) {
-            PyErr_NoMemory();
+        if (cap > PY_SSIZE_T_MAX / 2)
             return -1;
-        }
         cap *= 2;
     }
-    char *p = PyMem_Realloc(b->p, (size_t)cap);
-    if (p == NULL) {
-        PyErr_NoMemory();
+    char *p = PyMem_RawRealloc(b->p, (size_t)cap);
+    if (p == NULL)
         return -1;
-    }
     b->p = p;
     b->cap = cap;
     return 0;
@@ -43,7 +39,7 @@ buf_put(Buf *b, const void *src, Py_ssize_t n)
 void
 buf_free(Buf *b)
 {
-    PyMem_Free(b->p);
+    PyMem_RawFree(b->p);
     b->p = NULL;
     b->len = b->cap = 0;
 }

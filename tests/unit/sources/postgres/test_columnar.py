@@ -9,6 +9,8 @@ compiled decoder must never crash, whatever it is fed.
 from __future__ import annotations
 
 import random
+import threading
+import time
 import struct
 
 import pyarrow as pa
@@ -374,3 +376,47 @@ def test_decoder_argument_checks():
     dec.register(3, (), True)
     ignored = [(1, change(b"I", 3, b"N", b"anything")), (2, change(b"D", 3, b"?"))]
     assert dec.feed(ignored, 0) == 2 and dec.events == 1 and dec.take(3) is None
+
+
+@needs_native
+def test_feed_decodes_without_the_gil_and_refuses_calls_meanwhile():
+    """While ``feed`` decodes, another thread runs Python (the peek's fetching thread builds the
+    next batch meanwhile), and a call that would touch the buffers is refused, not raced."""
+    dec = columnar._Decoder(1 << 30, 1 << 40, "")
+    dec.register(1, [0])
+    dec.set_txn(True, 10, 0, 1, None, 0)
+    row = (5, change(b"I", 1, b"N", tupledata(text_col(b"1"))))
+    stamps: list[float] = []
+    refused: list[str] = []
+    stop = threading.Event()
+
+    def other() -> None:
+        while not stop.is_set():
+            try:
+                dec.unregister(99)  # not registered: False, unless the decoder is busy
+            except RuntimeError as e:
+                refused.append(str(e))
+            stamps.append(time.perf_counter())
+
+    rows = 250_000
+    while True:
+        batch = [row] * rows
+        worker = threading.Thread(target=other)
+        stamps.clear()
+        stop.clear()
+        worker.start()
+        while not stamps:
+            time.sleep(0.001)
+        t0 = time.perf_counter()
+        assert dec.feed(batch, 0) == rows
+        t1 = time.perf_counter()
+        stop.set()
+        worker.join()
+        assert dec.take(1)[0] == rows
+        if t1 - t0 >= 0.05 or rows >= 16_000_000:
+            break
+        rows *= 2  # a fast machine: decode long enough to tell
+    quarter = (t1 - t0) / 4
+    middle = [s for s in stamps if t0 + quarter < s < t1 - quarter]
+    assert middle, f"no Python ran in another thread during a {t1 - t0:.3f}s feed: the GIL was held"
+    assert refused and all("feeding in another thread" in r for r in refused)
