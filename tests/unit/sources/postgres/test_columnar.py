@@ -9,9 +9,9 @@ compiled decoder must never crash, whatever it is fed.
 from __future__ import annotations
 
 import random
+import struct
 import threading
 import time
-import struct
 
 import pyarrow as pa
 import pyarrow.parquet as pq
