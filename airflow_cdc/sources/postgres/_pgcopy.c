@@ -301,6 +301,139 @@ pgcopy_read(PyObject *self, PyObject *args)
 
 
 /*
+ * pairs(conn, getcopydata, freemem, max_rows, header) -> (status, rows): the change window's
+ * ``COPY (SELECT lsn, data FROM pg_logical_slot_peek_binary_changes(...)) TO STDOUT (FORMAT
+ * binary)`` as the list of (lsn, data) tuples the pgoutput decoder is fed -- what a binary cursor's
+ * fetchmany() returns, without psycopg's per-row machinery and without a FETCH round trip per
+ * batch.  The server sends one CopyData message per row (the first one led by the binary COPY
+ * header, which ``header`` says to expect; the last message is the -1 trailer).  The messages are
+ * collected with the GIL released, then turned into objects.  Status as read(); -3: a message
+ * that is not a (bigint, non-NULL bytea) row, the header or the trailer.
+ */
+typedef struct {
+    char *msg;  /* libpq's buffer, freed with freemem */
+    const char *data;
+    int64_t lsn;
+    int32_t len;
+} Pair;
+
+static int64_t
+be64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+
+static int32_t
+be32s(const unsigned char *p)
+{
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+
+static const unsigned char COPY_SIGNATURE[11] = {'P', 'G', 'C', 'O', 'P', 'Y', '\n', 0xff, '\r', '\n', 0};
+
+/* Parse one message into *pair: 1 a row, 0 the trailer, -3 anything else. */
+static int
+parse_pair(char *msg, int n, int *header, Pair *pair)
+{
+    const unsigned char *p = (const unsigned char *)msg, *end = p + n;
+    if (*header) {
+        if (n < 19 || memcmp(p, COPY_SIGNATURE, 11) != 0)
+            return -3;
+        int32_t ext = be32s(p + 15);
+        if (ext < 0 || ext > n - 19)
+            return -3;
+        p += 19 + ext;
+        *header = 0;
+    }
+    if (end - p < 2)
+        return -3;
+    int16_t fields = (int16_t)((p[0] << 8) | p[1]);
+    p += 2;
+    if (fields == -1)
+        return p == end ? 0 : -3;
+    if (fields != 2 || end - p < 4 + 8 + 4 || be32s(p) != 8)
+        return -3;
+    pair->lsn = be64(p + 4);
+    p += 12;
+    int32_t len = be32s(p);
+    p += 4;
+    if (len < 0 || len != end - p)
+        return -3;
+    pair->msg = msg;
+    pair->data = (const char *)p;
+    pair->len = len;
+    return 1;
+}
+
+static PyObject *
+pgcopy_pairs(PyObject *self, PyObject *args)
+{
+    unsigned long long conn_addr, get_addr, free_addr;
+    Py_ssize_t max_rows;
+    int header;
+    if (!PyArg_ParseTuple(args, "KKKnp", &conn_addr, &get_addr, &free_addr, &max_rows, &header))
+        return NULL;
+    if (conn_addr == 0 || get_addr == 0 || free_addr == 0 || max_rows < 1) {
+        PyErr_SetString(PyExc_ValueError, "pairs(): null address or max_rows < 1");
+        return NULL;
+    }
+    void *conn = (void *)(uintptr_t)conn_addr;
+    GetCopyData get = (GetCopyData)(uintptr_t)get_addr;
+    FreeMem freemem = (FreeMem)(uintptr_t)free_addr;
+    Pair *pairs = malloc(sizeof(Pair) * (size_t)max_rows);
+    if (pairs == NULL)
+        return PyErr_NoMemory();
+    Py_ssize_t n = 0;
+    int status = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (n < max_rows) {
+        char *buf = NULL;
+        int len = get(conn, &buf, 0);
+        if (len == -1) {
+            status = 1;
+            break;
+        }
+        if (len < 0) {
+            status = -2;
+            break;
+        }
+        int rc = parse_pair(buf, len, &header, &pairs[n]);
+        if (rc == 1) {
+            n++;
+            continue;
+        }
+        freemem(buf);
+        if (rc < 0) {
+            status = -3;
+            break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyObject *list = PyList_New(n);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (list != NULL) {
+            PyObject *lsn = PyLong_FromLongLong(pairs[i].lsn);
+            PyObject *data = PyBytes_FromStringAndSize(pairs[i].data, pairs[i].len);
+            PyObject *row = (lsn && data) ? PyTuple_Pack(2, lsn, data) : NULL;
+            Py_XDECREF(lsn);
+            Py_XDECREF(data);
+            if (row == NULL)
+                Py_CLEAR(list);
+            else
+                PyList_SET_ITEM(list, i, row);
+        }
+        freemem(pairs[i].msg);
+    }
+    free(pairs);
+    if (list == NULL)
+        return NULL;
+    return Py_BuildValue("(iN)", status, list);
+}
+
+/*
  * zoned_iso(offsets, data, valid, offset, n, precision) -> (offsets, data, valid): the
  * ``timestamptz`` text output in its common shape, ``YYYY-MM-DD HH:MM:SS[.f{1,6}]+00``, as
  * Debezium's ZonedTimestamp string ``YYYY-MM-DDTHH:MM:SS[.f{precision}]Z`` (exactly
@@ -423,6 +556,9 @@ static PyMethodDef methods[] = {
     {"read", pgcopy_read, METH_VARARGS,
      "read(conn, getcopydata, freemem, ncols, max_bytes) -> (status, nrows, columns): drain a\n"
      "text-format COPY TO STDOUT into Arrow string buffers (see the module comment)."},
+    {"pairs", pgcopy_pairs, METH_VARARGS,
+     "pairs(conn, getcopydata, freemem, max_rows, header) -> (status, rows): a binary COPY of\n"
+     "(bigint, bytea) rows as a list of (int, bytes) tuples (see the comment above it)."},
     {"zoned_iso", pgcopy_zoned_iso, METH_VARARGS,
      "zoned_iso(offsets, data, valid, offset, n, precision) -> (offsets, data, valid, nulls):\n"
      "timestamptz text output (+00) as ZonedTimestamp strings, NULL where not in the common shape."},

@@ -31,6 +31,10 @@ try:
 except ImportError:  # not built (a source checkout without pip install): pure Python
     _read = None
 try:
+    from airflow_cdc.sources.postgres._pgcopy import pairs as _pairs
+except ImportError:  # not built, or built before it had the reader: the window uses a cursor
+    _pairs = None
+try:
     from airflow_cdc.sources.postgres._pgcopy import zoned_iso as _zoned_iso
 except ImportError:  # not built, or built before it had the kernel: the string kernels run
     _zoned_iso = None
@@ -81,6 +85,50 @@ def native_available() -> bool:
     if _read is None or os.environ.get(COPY_ENV, "").lower() == "python":
         return False
     return _libpq_functions() is not None
+
+
+def pairs_available() -> bool:
+    """Whether :class:`PairCopy` can read (the compiled reader is built, with its ``pairs``)."""
+    return _pairs is not None and native_available()
+
+
+class PairCopy:
+    """``fetchmany`` over a started binary ``COPY`` of ``(bigint, bytea)`` rows, drained by the
+    compiled reader: the lists of ``(int, bytes)`` tuples a binary cursor's ``fetchmany`` gives,
+    without psycopg's per-row work or a ``FETCH`` round trip per batch.  An empty list: the COPY
+    ended (its final result checked).  Only one thread may call it at a time.
+
+    :raises psycopg.Error: the server failed the statement (as psycopg raises it), or the
+        connection failed.
+    """
+
+    def __init__(self, conn: psycopg.Connection, copy: Any) -> None:
+        functions = _libpq_functions()
+        assert _pairs is not None and functions is not None
+        self.conn, self.copy, self.functions = conn, copy, functions
+        self.header, self.done = True, False
+
+    def fetchmany(self, size: int) -> list[tuple[int, bytes]]:
+        if self.done:
+            return []
+        pgconn = self.conn.pgconn
+        address = pgconn.pgconn_ptr  # type: ignore[attr-defined]  # psycopg >= 3.1 (not in the stub)
+        status, rows = _pairs(address, *self.functions, size, self.header)
+        self.header = False
+        if status == 0:
+            return rows
+        self.done = True
+        if status == -2:
+            raise psycopg.OperationalError(f"COPY of the change window failed: {_error_text(pgconn)}")
+        if status != 1:
+            raise psycopg.DataError("COPY of the change window: a row is not (bigint, bytea)")
+        # the COPY ended: its final result is the command status (or the server's error)
+        results = self.conn.wait(generators.fetch_many(pgconn))
+        self.copy._finished = True  # psycopg must not read the ended COPY again on exit
+        result = results[-1]
+        if result.status != pq.ExecStatus.COMMAND_OK:
+            raise psycopg.errors.error_from_result(result, encoding=self.conn.info.encoding)
+        return rows
 
 
 def zoned_iso(text: pa.Array, precision: int) -> pa.Array | None:

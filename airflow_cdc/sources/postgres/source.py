@@ -648,6 +648,13 @@ class PostgresSource(ChangeSource):
                 finally:
                     if stream.backend_pid:
                         replication.wait_slot_released(self.conn, self.slot, stream.backend_pid)
+            elif copyread.pairs_available():
+                # a connection of its own: the COPY holds it while the catalog lookups of the
+                # decoding use self.conn
+                with client.connect(self.config) as own:
+                    res = reader.read(
+                        own, self.slot, self.publication, from_lsn, upto_lsn, max_events, copy=True
+                    )
             else:
                 res = reader.read(self.conn, self.slot, self.publication, from_lsn, upto_lsn, max_events)
         except psycopg.errors.ObjectInUse as e:

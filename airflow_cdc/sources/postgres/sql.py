@@ -154,6 +154,11 @@ def peek_changes(
     )
 
 
+def binary_copy(query: sql.Composable) -> sql.Composed:
+    """``COPY (query) TO STDOUT (FORMAT binary)``."""
+    return sql.SQL("COPY ({}) TO STDOUT (FORMAT binary)").format(query)
+
+
 def quote_publication_name(name: str) -> str:
     """pgoutput parses ``publication_names`` as an identifier list: quote the name for it."""
     return '"' + name.replace('"', '""') + '"'

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Callable, Iterable
-from contextlib import closing
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,9 +38,9 @@ from airflow_cdc.core.progress import Progress
 from airflow_cdc.core.snapshot import ChunkTracker
 from airflow_cdc.core.table_sink import BackgroundWrites, TableSink
 from airflow_cdc.core.unchanged import unchanged_row
+from airflow_cdc.sources.postgres import copyread, versions
 from airflow_cdc.sources.postgres import protocol as proto
 from airflow_cdc.sources.postgres import sql as q
-from airflow_cdc.sources.postgres import versions
 from airflow_cdc.sources.postgres.client import prefetch
 from airflow_cdc.sources.postgres.columnar import PieceStage, native_decoder, to_piece
 from airflow_cdc.sources.postgres.position import PgPosition, format_pg_lsn
@@ -127,14 +127,19 @@ class WindowReader:
         from_lsn: int,
         upto_lsn: int,
         max_events: int,
+        copy: bool = False,
     ) -> WindowResult:
-        """Peek the window ``[from_lsn, upto_lsn)`` (at most ``max_events`` rows, whole transactions)."""
-        with conn.transaction(), conn.cursor(name="airflow_cdc_window", binary=True) as cur:
-            messages = versions.with_messages(conn.info.server_version)
-            upto = format_pg_lsn(upto_lsn)
-            cur.execute(q.peek_changes(slot, upto, max_events, publication, messages=messages))
-            # closed explicitly: the fetching thread must be gone before the cursor closes
-            with closing(prefetch(cur, FETCH_ROWS)) as batches:
+        """Peek the window ``[from_lsn, upto_lsn)`` (at most ``max_events`` rows, whole transactions).
+
+        :param copy: ``conn`` serves only this read, so the rows may come through a ``COPY``
+            (:func:`_window_rows`), which holds the connection until it ends; without it the
+            decoding's catalog lookups share ``conn`` between fetches of a cursor.
+        """
+        messages = versions.with_messages(conn.info.server_version)
+        query = q.peek_changes(slot, format_pg_lsn(upto_lsn), max_events, publication, messages=messages)
+        with conn.transaction(), _window_rows(conn, query, copy) as source:
+            # closed explicitly: the fetching thread must be gone before the cursor or COPY ends
+            with closing(prefetch(source, FETCH_ROWS)) as batches:
                 try:
                     res, rows = self.read_batches(batches, from_lsn, upto_lsn)
                     return self.finish(res, rows >= max_events)
@@ -508,6 +513,21 @@ class WindowReader:
                 )
         self.writer.write_messages(pa.Table.from_pylist(rows, schema=message_schema(SOURCE_TYPE)))
         self.messages = []
+
+
+@contextmanager
+def _window_rows(conn: psycopg.Connection, query: Any, copy: bool) -> Iterator[Any]:
+    """What the peek's ``(lsn, data)`` rows are fetched from: with ``copy``, a binary ``COPY``
+    drained by the compiled reader (:class:`copyread.PairCopy`); else, or when that is not built
+    or ``AIRFLOW_CDC_PG_COPY=python``, a server-side binary cursor.  Both have ``fetchmany`` with
+    the same rows."""
+    if copy and copyread.pairs_available():
+        with conn.cursor().copy(q.binary_copy(query)) as started:
+            yield copyread.PairCopy(conn, started)
+        return
+    with conn.cursor(name="airflow_cdc_window", binary=True) as cur:
+        cur.execute(query)
+        yield cur
 
 
 class _TxnState:

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from airflow_cdc.core.batch import Batch
-from airflow_cdc.sources.postgres import walstream
+from airflow_cdc.sources.postgres import copyread, walstream
 from airflow_cdc.sources.postgres.position import parse_pg_lsn
 from tests.integration.postgres.support import every_version, pipeline, run_capture
 from tests.support.pipeline import capture_process
@@ -316,3 +316,74 @@ def test_streamed_large_transactions_stage_like_the_peek(
     assert len(events) == 3000 + 1500 + 1 + 1000
     assert not [e for e in events if (e["after"] or {}).get("v") in ("aborted", "rolled back")]
     assert len(stream_runs) >= 2  # run.max.events ended a window after a whole (streamed) transaction
+
+
+@pytest.mark.parametrize("max_events", [3, 5_000_000])
+def test_peek_through_copy_and_cursor_stage_the_same_windows(
+    pg_db: Any, tmp_path: Path, max_events: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The peek's rows come through a binary COPY drained by the compiled reader
+    (``copyread.PairCopy``) or, with ``AIRFLOW_CDC_PG_COPY=python``, a binary cursor: the same
+    windows, events and offsets either way."""
+    assert copyread.pairs_available(), "the compiled COPY reader is not built"
+    _exec(pg_db.dsn, "CREATE TABLE a (id int PRIMARY KEY, v text, big text)",
+          "CREATE TABLE b (id int PRIMARY KEY, v text)", "ALTER TABLE b REPLICA IDENTITY FULL")
+    configs = {
+        fetch: pipeline(pg_db, tmp_path / fetch, **{"name": f"{fetch}_{pg_db.name}", "slot.name": f"slot_{fetch}",
+                                                    "topic.prefix": "same", "window.reader": "peek",
+                                                    "snapshot.mode": "no_data", "skipped.operations": "none",
+                                                    "run.max.events": max_events})
+        for fetch in ("copy", "cursor")
+    }
+    for config in configs.values():
+        run_capture(config)
+    _workload(pg_db.dsn)
+    runs = {}
+    for fetch, config in configs.items():
+        if fetch == "cursor":
+            monkeypatch.setenv(copyread.COPY_ENV, "python")
+        else:
+            monkeypatch.delenv(copyread.COPY_ENV, raising=False)
+        runs[fetch] = _runs(config)
+    pairs = list(zip(runs["copy"], runs["cursor"], strict=True))
+    for n, ((c_events, c_offset, c_rows), (k_events, k_offset, k_rows)) in enumerate(pairs, start=1):
+        assert c_events == k_events and c_rows == k_rows
+        assert c_offset == k_offset if n < len(pairs) else parse_pg_lsn(c_offset["lsn"]) <= parse_pg_lsn(k_offset["lsn"])
+    assert sum(len(rows) for _, _, rows in runs["copy"]) == 1011 + 3
+
+
+def _pair_copy(dsn: str, select: str, size: int = 2) -> list[list[tuple[int, bytes]]]:
+    """Every ``fetchmany(size)`` of a ``PairCopy`` over ``COPY (select) TO STDOUT (FORMAT binary)``."""
+    with psycopg.connect(dsn) as conn, conn.cursor().copy(f"COPY ({select}) TO STDOUT (FORMAT binary)") as copy:
+        rows = copyread.PairCopy(conn, copy)
+        out = []
+        while batch := rows.fetchmany(size):
+            out.append(batch)
+        assert rows.fetchmany(size) == []
+        return out
+
+
+def test_pair_copy_reads_rows_and_refuses_other_shapes(pg_db: Any) -> None:
+    """``PairCopy``: batches of at most ``size`` ``(int, bytes)`` rows, the header and trailer
+    skipped (also with no row); a row of another shape is a DataError and a server error mid-COPY
+    is psycopg's own error, each leaving the connection usable."""
+    assert copyread.pairs_available(), "the compiled COPY reader is not built"
+    got = _pair_copy(pg_db.dsn, "SELECT g::int8 * 4294967296, decode(repeat('ab', g), 'hex') "
+                                "FROM generate_series(0, 4) g")
+    assert [len(b) for b in got] == [2, 2, 1]
+    assert [r for b in got for r in b] == [(g << 32, b"\xab" * g) for g in range(5)]
+    assert _pair_copy(pg_db.dsn, "SELECT 1::int8, ''::bytea WHERE false") == []
+    assert _pair_copy(pg_db.dsn, "SELECT -1::int8, '\\x00ff'::bytea") == [[(-1, b"\x00\xff")]]
+    for select in ("SELECT 1::int8, NULL::bytea", "SELECT 1::int4, 'x'::bytea", "SELECT 1::int8, 'x'::bytea, 2",
+                   "SELECT 1::int8"):
+        with pytest.raises(psycopg.DataError, match=r"not \(bigint, bytea\)"):
+            _pair_copy(pg_db.dsn, select)
+    with psycopg.connect(pg_db.dsn) as conn:
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            with conn.cursor().copy("COPY (SELECT g::int8, 'x'::bytea FROM generate_series(-3, 3) g "
+                                    "WHERE 1 / g > -5) TO STDOUT (FORMAT binary)") as copy:
+                rows = copyread.PairCopy(conn, copy)
+                while rows.fetchmany(1):
+                    pass
+        conn.rollback()
+        assert conn.execute("SELECT 1").fetchone() == (1,)
