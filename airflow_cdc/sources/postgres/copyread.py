@@ -122,12 +122,7 @@ class PairCopy:
             raise psycopg.OperationalError(f"COPY of the change window failed: {_error_text(pgconn)}")
         if status != 1:
             raise psycopg.DataError("COPY of the change window: a row is not (bigint, bytea)")
-        # the COPY ended: its final result is the command status (or the server's error)
-        results = self.conn.wait(generators.fetch_many(pgconn))
-        self.copy._finished = True  # psycopg must not read the ended COPY again on exit
-        result = results[-1]
-        if result.status != pq.ExecStatus.COMMAND_OK:
-            raise psycopg.errors.error_from_result(result, encoding=self.conn.info.encoding)
+        _end_copy(self.conn, self.copy)
         return rows
 
 
@@ -214,12 +209,17 @@ def _native_pieces(
             if status == -2:
                 raise psycopg.OperationalError(f"COPY chunk read failed: {_error_text(pgconn)}")
             raise psycopg.DataError(f"COPY chunk row without {ncols} fields (status {status})")
-        # the COPY ended: its final result is the command status (or the server's error)
-        results = conn.wait(generators.fetch_many(pgconn))
-        copy._finished = True  # psycopg must not read the ended COPY again on exit
-        result = results[-1]
-        if result.status != pq.ExecStatus.COMMAND_OK:
-            raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
+        _end_copy(conn, copy)
+
+
+def _end_copy(conn: psycopg.Connection, copy: Any) -> None:
+    """After the compiled reader saw a COPY end: fetch its final result, the command status or
+    the server's error (raised as psycopg raises it)."""
+    results = conn.wait(generators.fetch_many(conn.pgconn))
+    copy._finished = True  # psycopg must not read the ended COPY again on exit
+    result = results[-1]
+    if result.status != pq.ExecStatus.COMMAND_OK:
+        raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
 
 
 def _error_text(pgconn: Any) -> str:

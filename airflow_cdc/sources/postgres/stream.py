@@ -131,9 +131,10 @@ class WindowReader:
     ) -> WindowResult:
         """Peek the window ``[from_lsn, upto_lsn)`` (at most ``max_events`` rows, whole transactions).
 
-        :param copy: ``conn`` serves only this read, so the rows may come through a ``COPY``
-            (:func:`_window_rows`), which holds the connection until it ends; without it the
-            decoding's catalog lookups share ``conn`` between fetches of a cursor.
+        :param copy: read the rows through a ``COPY`` (:func:`_window_rows`; needs
+            ``copyread.pairs_available()``), which holds ``conn`` until it ends: ``conn`` must
+            serve only this read.  Without it the decoding's catalog lookups share ``conn``
+            between fetches of a cursor.
         """
         messages = versions.with_messages(conn.info.server_version)
         query = q.peek_changes(slot, format_pg_lsn(upto_lsn), max_events, publication, messages=messages)
@@ -518,10 +519,9 @@ class WindowReader:
 @contextmanager
 def _window_rows(conn: psycopg.Connection, query: Any, copy: bool) -> Iterator[Any]:
     """What the peek's ``(lsn, data)`` rows are fetched from: with ``copy``, a binary ``COPY``
-    drained by the compiled reader (:class:`copyread.PairCopy`); else, or when that is not built
-    or ``AIRFLOW_CDC_PG_COPY=python``, a server-side binary cursor.  Both have ``fetchmany`` with
-    the same rows."""
-    if copy and copyread.pairs_available():
+    drained by the compiled reader (:class:`copyread.PairCopy`); else a server-side binary
+    cursor.  Both have ``fetchmany`` with the same rows."""
+    if copy:
         with conn.cursor().copy(q.binary_copy(query)) as started:
             yield copyread.PairCopy(conn, started)
         return

@@ -48,11 +48,13 @@ def _exec(dsn: str, *statements: str) -> None:
             conn.execute(s)
 
 
-def _config(pg_db: Any, tmp_path: Path, reader: str, **props: Any) -> dict[str, Any]:
-    return pipeline(pg_db, tmp_path / reader, **{"name": f"{reader}_{pg_db.name}", "slot.name": f"slot_{reader}",
-                                                  "topic.prefix": "same", "window.reader": reader,
-                                                  "snapshot.mode": "no_data", "skipped.operations": "none",
-                                                  **props})
+def _config(pg_db: Any, tmp_path: Path, reader: str, label: str | None = None, **props: Any) -> dict[str, Any]:
+    """A connector reading with ``reader``; ``label`` (default: the reader) names it, its slot and folder."""
+    label = label or reader
+    return pipeline(pg_db, tmp_path / label, **{"name": f"{label}_{pg_db.name}", "slot.name": f"slot_{label}",
+                                                 "topic.prefix": "same", "window.reader": reader,
+                                                 "snapshot.mode": "no_data", "skipped.operations": "none",
+                                                 **props})
 
 
 def _staged(result: Any) -> list[tuple[str, Any]]:
@@ -91,6 +93,23 @@ def _workload(dsn: str) -> None:
           "BEGIN; INSERT INTO b VALUES (5, 'five'); SELECT pg_logical_emit_message(true, 'tx', 'last'); COMMIT")
 
 
+def _workload_tables(dsn: str) -> None:
+    """The tables ``_workload`` writes to."""
+    _exec(dsn, "CREATE TABLE a (id int PRIMARY KEY, v text, big text)",
+          "CREATE TABLE b (id int PRIMARY KEY, v text)", "ALTER TABLE b REPLICA IDENTITY FULL")
+
+
+def _assert_same_windows(one: list, other: list) -> None:
+    """Two connectors' ``_runs`` staged the same windows: same events and rows, and the same end
+    offset for every window but the last."""
+    pairs = list(zip(one, other, strict=True))
+    for n, ((a_events, a_offset, a_rows), (b_events, b_offset, b_rows)) in enumerate(pairs, start=1):
+        assert a_events == b_events and a_rows == b_rows
+        # a window cut by run.max.events ends on the same commit; the last one ends at its run's
+        # target LSN, which other databases of the shared server move between the two runs
+        assert a_offset == b_offset if n < len(pairs) else parse_pg_lsn(a_offset["lsn"]) <= parse_pg_lsn(b_offset["lsn"])
+
+
 def _runs(config: dict[str, Any]) -> list[tuple[int, dict[str, Any], list]]:
     out = []
     for _ in range(20):
@@ -104,19 +123,13 @@ def _runs(config: dict[str, Any]) -> list[tuple[int, dict[str, Any], list]]:
 @pytest.mark.parametrize("max_events", [3, 5_000_000])
 def test_stream_and_peek_stage_the_same_windows(pg_db: Any, tmp_path: Path, max_events: int,
                                                 stream_reader: str) -> None:
-    _exec(pg_db.dsn, "CREATE TABLE a (id int PRIMARY KEY, v text, big text)",
-          "CREATE TABLE b (id int PRIMARY KEY, v text)", "ALTER TABLE b REPLICA IDENTITY FULL")
+    _workload_tables(pg_db.dsn)
     configs = [_config(pg_db, tmp_path, r, **{"run.max.events": max_events}) for r in ("stream", "peek")]
     for config in configs:
         run_capture(config)  # creates both slots before any change
     _workload(pg_db.dsn)
     stream_runs, peek_runs = (_runs(c) for c in configs)
-    pairs = list(zip(stream_runs, peek_runs, strict=True))
-    for n, ((s_events, s_offset, s_rows), (p_events, p_offset, p_rows)) in enumerate(pairs, start=1):
-        assert s_events == p_events and s_rows == p_rows
-        # a window cut by run.max.events ends on the same commit; the last one ends at its run's
-        # target LSN, which other databases of the shared server move between the two runs
-        assert s_offset == p_offset if n < len(pairs) else parse_pg_lsn(s_offset["lsn"]) <= parse_pg_lsn(p_offset["lsn"])
+    _assert_same_windows(stream_runs, peek_runs)
     events = [e for _, _, rows in stream_runs for e in rows]
     assert len(events) == 1011 + 3  # 1011 row events and truncates, 3 logical messages
     if max_events < 10:
@@ -326,15 +339,9 @@ def test_peek_through_copy_and_cursor_stage_the_same_windows(
     (``copyread.PairCopy``) or, with ``AIRFLOW_CDC_PG_COPY=python``, a binary cursor: the same
     windows, events and offsets either way."""
     assert copyread.pairs_available(), "the compiled COPY reader is not built"
-    _exec(pg_db.dsn, "CREATE TABLE a (id int PRIMARY KEY, v text, big text)",
-          "CREATE TABLE b (id int PRIMARY KEY, v text)", "ALTER TABLE b REPLICA IDENTITY FULL")
-    configs = {
-        fetch: pipeline(pg_db, tmp_path / fetch, **{"name": f"{fetch}_{pg_db.name}", "slot.name": f"slot_{fetch}",
-                                                    "topic.prefix": "same", "window.reader": "peek",
-                                                    "snapshot.mode": "no_data", "skipped.operations": "none",
-                                                    "run.max.events": max_events})
-        for fetch in ("copy", "cursor")
-    }
+    _workload_tables(pg_db.dsn)
+    configs = {fetch: _config(pg_db, tmp_path, "peek", fetch, **{"run.max.events": max_events})
+               for fetch in ("copy", "cursor")}
     for config in configs.values():
         run_capture(config)
     _workload(pg_db.dsn)
@@ -345,10 +352,7 @@ def test_peek_through_copy_and_cursor_stage_the_same_windows(
         else:
             monkeypatch.delenv(copyread.COPY_ENV, raising=False)
         runs[fetch] = _runs(config)
-    pairs = list(zip(runs["copy"], runs["cursor"], strict=True))
-    for n, ((c_events, c_offset, c_rows), (k_events, k_offset, k_rows)) in enumerate(pairs, start=1):
-        assert c_events == k_events and c_rows == k_rows
-        assert c_offset == k_offset if n < len(pairs) else parse_pg_lsn(c_offset["lsn"]) <= parse_pg_lsn(k_offset["lsn"])
+    _assert_same_windows(runs["copy"], runs["cursor"])
     assert sum(len(rows) for _, _, rows in runs["copy"]) == 1011 + 3
 
 
