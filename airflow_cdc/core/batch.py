@@ -32,10 +32,11 @@ import re
 import secrets
 import shutil
 import socket
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -151,6 +152,10 @@ class BatchWriter:
         #: encodes snapshot parts' row groups while the caller prepares the next rows, and the
         #: parts of several tables side by side
         self._writes: BackgroundWrites | None = None
+        #: parts written ahead (:meth:`write_ahead`), neither kept nor dropped yet
+        self._ahead: list[AheadPart] = []
+        #: part numbers and the writer threads are shared with snapshot readers' threads
+        self._lock = threading.Lock()
 
     def sink(
         self,
@@ -163,14 +168,19 @@ class BatchWriter:
         schema_version: str,
         metadata: dict[bytes, bytes] | None = None,
         expand: Any = None,
+        ahead: bool = False,
     ) -> TableSink:
         """Open a new part for ``table`` (closing its previous open part, if any).
 
         :param table_info: JSON-able facts for the manifest: schema, table, key columns, columns.
+        :param ahead: a part for :meth:`write_ahead` instead: the table's open part stays open,
+            and the new one is neither open nor listed until it is kept.
         """
-        self.close_table(table)
-        n = self._counters.get(table, 0)
-        self._counters[table] = n + 1
+        if not ahead:
+            self.close_table(table)
+        with self._lock:
+            n = self._counters.get(table, 0)
+            self._counters[table] = n + 1
         rel = f"tables/{safe_name(table)}/part-{n:05d}{self._suffix}.parquet"
         (self.area / rel).parent.make_dirs()
         sink = TableSink(
@@ -187,18 +197,79 @@ class BatchWriter:
             key_columns=table_info.get("key_columns") or (),
             filesystem=None if self.area.local else self.area.fs,
         )
+        if ahead:
+            return sink
         if kind == "snapshot" and snapshot_threads():
-            if self._writes is None:
-                self._writes = BackgroundWrites()
-            sink.writes = self._writes
+            sink.writes = self._background()
         self._open[table] = sink
         self._tables.setdefault(table, {}).update(table_info)
         return sink
+
+    def _background(self) -> BackgroundWrites:
+        with self._lock:
+            if self._writes is None:
+                self._writes = BackgroundWrites()
+            return self._writes
 
     def _stop_writes(self) -> None:
         if self._writes is not None:
             self._writes.shutdown()
             self._writes = None
+
+    def writes_ahead(self) -> bool:
+        """Whether :meth:`write_ahead` is used (parts are written in background threads)."""
+        return snapshot_threads()
+
+    def write_ahead(
+        self, table: str, table_info: dict[str, Any], sink: TableSink, write: Callable[[TableSink], None]
+    ) -> AheadPart:
+        """Write a part on a writer thread now, to be kept (:meth:`keep`) or dropped later.
+
+        Snapshot chunks are encoded this way while the next chunks are read, before the window
+        tells which of their rows survive: a chunk that keeps all its rows (the common case) is
+        then written already.  Any thread may call this.
+
+        :param sink: from :meth:`sink` with ``ahead=True``; ``write(sink)`` fills it on the writer
+            thread, which then closes it.
+        """
+
+        def run() -> PartInfo:
+            try:
+                write(sink)
+            finally:
+                part = sink.close()
+            return part
+
+        ahead = AheadPart(table, table_info, sink.rel_path, self._background().submit(run))
+        with self._lock:
+            self._ahead.append(ahead)
+        return ahead
+
+    def keep(self, ahead: AheadPart) -> bool:
+        """List a part written ahead in the batch; False (and dropped) if its write failed --
+        the caller writes its rows the usual way then, which meets the same error if any."""
+        try:
+            part = ahead.future.result()
+        except Exception:  # noqa: BLE001 - the caller's own write raises it where it belongs
+            self.drop(ahead)
+            return False
+        with self._lock:
+            self._ahead.remove(ahead)
+        self._parts.setdefault(ahead.table, []).append(part)
+        self._tables.setdefault(ahead.table, {}).update(ahead.table_info)
+        return True
+
+    def drop(self, ahead: AheadPart) -> None:
+        """Remove a part written ahead (after its write ended)."""
+        with self._lock:
+            if ahead not in self._ahead:
+                return
+            self._ahead.remove(ahead)
+        try:
+            ahead.future.result()
+        except Exception:  # noqa: BLE001 - dropped: its rows are written elsewhere or not at all
+            pass
+        (self.area / ahead.rel_path).delete()
 
     def close_table(self, table: str) -> None:
         sink = self._open.pop(table, None)
@@ -277,6 +348,8 @@ class BatchWriter:
         :raises StorageUnavailable: the object store failed; the batch is not published.
         """
         try:
+            for ahead in list(self._ahead):  # chunks the window dropped rows of, or deferred
+                self.drop(ahead)
             for table in list(self._open):
                 self.close_table(table)
         finally:
@@ -357,6 +430,16 @@ class BatchWriter:
         for info in self.area.walk():  # only this writer's files: another may have published
             if self._suffix in info.base_name:
                 Location(self.area.store, info.path).delete()
+
+
+@dataclass(eq=False)
+class AheadPart:
+    """A part :meth:`BatchWriter.write_ahead` is writing or wrote: not in the batch until kept."""
+
+    table: str
+    table_info: dict[str, Any]
+    rel_path: str
+    future: Future
 
 
 def _owner_name(suffix: str) -> str:

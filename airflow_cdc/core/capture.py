@@ -301,11 +301,15 @@ class Capture:
                 target=self.config["name"],
                 partition=self.config.partition,
             )
+            # chunks are encoded as they are read; the window then tells which to keep
+            self.source.write_ahead(writer)
             try:
                 result = self._capture(writer, ctx, from_lsn, data, version, notes, tables, prepared)
             except BaseException:
                 writer.abort()
                 raise
+            finally:
+                self.source.write_ahead(None)
             failpoint("after_batch_write")
             if commit:
                 self.commit(Batch(result.batch_path))

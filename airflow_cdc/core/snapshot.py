@@ -141,6 +141,8 @@ class ChunkRead:
     watermark: Any
     last: bool  # the table has no rows after this chunk
     cursor_index: list[int] | None = None  # chunking columns (surrogate key), default the key
+    #: the chunk's rows already being written as a part of their own (``ChangeSource.write_ahead``)
+    ahead: Any = field(default=None, init=False, repr=False, compare=False)
 
     def next_cursor(self) -> list[str | None] | None:
         if self.data.num_rows == 0:

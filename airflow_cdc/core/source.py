@@ -285,6 +285,12 @@ class ChangeSource(abc.ABC):
         """Whether a chunk read at ``watermark`` contains transaction ``txn``."""
         raise NotImplementedError(f"{self.kind} does not read snapshot chunks")
 
+    def write_ahead(self, writer: Any) -> None:
+        """Encode the snapshot chunks read from now on into parts of ``writer`` as they are read
+        (None: stop), for :meth:`write_snapshot_rows` to keep the ones whose rows all survive.
+        Optional: the default reads and writes chunks as before."""
+        return None
+
     def write_snapshot_rows(
         self, writer: Any, chunk: Any, rows: Any, end: Any, at: bytes | None = None
     ) -> None:

@@ -35,7 +35,7 @@ from airflow_cdc.core.snapshot import (
     read_when_visible,
 )
 from airflow_cdc.core.source import Capabilities, ChangeSource, columns_changed
-from airflow_cdc.core.table_sink import SnapshotSinks
+from airflow_cdc.core.table_sink import SnapshotSinks, TableSink, ahead_rows
 from airflow_cdc.core.unchanged import SKIP_PROPERTY
 from airflow_cdc.sources.postgres import client, copyread, identity, overrides, replication
 from airflow_cdc.sources.postgres import sql as q
@@ -129,6 +129,8 @@ class PostgresSource(ChangeSource):
         self._resume: tuple[int | None, int | None] = (None, None)
         #: the slot position this run may confirm: the committed offset (see ReplicationStream)
         self._committed_lsn: int | None = None
+        #: (batch writer, the source whose epoch positions rows) while chunks are written ahead
+        self._ahead: tuple[BatchWriter, PostgresSource] | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
     def open(self) -> None:
@@ -159,6 +161,7 @@ class PostgresSource(ChangeSource):
         reader.conn = client.connect(self.config)
         reader.server, reader.catalog = self.server, self.catalog.on_connection(reader.conn)
         reader._tables = dict(self._tables)
+        reader._ahead = self._ahead
         return reader
 
     def _check_overrides(self) -> None:
@@ -501,9 +504,11 @@ class PostgresSource(ChangeSource):
                 return None, f"transaction(s) {', '.join(hidden)} committed but stayed invisible"
             return self._read_chunk_once(snap, after, limit), ""
 
-        return read_when_visible(
+        chunk = read_when_visible(
             snap.table, attempt, "check synchronous_standby_names: a synchronous standby is not confirming"
         )
+        self._start_ahead(chunk)
+        return chunk
 
     def _hidden_commits(self) -> list[str]:
         """Xids of transactions committed in the WAL that no snapshot sees yet (waiting for a
@@ -692,20 +697,70 @@ class PostgresSource(ChangeSource):
         src = (ts // 1000, ts, ts * 1000, None, None, end)
         self._snapshot_sink(writer, table).append("t", None, None, position, src)
 
+    def write_ahead(self, writer: BatchWriter | None) -> None:
+        self._ahead = None if writer is None or not writer.writes_ahead() else (writer, self)
+
+    def _start_ahead(self, chunk: ChunkRead) -> None:
+        """Encode ``chunk`` as a part of its own on a writer thread while the next chunks are read
+        (:meth:`BatchWriter.write_ahead`), as :meth:`write_snapshot_rows` would write it if all its
+        rows survive; small chunks are not (a part each would be many small files)."""
+        if self._ahead is None or chunk.data.num_rows < ahead_rows():
+            return
+        writer, owner = self._ahead
+        state = self.table_state(chunk.snapshot.table)
+        position = owner.snapshot_position(chunk.watermark.lsn_after)
+        sink = state.open_sink(writer, "snapshot", ahead=True)
+        part = writer.write_ahead(
+            state.name, state.table_info(), sink, lambda s: self._write_rows(s, chunk.data, position)
+        )
+        chunk.ahead = (part, state.signature, position)
+
+    def _kept_ahead(self, writer: BatchWriter, chunk: ChunkRead, rows: pa.Table, position: bytes) -> bool:
+        """Whether the part written ahead for ``chunk`` holds exactly ``rows`` at ``position`` and
+        is kept; otherwise it is dropped (the rows are written the usual way)."""
+        part, signature, written_at = chunk.ahead
+        chunk.ahead = None
+        if (
+            part.table == chunk.snapshot.table
+            # no row dropped: survivors are the chunk's rows filtered (ChunkTracker.survivors)
+            and rows.num_rows == chunk.data.num_rows
+            and written_at == position
+            and signature == self.table_state(chunk.snapshot.table).signature
+            and writer.keep(part)
+        ):
+            return True
+        writer.drop(part)
+        return False
+
     def write_snapshot_rows(
         self, writer: BatchWriter, chunk: ChunkRead, rows: pa.Table, end_lsn: int, at: bytes | None = None
     ) -> None:
-        """Append a chunk's rows as ``op=r`` at the window end (survivors) or at ``at`` (dropped
-        rows emitted as pre-images, see ``ChunkTracker.pre_images``); chunks of a table share one
-        part per batch."""
-        sink = self._snapshot_sink(writer, chunk.snapshot.table)
+        """Append a chunk's rows as ``op=r`` at the chunk's high watermark (survivors) or at ``at``
+        (dropped rows emitted as pre-images, see ``ChunkTracker.pre_images``); chunks of a table
+        share one part per batch, but for a chunk written ahead whose rows all survive.
+
+        A survivor's row is at least as new as every event of its key in the window (an event
+        its chunk does not reflect drops it), and every event the chunk reflects committed before
+        the watermark's ``lsn_after`` was read: so the row sorts after those events and before any
+        later batch's, at ``lsn_after`` (<= ``end_lsn``: a chunk beyond the window waits), where
+        Debezium emits an incremental snapshot chunk too (its high watermark).  So a chunk's rows
+        can be encoded as soon as it is read.
+        """
+        high = chunk.watermark.lsn_after
+        assert high <= end_lsn, "a chunk is written only by a window that reaches its watermark"
+        position = at or self.snapshot_position(high)
+        if at is None and chunk.ahead is not None and self._kept_ahead(writer, chunk, rows, position):
+            return
+        self._write_rows(self._snapshot_sink(writer, chunk.snapshot.table), rows, position)
+
+    @staticmethod
+    def _write_rows(sink: TableSink, rows: pa.Table, position: bytes) -> None:
         ts = time.time_ns() // 1000
-        lsn = PgPosition.from_sort_key(at).commit_lsn if at else end_lsn
         sink.write_columnar(
             "r",
             [rows.column(i) for i in range(rows.num_columns)],
-            at or self.snapshot_position(end_lsn),
-            (ts // 1000, ts, ts * 1000, None, None, lsn),
+            position,
+            (ts // 1000, ts, ts * 1000, None, None, PgPosition.from_sort_key(position).commit_lsn),
         )
 
 

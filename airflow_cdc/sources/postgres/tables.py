@@ -86,7 +86,9 @@ class RelationState:
         }
         return info | ({"keyless": self.keyless} if self.keyless and not self.key_columns else {})
 
-    def open_sink(self, writer: BatchWriter, kind: str = "stream", expand: Any = None) -> TableSink:
+    def open_sink(
+        self, writer: BatchWriter, kind: str = "stream", expand: Any = None, ahead: bool = False
+    ) -> TableSink:
         sink = writer.sink(
             self.name,
             self.table_info(),
@@ -96,6 +98,7 @@ class RelationState:
             kind,
             self.signature,
             expand=expand,
+            ahead=ahead,
         )
         if kind == "stream":
             self.sink = sink
