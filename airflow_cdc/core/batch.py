@@ -156,6 +156,8 @@ class BatchWriter:
         self._ahead: list[AheadPart] = []
         #: part numbers and the writer threads are shared with snapshot readers' threads
         self._lock = threading.Lock()
+        #: parts fsynced when they were closed (local staging), by their relative path
+        self._synced: set[str] = set()
 
     def sink(
         self,
@@ -196,6 +198,7 @@ class BatchWriter:
             expand=expand,
             key_columns=table_info.get("key_columns") or (),
             filesystem=None if self.area.local else self.area.fs,
+            synced=self._synced,
         )
         if ahead:
             return sink
@@ -379,8 +382,9 @@ class BatchWriter:
             return self._publish_by_create(body)
         assert self.root is not None
         for path in self.tmp.rglob("*.parquet"):
-            make_private(path)
-            _fsync_file(path)
+            if path.relative_to(self.tmp).as_posix() not in self._synced:  # else done at its close
+                make_private(path)
+                _fsync_file(path)
         (self.tmp / OWNER).unlink()
         (self.tmp / MANIFEST).write_text(body)
         make_private(self.tmp / MANIFEST)

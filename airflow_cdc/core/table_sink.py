@@ -37,6 +37,7 @@ from airflow_cdc.core.events import (
     envelope_schema,
     now_us,
 )
+from airflow_cdc.core.filemodes import make_private
 from airflow_cdc.core.unchanged import drop_unchanged_piece, drop_unchanged_rows
 
 try:
@@ -326,9 +327,15 @@ class TableSink:
         expand: Callable[[list[tuple]], tuple[list[bytes], list[tuple], list | None]] | None = None,
         key_columns: Sequence[str] = (),
         filesystem: Any = None,
+        synced: set[str] | None = None,
     ) -> None:
-        """:param filesystem: a ``pyarrow.fs`` filesystem ``path`` is in (None: local)."""
+        """:param filesystem: a ``pyarrow.fs`` filesystem ``path`` is in (None: local).
+        :param synced: a local file is fsynced once closed (by whichever thread closes it: a
+            writer thread overlaps that with the next rows) and its ``rel_path`` added here.
+        """
         self._expand = expand or _expand_plain
+        self._synced = synced if filesystem is None else None
+        self._path = path
         self.rel_path, self.kind, self.schema_version = rel_path, kind, schema_version
         self._codecs, self._select, self._source = list(codecs), list(select), source
         self._piece_rows = piece_rows
@@ -673,6 +680,11 @@ class TableSink:
                         pending.result()
                 finally:
                     self._writer.close()
+                if self._synced is not None:
+                    make_private(self._path)  # before the fsync: the mode is as durable as the rows
+                    with open(self._path, "rb") as f:
+                        os.fsync(f.fileno())
+                    self._synced.add(self.rel_path)
             except BaseException as e:  # noqa: BLE001 - handed to whoever settles the part
                 done.set_exception(e)
             else:

@@ -4,6 +4,7 @@ read) and the constant envelope arrays every piece shares (``table_sink.repeat_v
 from __future__ import annotations
 
 import decimal
+import os
 import threading
 import time
 from pathlib import Path
@@ -159,3 +160,33 @@ def test_kept_constants_are_sliced_bounded_and_keep_field_metadata() -> None:
     assert (pa.int64(), 199) in kept._arrays and (pa.int64(), 0) not in kept._arrays
     # a value no dictionary holds is built each time
     assert kept.get([1, 2], pa.list_(pa.int64()), 2).to_pylist() == [[1, 2], [1, 2]]
+
+
+def test_every_staged_file_is_fsynced_once_before_publish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parts are fsynced when closed (parts written ahead by their writer thread), the rest by
+    ``finish``: each file once, all before the batch is published."""
+    synced: list[tuple[str, str]] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        real(fd)
+        synced.append((os.readlink(f"/proc/self/fd/{fd}"), threading.current_thread().name))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    w = BatchWriter(tmp_path, "conn")
+    stream = open_sink(w, "changes")
+    stream.append("c", None, ("1", "s"), _pos(1), (1,))
+    snap = open_sink(w, "snapshot", table="public.u")
+    snap.write_columnar("r", [pa.array(["2"]), pa.array(["x"])], _pos(2), (2,))
+    assert w.keep(_ahead(w, range(3, 9)))
+    w.drop(_ahead(w, range(10, 12)))
+    path = w.finish({})
+    files = sorted(str(p) for p in Path(path).rglob("*.parquet"))
+    assert len(files) == 3
+    tail = lambda name: Path(name).parts[-2:]  # noqa: E731 - table directory and file name
+    by_file = {f: [t for name, t in synced if tail(name) == tail(f)] for f in files}
+    assert all(len(threads) == 1 for threads in by_file.values()), by_file
+    writer_threads = [t for threads in by_file.values() for t in threads if t.startswith("parquet-write")]
+    assert writer_threads  # the part written ahead (a snapshot part too if its last write was running)
