@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_cdc.core.errors import BatchError
-from airflow_cdc.core.filemodes import make_private, private_dir, private_dirs
+from airflow_cdc.core.filemodes import fsync_dir, fsync_file, make_private, private_dir, private_dirs
 from airflow_cdc.core.lease import pid_namespace
 from airflow_cdc.core.storage import Location, open_location
 from airflow_cdc.core.table_sink import BackgroundWrites, PartInfo, TableSink, snapshot_threads
@@ -66,19 +66,6 @@ def new_batch_id() -> str:
 def safe_name(text: str) -> str:
     """A file-system-safe, reversible directory name for a table (percent-encoding)."""
     return quote(text, safe="").replace(".", "%2E") if text.startswith(".") else quote(text, safe=".")
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_file(path: Path) -> None:
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
 
 
 Staging = str | os.PathLike[str] | Location
@@ -384,14 +371,14 @@ class BatchWriter:
         for path in self.tmp.rglob("*.parquet"):
             if path.relative_to(self.tmp).as_posix() not in self._synced:  # else done at its close
                 make_private(path)
-                _fsync_file(path)
+                fsync_file(path)
         (self.tmp / OWNER).unlink()
         (self.tmp / MANIFEST).write_text(body)
         make_private(self.tmp / MANIFEST)
-        _fsync_file(self.tmp / MANIFEST)
+        fsync_file(self.tmp / MANIFEST)
         for d in sorted({p.parent for p in self.tmp.rglob("*")} | {self.tmp}):
             make_private(d)
-            _fsync_dir(d)
+            fsync_dir(d)
         if self._before_publish is not None:
             self._before_publish()
         final = self.root / self.batch_id
@@ -401,7 +388,7 @@ class BatchWriter:
             if not (final / MANIFEST).exists():
                 raise
             raise BatchError(f"batch {self.batch_id} was published by another writer first") from e
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
         self.published = True
         return final
 

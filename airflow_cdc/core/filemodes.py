@@ -1,4 +1,5 @@
-"""Owner-only permissions for what the connector writes locally: state files and staged batches.
+"""Owner-only permissions for what the connector writes locally (state files and staged batches),
+and the fsyncs that make those files durable.
 
 Staged batches hold full row images and the state names offsets (and, for some stores, hosts), so
 nothing the connector creates is readable by other users: files ``0600``, directories ``0700``,
@@ -53,3 +54,18 @@ def private_dir(path: str | os.PathLike[str]) -> Path:
 def make_private(path: str | os.PathLike[str]) -> None:
     """Restrict a file to its owner (``0600``), or a directory (``0700``)."""
     os.chmod(path, DIR_MODE if Path(path).is_dir() else FILE_MODE)
+
+
+def fsync_file(path: str | os.PathLike[str]) -> None:
+    """Flush a file's data and metadata (its mode too) to disk."""
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Flush a directory's entries to disk (files created, renamed or removed in it)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

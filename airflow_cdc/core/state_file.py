@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_cdc.core.errors import StateConflict
-from airflow_cdc.core.filemodes import FILE_MODE, private_dirs
+from airflow_cdc.core.filemodes import FILE_MODE, fsync_dir, private_dirs
 from airflow_cdc.core.state import (
     StateCorrupt,
     StoredState,
@@ -60,14 +60,6 @@ def file_stem(connector: str) -> str:
         digest = hashlib.sha256(connector.encode("utf-8")).hexdigest()[:16]
         stem = f"{stem[: _MAX_STEM - 17]}~{digest}"
     return stem
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class FileStateStore:
@@ -171,7 +163,7 @@ class FileStateStore:
             with contextlib.suppress(OSError):
                 os.unlink(tmp_name)
             raise
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
 
     def delete(self, connector: str) -> None:
         """Remove the state of ``connector``; no error when it has none.
@@ -183,7 +175,7 @@ class FileStateStore:
                 path.unlink()
             except FileNotFoundError:
                 return
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
 
     def __repr__(self) -> str:
         return f"FileStateStore({str(self.directory)!r})"

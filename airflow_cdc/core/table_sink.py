@@ -37,7 +37,7 @@ from airflow_cdc.core.events import (
     envelope_schema,
     now_us,
 )
-from airflow_cdc.core.filemodes import make_private
+from airflow_cdc.core.filemodes import fsync_file, make_private
 from airflow_cdc.core.unchanged import drop_unchanged_piece, drop_unchanged_rows
 
 try:
@@ -682,8 +682,7 @@ class TableSink:
                     self._writer.close()
                 if self._synced is not None:
                     make_private(self._path)  # before the fsync: the mode is as durable as the rows
-                    with open(self._path, "rb") as f:
-                        os.fsync(f.fileno())
+                    fsync_file(self._path)
                     self._synced.add(self.rel_path)
             except BaseException as e:  # noqa: BLE001 - handed to whoever settles the part
                 done.set_exception(e)

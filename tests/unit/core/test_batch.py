@@ -50,17 +50,23 @@ def _pos(n):
     return n.to_bytes(8, "big") + (0).to_bytes(8, "big")
 
 
-def open_sink(w: BatchWriter, kind: str = "changes", table: str = "public.t"):
-    """The sink of the two-column test table ``public.t`` (id, v) of ``w``."""
+def open_sink(w: BatchWriter, kind: str = "changes", table: str = "public.t", ahead: bool = False):
+    """The sink of the two-column test table ``public.t`` (id, v) of ``w`` (``ahead``: a part for
+    :meth:`BatchWriter.write_ahead`)."""
     return w.sink(
         table,
-        {"schema": "public", "table": table.split(".")[1], "key_columns": ["id"]},
+        table_info(table),
         [IntCodec("id"), TextCodec("v")],
         [0, 1],
         LAYOUT,
         kind,
         "v1",
+        ahead=ahead,
     )
+
+
+def table_info(table: str = "public.t") -> dict:
+    return {"schema": "public", "table": table.split(".")[1], "key_columns": ["id"]}
 
 
 def _write(tmp_path, piece_rows=16, owner=None):

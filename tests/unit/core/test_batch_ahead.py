@@ -16,26 +16,14 @@ import pytest
 from airflow_cdc.core import table_sink
 from airflow_cdc.core.batch import Batch, BatchWriter
 from airflow_cdc.core.table_sink import repeat_value
-from tests.unit.core.test_batch import IntCodec, TextCodec, _pos, open_sink
+from tests.unit.core.test_batch import _pos, open_sink, table_info
 
 TABLE = "public.t"
-INFO = {"schema": "public", "table": "t", "key_columns": ["id"]}
 
 
 def _ahead(w: BatchWriter, keys: range, delay: float = 0.0, fail: bool = False) -> Any:
     """A part of rows ``keys`` written ahead (after ``delay`` seconds; raising if ``fail``)."""
-    sink = w.sink(
-        TABLE,
-        INFO,
-        [IntCodec("id"), TextCodec("v")],
-        [0, 1],
-        table_sink.SourceLayout(
-            pa.struct([pa.field("db", pa.string()), pa.field("lsn", pa.int64())]), {"db": "d"}, ("lsn",)
-        ),
-        "snapshot",
-        "v1",
-        ahead=True,
-    )
+    sink = open_sink(w, "snapshot", TABLE, ahead=True)
 
     def write(s: Any) -> None:
         time.sleep(delay)
@@ -44,7 +32,7 @@ def _ahead(w: BatchWriter, keys: range, delay: float = 0.0, fail: bool = False) 
         texts = [pa.array([str(k) for k in keys]), pa.array([f"v{k}" for k in keys])]
         s.write_columnar("r", texts, _pos(keys[0]), (keys[0],))
 
-    return w.write_ahead(TABLE, INFO, sink, write)
+    return w.write_ahead(TABLE, table_info(TABLE), sink, write)
 
 
 def _ids(path: Any) -> list[int]:
