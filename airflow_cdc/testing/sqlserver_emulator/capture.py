@@ -304,12 +304,17 @@ def _update_mask(captured: list[str], changed: set[str]) -> bytes:
 
 
 def _establish_starts(conn: psycopg.Connection) -> None:
-    """Give capture instances enabled since the last scan their start LSN (the enable's LSN)."""
+    """Give capture instances enabled since the last scan their start LSN (the enable's LSN).
+
+    One statement, so one snapshot: as two (set the starts, then empty the waiting list) an enable
+    committed between them lost its waiting row without getting its start, and the instance was
+    never captured (a polling test's insert never appeared, 2026-12-06).
+    """
     conn.execute(
-        "UPDATE cdc.change_tables ct SET start_lsn = p.enable_lsn FROM cdc.emulator_pending_starts p"
+        "WITH p AS (DELETE FROM cdc.emulator_pending_starts RETURNING capture_instance, enable_lsn)"
+        " UPDATE cdc.change_tables ct SET start_lsn = p.enable_lsn FROM p"
         " WHERE ct.capture_instance = p.capture_instance AND ct.start_lsn IS NULL"
     )
-    conn.execute("DELETE FROM cdc.emulator_pending_starts")
 
 
 def _unique_columns(conn: psycopg.Connection) -> dict[tuple[str, str], list[set[str]]]:

@@ -12,6 +12,7 @@ SQL Server source sends are understood (:mod:`.session`); anything else gets a S
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from airflow_cdc.testing.sqlserver_emulator.server import SqlError, TdsServer
 from airflow_cdc.testing.sqlserver_emulator.session import EmulatedLogin, EmulatorSession, TypeRegistry
 from airflow_cdc.testing.sqlserver_emulator.types import SqlType
 from airflow_cdc.testing.sqlserver_emulator.wire import Login
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PASSWORD = "Emulator-Passw0rd!"
 #: The emulated server's time zone: a real server's clock (and ``cdc.lsn_time_mapping``) is local
@@ -96,7 +99,7 @@ class SqlServerCdcEmulator:
                 try:
                     self.run_capture_job(db.name)
                 except Exception:  # a dropped database mid-run; the next tick carries on
-                    pass
+                    log.warning("capture job of %s failed; retried next tick", db.name, exc_info=True)
 
     def add_login(self, name: str, password: str, *, view_server_state: bool = False) -> EmulatedLogin:
         """``CREATE LOGIN`` + a user in every database: by default a least-privilege login, which

@@ -314,3 +314,49 @@ def test_background_capture_job_polls(pg_server: Any) -> None:
     finally:
         emu.stop()
         emu.drop_database(name)
+
+
+@pytest.mark.parametrize("before_statement", range(6))
+def test_table_enabled_while_the_capture_job_scans_is_captured(pg_server: Any, before_statement: int) -> None:
+    """``sp_cdc_enable_table`` committing between any two statements of a capture scan: the
+    instance still gets its start LSN and its changes (a poller once lost it for good)."""
+    import uuid
+
+    import psycopg
+
+    from airflow_cdc.testing.sqlserver_emulator import capture
+
+    emu = SqlServerCdcEmulator(pg_server)
+    name = f"ms_race_{uuid.uuid4().hex[:8]}"
+    emu.create_database(name)
+    try:
+        emu.create_table(name, "dbo.t", [("id", "int")], primary_key=["id"])
+        statements, enabling = 0, False
+        real_execute = psycopg.Connection.execute
+
+        def execute(conn: psycopg.Connection, *args: Any, **kwargs: Any) -> Any:
+            nonlocal statements, enabling
+            if not enabling:
+                if statements == before_statement:
+                    enabling = True
+                    emu.enable_table(name, "dbo.t")  # its own connection, committed
+                    enabling = False
+                statements += 1
+            return real_execute(conn, *args, **kwargs)
+
+        job = emu.db(name).capture
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(psycopg.Connection, "execute", execute)
+            job.run()
+        assert statements > before_statement, "the scan ran fewer statements than the case assumes"
+        with emu.pg_connect(name) as pg:
+            pg.execute("INSERT INTO dbo.t VALUES (7)")
+        job.run()
+        with emu.pg_connect(name) as pg:
+            rows = pg.execute('SELECT id, "__$operation" FROM cdc."dbo_t_CT"').fetchall()
+            instances = capture._instances(pg)
+        assert [i.name for i in instances] == ["dbo_t"]
+        assert [(str(i), op) for i, op in rows] == [("7", 2)]
+    finally:
+        emu.stop()
+        emu.drop_database(name)
