@@ -38,6 +38,7 @@ from airflow_cdc.core.lease import Lease
 from airflow_cdc.core.storage import StorageSettings, is_remote, open_location
 from airflow_cdc.core.storage.settings import AzureSettings, GcsSettings
 from spark_jobs.cdc_apply.layout import (
+    CALL_SITES_CONF,
     DELTA_CONF,
     DELTA_PACKAGE,
     EXIT_CATALOG,
@@ -375,8 +376,9 @@ def s3_launch(storage: StorageSettings | None, conf: Mapping[str, str]) -> Stora
 def launch_defaults(master: str | None = None) -> dict[str, str]:
     """Spark conf the job needs at launch: Delta, and a driver heap that is not Spark's 1 GiB
     default (see :func:`spark_jobs.cdc_apply.layout.default_driver_memory`); no web UI for local
-    runs (it costs start-up time and a port per run)."""
-    out = {**DELTA_CONF, "spark.driver.memory": default_driver_memory(master)}
+    runs (it costs start-up time and a port per run); no Python call sites recorded per DataFrame
+    call (:data:`~spark_jobs.cdc_apply.layout.CALL_SITES_CONF`)."""
+    out = {**DELTA_CONF, **CALL_SITES_CONF, "spark.driver.memory": default_driver_memory(master)}
     if master is None or master.startswith("local"):
         out |= {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
         # Spark's start-up INFO lines would bury the job's own progress lines and summary

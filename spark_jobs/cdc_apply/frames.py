@@ -256,8 +256,11 @@ def table_frame(
         else:
             runs.append((i, [group]))
     keys, images = table.key_columns, table.keyless == "multiset"
+    # where the staged parts' op and key columns show no event removes a key (no Spark job), the
+    # removing actions are left out: they would be a second scan of every part that finds nothing
+    removes = table.may_remove and table.removes_keys() is not False
     frames = [
-        _group_actions(spark, groups, per_group.get(i, {}), columns, keys, table.may_remove, images)
+        _group_actions(spark, groups, per_group.get(i, {}), columns, keys, removes, images)
         for i, groups in runs
     ]
     every = frames[0]
@@ -272,7 +275,7 @@ def table_frame(
     if len(runs) == 1 and keys and not table.toast:
         conv = per_group.get(runs[0][0], {})
         values = frozenset(n for n in columns if n not in keys and n in conv)
-        raw = _group_actions(spark, runs[0][1], conv, columns, keys, table.may_remove, images, values)
+        raw = _group_actions(spark, runs[0][1], conv, columns, keys, removes, images, values)
         raw = raw.select(*(F.col(quoted(n)) for n in columns), *MERGED)  # the others are not read
         staged = StagedValues(later(raw), {n: conv[n].convert for n in values}, columns)
     return TableFrame(

@@ -25,6 +25,11 @@ DELTA_CONF = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     "spark.sql.session.timeZone": "UTC",
 }
+#: PySpark 4 records the Python call site of every DataFrame and Column call for its error
+#: messages' query context: three or four Py4J round trips and a stack walk per call.  An apply
+#: builds plans of hundreds of calls per table (0.3-0.6 s of a 4 s backlog apply, measured
+#: 2026-12-06), and its errors name their table and step themselves.  A launch-time setting.
+CALL_SITES_CONF = {"spark.python.sql.dataFrameDebugging.enabled": "false"}
 #: Spark settings for Delta tables on S3 (s3a://, and s3:// where it is S3A): our LogStore
 #: (scripts/logstore/, ``make setup`` puts its jar into the jar folder) writes each commit file
 #: put-if-absent (S3 conditional write, If-None-Match: *), so a second driver -- a zombie whose

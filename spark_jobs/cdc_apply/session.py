@@ -17,13 +17,22 @@ import os
 
 from pyspark.sql import SparkSession
 
-from .layout import DELTA_CONF, DELTA_PACKAGE, JARS_ENV, S3_LOG_STORE_CONF, default_driver_memory
+from .layout import (
+    CALL_SITES_CONF,
+    DELTA_CONF,
+    DELTA_PACKAGE,
+    JARS_ENV,
+    S3_LOG_STORE_CONF,
+    default_driver_memory,
+)
 
 log = logging.getLogger("airflow_cdc.apply")
 
-#: Small-machine defaults of in-process sessions: no UI, quiet progress bars.
+#: Small-machine defaults of in-process sessions: no UI, quiet progress bars, no call sites
+#: recorded per DataFrame call.
 LOCAL_CONF = {
     **DELTA_CONF,
+    **CALL_SITES_CONF,
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
 }

@@ -49,6 +49,7 @@ class StagedTable:
     #: source sends full old images) or ``append`` (silver is an append-only log of row images);
     #: decided at capture, recorded in the manifest (batches staged before it: ``append``)
     keyless: str | None = None
+    _removes: list[bool | None] = field(default_factory=list, init=False, repr=False, compare=False)
 
     @property
     def may_remove(self) -> bool:
@@ -63,7 +64,12 @@ class StagedTable:
         unread): no Spark job.  ``None`` where a key column is not a plain value or its name has
         a dot (Spark decides).  A key counts as changed unless its staged values are equal (both
         null, or equal values), so it never misses a change Spark's comparison of the converted
-        values would see."""
+        values would see.  Read once per table."""
+        if not self._removes:
+            self._removes.append(self._read_removes())
+        return self._removes[0]
+
+    def _read_removes(self) -> bool | None:
         if not self.key_columns:
             return None
         if self.ops_counted and (self.ops.get("d") or not self.ops.get("u")):
