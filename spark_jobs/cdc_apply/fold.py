@@ -32,7 +32,9 @@ def newest(
     keys = frame.keys
     if frame.staged is not None:  # no unchanged-TOAST values: nothing to fill
         actions = silver.drop_superseded(spark, frame.staged.actions, tombstones, keys)
-        return actions, frame.staged.convert(frames.latest_per_key(actions, keys))
+        # where every action is an upsert, the fold need not carry the constant kind of each
+        folded = actions.drop(frames.ACTION) if frame.staged.upserts_only else actions
+        return actions, frame.staged.convert(frames.latest_per_key(folded, keys))
     actions = silver.drop_superseded(spark, frame.actions, tombstones, keys)
     rows = spark.read.format("delta").load(stored) if stored is not None else None
     actions = toast.fill_unavailable(replace(frame, actions=actions), rows)

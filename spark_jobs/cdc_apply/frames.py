@@ -58,16 +58,27 @@ class StagedValues:
     actions: DataFrame
     conversions: dict[str, Callable[[Column], Column]]
     columns: dict[str, T.DataType]
+    #: ``__batch_id`` of :attr:`actions` is an index into these (a 4-byte int, not a batch id per
+    #: event, through the fold's sort and shuffle)
+    batches: tuple[str, ...] = ()
+    #: every action is an upsert: the fold leaves ``__action`` out and :meth:`convert` adds it
+    upserts_only: bool = False
 
     def convert(self, frame: DataFrame) -> DataFrame:
-        """``frame`` (derived from :attr:`actions`, same column names) in silver's types, with
-        the empty ``__unavailable`` of every action."""
+        """``frame`` (derived from :attr:`actions`, same column names; ``__action`` may be left
+        out where :attr:`upserts_only`) in silver's types, with the empty ``__unavailable`` of
+        every action."""
         out = []
         for name in frame.columns:
             value = F.col(quoted(name))
             if name in self.conversions:
                 value = self.conversions[name](value).cast(self.columns[name])
+            elif name == BATCH and self.batches:
+                value = F.element_at(F.array(*(F.lit(b) for b in self.batches)), value + 1)
             out.append(value.alias(name))
+        if ACTION not in frame.columns:
+            assert self.upserts_only, "the fold left out __action of a frame that removes keys"
+            out.append(F.lit("upsert").alias(ACTION))
         return frame.select(*out, F.array().cast("array<string>").alias(UNAVAILABLE))
 
 
@@ -133,13 +144,18 @@ def _group_actions(
     removes: bool,
     images: bool = False,
     staged: frozenset[str] = frozenset(),
+    coded: bool = False,
 ) -> DataFrame:
     """The actions of schema groups with one staged schema (of one batch, or of consecutive
     batches of a backlog: read as one, each part's rows tagged with its batch).  With ``images``
     (a keyless multiset table) every ``u`` that carries a before image also removes it; columns
-    in ``staged`` keep their staged values (:class:`StagedValues`)."""
+    in ``staged`` keep their staged values (:class:`StagedValues`); with ``coded`` ``__batch_id``
+    is the index of the part's batch in ``groups``."""
     group = groups[0]
-    parts = [read_group(spark, g).select("*", F.lit(g.batch_id).alias(_PART_BATCH)) for g in groups]
+    parts = [
+        read_group(spark, g).select("*", (F.lit(i) if coded else F.lit(g.batch_id)).alias(_PART_BATCH))
+        for i, g in enumerate(groups)
+    ]
     events = parts[0]
     for part in parts[1:]:
         events = events.union(part)
@@ -275,9 +291,10 @@ def table_frame(
     if len(runs) == 1 and keys and not table.toast:
         conv = per_group.get(runs[0][0], {})
         values = frozenset(n for n in columns if n not in keys and n in conv)
-        raw = _group_actions(spark, runs[0][1], conv, columns, keys, removes, images, values)
+        raw = _group_actions(spark, runs[0][1], conv, columns, keys, removes, images, values, coded=True)
         raw = raw.select(*(F.col(quoted(n)) for n in columns), *MERGED)  # the others are not read
-        staged = StagedValues(later(raw), {n: conv[n].convert for n in values}, columns)
+        batches = tuple(g.batch_id for g in runs[0][1])
+        staged = StagedValues(later(raw), {n: conv[n].convert for n in values}, columns, batches, not removes)
     return TableFrame(
         later(every), columns, keys, truncate_at, table.toast, table.rows, every, tuple(truncates), staged
     )

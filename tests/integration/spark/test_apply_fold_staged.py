@@ -23,7 +23,7 @@ import pytest
 
 from airflow_cdc.core.events import TRANSACTION_TYPE, envelope_schema
 from airflow_cdc.sources.postgres.tables import SOURCE_TYPE
-from spark_jobs.cdc_apply import frames
+from spark_jobs.cdc_apply import backlog, frames
 from spark_jobs.cdc_apply.job import ApplySettings, apply_batch, apply_batches
 from spark_jobs.cdc_apply.layout import table_path
 from spark_jobs.cdc_apply.staged import StagedBatch, StagedTable
@@ -222,6 +222,48 @@ def test_staged_fold_writes_what_converting_first_wrote(
     assert got == want
     # rows, keyed tombstones (columns by name: __position, __truncate, id) and the truncate's
     assert len(got["silver"]) > 20 and {row[1] for row in got["tombstones"]} == {False, True}
+
+
+def _upserts(rng: random.Random, n: int) -> list[list[tuple]]:
+    """Three batches of inserts and updates only (several per key, new keys too): no event
+    removes a key, so the fold carries no ``__action`` and each newest action's batch as an index."""
+    live = {key: _values(rng, key) for key in range(n)}
+    batches: list[list[tuple]] = [[("c", None, v) for v in live.values()], [], []]
+    for b in (1, 2):
+        for _ in range(3 * n):
+            key = rng.randrange(2 * n)
+            old, live[key] = live.get(key), _values(rng, key)
+            batches[b].append(("c", None, live[key]) if old is None else ("u", old, live[key]))
+    return batches
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["new-table", "merged"])
+def test_upserts_only_fold_writes_what_converting_first_wrote(spark, tmp_path, monkeypatch, split):
+    staged, first = [], 1
+    for i, events in enumerate(_upserts(random.Random(5), 50), 1):
+        staged.append(write_batch(tmp_path / "in", i, events, first, 40))
+        first += len(events)
+    combined = [t for p in staged for t in StagedBatch(str(p)).tables()]
+    table = backlog.combined_table(
+        [
+            backlog.Entry(i, StagedBatch(str(p)), t)
+            for i, (p, t) in enumerate(zip(staged, combined, strict=True))
+        ]
+    )
+    frame = frames.table_frame(spark, table, [])
+    assert frame.staged is not None and frame.staged.upserts_only
+    assert len(set(frame.staged.batches)) == 3
+    settings = ApplySettings(bronze=False)
+    _apply(spark, staged, tmp_path / "staged", settings, split)
+    got = every_row(spark, table_path(str(tmp_path / "staged"), "silver", CONNECTOR, TABLE))
+    with monkeypatch.context() as patched:
+        _converting_first(patched)
+        _apply(spark, staged, tmp_path / "converted", settings, split)
+    want = every_row(spark, table_path(str(tmp_path / "converted"), "silver", CONNECTOR, TABLE))
+    assert got == want and len(got) > 90
+    # the newest action of keys comes from each of the applied batches
+    newest_from = {row[0] for row in got}  # __batch_id, the first column by name
+    assert {staged[1].name, staged[2].name} <= newest_from <= {p.name for p in staged}
 
 
 def test_staged_frame_is_used_and_converts_every_kind(spark, staged):
