@@ -133,9 +133,12 @@ def test_launch_defaults_size_the_driver_and_yield_to_the_user(tmp_path):
     assert launch_defaults("local[2]")["spark.driver.memory"] == local
     assert launch_defaults("local[2]")["spark.ui.enabled"] == "false"
     assert "spark.ui.enabled" not in launch_defaults("spark://m:7077")
+    call_sites = "spark.python.sql.dataFrameDebugging.enabled"  # a launch setting: every master
+    assert launch_defaults("spark://m:7077")[call_sites] == launch_defaults("local[2]")[call_sites] == "false"
     batch = _wide_batch(tmp_path, 3, 10)[1]
-    job = build_apply_job(batch, str(tmp_path / "lake"), conf={"spark.driver.memory": "512m"})
-    assert job.conf["spark.driver.memory"] == "512m"
+    conf = {"spark.driver.memory": "512m", call_sites: "true"}
+    job = build_apply_job(batch, str(tmp_path / "lake"), conf=conf)
+    assert job.conf["spark.driver.memory"] == "512m" and job.conf[call_sites] == "true"
     assert "spark.sql.extensions" in job.conf
     assert "--conf" in job.command() and "spark.driver.memory=512m" in job.command()
 
