@@ -133,3 +133,26 @@ def test_error_in_the_middle_of_a_copy_is_raised_and_the_connection_recovers(pg_
         assert conn.execute("SELECT 1").fetchone() == (1,)
         empty = copyread.read_table(conn, lambda fmt: sql.SQL("COPY (SELECT 1 WHERE false) TO STDOUT"), 1)
         assert empty.num_rows == 0 and empty.column_names == ["c0"]
+
+
+def test_native_columns_keep_their_buffers_after_the_reader_is_done(every: Any) -> None:
+    """The compiled reader hands its column buffers to Arrow without copying them: the arrays own
+    that memory and stay intact after the read, garbage collection and many reads reusing freed
+    memory; the buffers are exactly the data's size, not the reader's doubled capacity."""
+    import gc
+
+    query = sql.SQL("COPY (SELECT * FROM every ORDER BY k, n) TO STDOUT (FORMAT {})")
+    with psycopg.connect(every.dsn, autocommit=True) as conn:
+        kept = copyread.read_table(conn, lambda fmt: query.format(sql.SQL(fmt)), 40)
+        for _ in range(20):
+            copyread.read_table(conn, lambda fmt: query.format(sql.SQL(fmt)), 40)
+            gc.collect()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv(copyread.COPY_ENV, "python")
+            reference = copyread.read_table(conn, lambda fmt: query.format(sql.SQL(fmt)), 40)
+    assert kept.combine_chunks().equals(reference.combine_chunks())
+    big = kept.column(38).chunk(0)  # TOASTed texts: megabytes, far past any small-block allocator
+    validity, offsets, data = big.buffers()
+    assert data.size == int.from_bytes(offsets.to_pybytes()[-4:], "little") > 1_000_000
+    assert offsets.size == (len(big) + 1) * 4
+    assert validity is not None and validity.size == (len(big) + 7) // 8
