@@ -16,6 +16,7 @@ sink writes its before image as null and keeps the old key's columns in ``__old_
 
 from __future__ import annotations
 
+import base64
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -122,24 +123,38 @@ class SourceLayout:
     constants: dict[str, Any]
     varying: tuple[str, ...]
 
-    def build(self, n: int, varying_rows: list[tuple] | tuple | dict[str, pa.Array]) -> pa.StructArray:
+    def build(
+        self,
+        n: int,
+        varying_rows: list[tuple] | tuple | dict[str, pa.Array],
+        dictionary: frozenset[str] = frozenset(),
+    ) -> pa.StructArray:
         """The ``source`` column: ``varying_rows`` per event, one tuple shared by all ``n``, or
-        the varying fields' arrays by name."""
+        the varying fields' arrays by name; the ``dictionary`` fields as :data:`DICTIONARY_STRING`
+        arrays (see :func:`as_dictionary`)."""
         arrays = []
+        fields = []
         index = {name: i for i, name in enumerate(self.varying)}
         shared = isinstance(varying_rows, tuple)
         for f in self.type:
+            single: Any = _NO_VALUE
             if f.name in index:
                 i = index[f.name]
                 if isinstance(varying_rows, dict):
-                    arrays.append(varying_rows[f.name].cast(f.type))
+                    array = varying_rows[f.name].cast(f.type)
                 elif shared:
-                    arrays.append(constant(varying_rows[i], f.type, n))
+                    array = constant(varying_rows[i], f.type, n)
+                    single = varying_rows[i]
                 else:
-                    arrays.append(pa.array([r[i] for r in varying_rows], type=f.type))
+                    array = pa.array([r[i] for r in varying_rows], type=f.type)
             else:
-                arrays.append(constant(self.constants.get(f.name), f.type, n))
-        return pa.StructArray.from_arrays(arrays, fields=list(self.type))
+                array = constant(self.constants.get(f.name), f.type, n)
+                single = self.constants.get(f.name)
+            if f.name in dictionary:
+                array, f = as_dictionary(array, single), f.with_type(DICTIONARY_STRING)
+            arrays.append(array)
+            fields.append(f)
+        return pa.StructArray.from_arrays(arrays, fields=fields)
 
 
 @dataclass
@@ -199,6 +214,9 @@ def relax(field: pa.Field) -> pa.Field:
     elif pa.types.is_map(t):
         t = pa.map_(t.key_field, relax(t.item_field))
     return pa.field(field.name, t, True, field.metadata)
+
+
+_NO_VALUE = object()
 
 
 def repeat_value(value: Any, type_: pa.DataType, n: int) -> pa.Array:
@@ -269,6 +287,45 @@ class _Constants:
 #: the process's kept constant arrays (:class:`_Constants`)
 CONSTANTS = _Constants(32 << 20)
 constant = CONSTANTS.get
+
+#: how the low-cardinality envelope strings (``op``, the ``source`` fields but ``sequence``) are
+#: handed to the Parquet encoder: as dictionary arrays.  Given plain strings, the encoder hashes
+#: every value to build its dictionary (~2 ms per 131,072-row column, ~10 % of a snapshot
+#: chunk's encode for its constant ``source`` fields); given one-entry dictionaries it writes the
+#: indices as they are.  The file stays as it was: the same Parquet columns (dictionary-encoded
+#: strings) and the plain string schema in ``ARROW:schema`` (:func:`arrow_schema_entry`).
+DICTIONARY_STRING = pa.dictionary(pa.int32(), pa.string())
+#: the Parquet footer entry pyarrow and Arrow C++ restore a file's Arrow schema from
+ARROW_SCHEMA_KEY = "ARROW:schema"
+
+
+def arrow_schema_entry(schema: pa.Schema) -> dict[str, str]:
+    """The ``ARROW:schema`` footer entry of ``schema``, as pyarrow writes it (base64 of the IPC
+    schema message): readers then see ``schema``, field metadata included, whatever Arrow types
+    the arrays were handed to the encoder as."""
+    return {ARROW_SCHEMA_KEY: base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")}
+
+
+def as_dictionary(array: pa.Array, single: Any = _NO_VALUE) -> pa.Array:
+    """``array`` (strings) as a :data:`DICTIONARY_STRING` array; ``single``: the one value every
+    row has, which needs no hashing."""
+    if single is not _NO_VALUE:
+        n = len(array)
+        if single is None:
+            return pa.nulls(n, DICTIONARY_STRING)
+        return pa.DictionaryArray.from_arrays(constant(0, pa.int32(), n), pa.array([single], pa.string()))
+    if array.type == DICTIONARY_STRING:
+        return array
+    return array.dictionary_encode()
+
+
+def dictionary_schema(schema: pa.Schema, source_fields: frozenset[str]) -> pa.Schema:
+    """``schema`` with ``op`` and the ``source_fields`` leaves as :data:`DICTIONARY_STRING`."""
+    source = schema.field("source")
+    leaves = [f.with_type(DICTIONARY_STRING) if f.name in source_fields else f for f in source.type]
+    return schema.set(schema.get_field_index("op"), schema.field("op").with_type(DICTIONARY_STRING)).set(
+        schema.get_field_index("source"), source.with_type(pa.struct(leaves))
+    )
 
 
 def text_array(values: Sequence[Any]) -> tuple[pa.Array, list[bool] | None]:
@@ -349,19 +406,23 @@ class TableSink:
         # lists (their null counts prove a part has none, which lets the apply job skip the TOAST
         # fill and MERGE without reading stored values): statistics of all columns cost ~35% of
         # write time on high-cardinality row data for no gain
-        dictionary = ["op"] + [
-            f"source.{f.name}" for f in source.type if pa.types.is_string(f.type) and f.name not in PER_EVENT
-        ]
+        self._dictionary_source = frozenset(
+            f.name for f in source.type if pa.types.is_string(f.type) and f.name not in PER_EVENT
+        )
+        dictionary = ["op"] + [f"source.{name}" for name in sorted(self._dictionary_source)]
+        #: what the encoder is handed (:func:`as_dictionary`); readers see :attr:`schema`
+        self._write_schema = dictionary_schema(self.schema, self._dictionary_source)
         statistics = [POSITION_COLUMN, "ts_ms"]
         if UNAVAILABLE_COLUMN in self.schema.names:
             statistics.append(f"{UNAVAILABLE_COLUMN}.list.element")
         self._writer = pq.ParquetWriter(
             path,
-            self.schema,
+            self._write_schema,
             compression="snappy",
             use_dictionary=dictionary,
             write_statistics=statistics,
             filesystem=filesystem,
+            store_schema=False,  # the plain schema is stored at close (arrow_schema_entry)
         )
         self._reset()
         #: where row groups are encoded and written (None: in the caller's thread); one write of
@@ -578,21 +639,23 @@ class TableSink:
             if unavailable
             else pa.nulls(n, pa.list_(pa.string()))
         )
+        only = [op for op, count in op_counts.items() if count == n]  # one op for every row
+        single = only[0] if only else _NO_VALUE
         table = pa.Table.from_arrays(
             [
-                ops,
+                as_dictionary(ops, single),
                 constant(ts_us // 1000, pa.int64(), n),
                 constant(ts_us, pa.int64(), n),
                 constant(ts_us * 1000, pa.int64(), n),
                 before,
                 after,
-                self._source.build(n, src_rows),
+                self._source.build(n, src_rows, self._dictionary_source),
                 txn_arr,
                 positions,
                 unavail_arr,
                 *old_key,
             ],
-            schema=self.schema,
+            schema=self._write_schema,
         )
         self._write_table(table)
         self.rows += n
@@ -679,6 +742,7 @@ class TableSink:
                     if pending is not None:
                         pending.result()
                 finally:
+                    self._writer.add_key_value_metadata(arrow_schema_entry(self.schema))
                     self._writer.close()
                 if self._synced is not None:
                     make_private(self._path)  # before the fsync: the mode is as durable as the rows

@@ -325,3 +325,72 @@ def test_background_writes_hold_at_most_their_bound():
     assert not second.is_alive()  # both slots free again: the failed write gave its slot back
     held.set()
     writes.shutdown()
+
+
+def test_envelope_strings_handed_over_as_dictionaries_read_back_as_plain_strings(tmp_path, monkeypatch):
+    """``op`` and the ``source`` strings reach the encoder as dictionary arrays (a snapshot
+    chunk's one value unhashed, a change piece's values dictionary-encoded), yet the part is what
+    it was: readers get the sink's plain schema (field and schema metadata included) from the
+    ``ARROW:schema`` footer entry, the same Parquet columns, dictionary-encoded, and the values."""
+    layout = SourceLayout(
+        pa.struct(
+            [
+                pa.field("db", pa.string(), metadata={b"k": b"v"}),
+                pa.field("snapshot", pa.string()),
+                pa.field("sequence", pa.string()),
+                pa.field("lsn", pa.int64()),
+            ]
+        ),
+        {"db": "d"},
+        ("snapshot", "sequence", "lsn"),
+    )
+    handed: list[pa.Table] = []
+    write_table = pq.ParquetWriter.write_table
+
+    def spy(self, table, *args, **kwargs):
+        handed.append(table)
+        return write_table(self, table, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", spy)
+    w = BatchWriter(tmp_path, "conn", piece_rows=16)
+    sinks = {}
+    for kind, table in (("snapshot", "public.t"), ("changes", "public.u")):
+        sinks[kind] = w.sink(
+            table, table_info(table), [IntCodec("id"), TextCodec("v")], [0, 1], layout, kind, "v1"
+        )
+    ids = pa.array([str(i) for i in range(50)])
+    sinks["snapshot"].write_columnar("r", [ids, ids], _pos(1), ("true", None, 7))
+    for i in range(40):  # varying op and source strings, a NULL among them
+        sinks["changes"].append(
+            "cd"[i % 2], None, (str(i), f"v{i}"), _pos(i), (None if i == 3 else f"s{i % 3}", f"[{i}]", i)
+        )
+    b = Batch(w.finish({}))
+    assert handed and all(t.schema.field("op").type == table_sink.DICTIONARY_STRING for t in handed)
+    (snapshot_source,) = [t.column("source").chunk(0) for t in handed if t.num_rows == 50]
+    assert snapshot_source.field("db").dictionary.to_pylist() == ["d"]  # one entry: nothing hashed
+    assert snapshot_source.field("sequence").type == pa.string()  # distinct per event: no dictionary
+    for kind, table in (("snapshot", "public.t"), ("changes", "public.u")):
+        file = b.path / b.table_info(table)["parts"][0]["file"]
+        schema = pq.read_schema(file)
+        plain = tmp_path / f"{kind}.parquet"  # the sink's schema written as plain strings
+        pq.write_table(sinks[kind].schema.empty_table(), plain)
+        assert schema.equals(pq.read_schema(plain), check_metadata=True)
+        assert schema.field("op").type == pa.string() and schema.field("source").type.field(
+            "db"
+        ).metadata == {b"k": b"v"}
+        meta = pq.read_metadata(file)
+        assert set(sinks[kind].schema.metadata or {}) <= set(meta.metadata)
+        columns = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
+        for path in ("op", "source.db", "source.snapshot"):
+            chunk = meta.row_group(0).column(columns[path])
+            assert chunk.physical_type == "BYTE_ARRAY" and chunk.has_dictionary_page, path
+        assert not meta.row_group(0).column(columns["source.sequence"]).has_dictionary_page
+    snap = pq.read_table(b.path / b.table_info("public.t")["parts"][0]["file"]).to_pylist()
+    assert {r["op"] for r in snap} == {"r"} and len(snap) == 50
+    assert {(r["source"]["db"], r["source"]["snapshot"], r["source"]["lsn"]) for r in snap} == {
+        ("d", "true", 7)
+    }
+    changes = pq.read_table(b.path / b.table_info("public.u")["parts"][0]["file"]).to_pylist()
+    assert [r["op"] for r in changes] == ["cd"[i % 2] for i in range(40)]
+    assert [r["source"]["snapshot"] for r in changes] == [None if i == 3 else f"s{i % 3}" for i in range(40)]
+    assert [r["source"]["sequence"] for r in changes] == [f"[{i}]" for i in range(40)]
