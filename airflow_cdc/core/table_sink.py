@@ -131,27 +131,28 @@ class SourceLayout:
     ) -> pa.StructArray:
         """The ``source`` column: ``varying_rows`` per event, one tuple shared by all ``n``, or
         the varying fields' arrays by name; the ``dictionary`` fields as :data:`DICTIONARY_STRING`
-        arrays (see :func:`as_dictionary`)."""
+        arrays, a value every row shares without hashing it."""
         arrays = []
         fields = []
         index = {name: i for i, name in enumerate(self.varying)}
         shared = isinstance(varying_rows, tuple)
         for f in self.type:
-            single: Any = _NO_VALUE
+            value: Any = _NO_VALUE  # the one value of every row, where there is one
             if f.name in index:
                 i = index[f.name]
                 if isinstance(varying_rows, dict):
                     array = varying_rows[f.name].cast(f.type)
                 elif shared:
-                    array = constant(varying_rows[i], f.type, n)
-                    single = varying_rows[i]
+                    value = varying_rows[i]
                 else:
                     array = pa.array([r[i] for r in varying_rows], type=f.type)
             else:
-                array = constant(self.constants.get(f.name), f.type, n)
-                single = self.constants.get(f.name)
+                value = self.constants.get(f.name)
             if f.name in dictionary:
-                array, f = as_dictionary(array, single), f.with_type(DICTIONARY_STRING)
+                f = f.with_type(DICTIONARY_STRING)
+                array = as_dictionary(array) if value is _NO_VALUE else dictionary_constant(value, n)
+            elif value is not _NO_VALUE:
+                array = constant(value, f.type, n)
             arrays.append(array)
             fields.append(f)
         return pa.StructArray.from_arrays(arrays, fields=fields)
@@ -306,17 +307,19 @@ def arrow_schema_entry(schema: pa.Schema) -> dict[str, str]:
     return {ARROW_SCHEMA_KEY: base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")}
 
 
-def as_dictionary(array: pa.Array, single: Any = _NO_VALUE) -> pa.Array:
-    """``array`` (strings) as a :data:`DICTIONARY_STRING` array; ``single``: the one value every
-    row has, which needs no hashing."""
-    if single is not _NO_VALUE:
-        n = len(array)
-        if single is None:
-            return pa.nulls(n, DICTIONARY_STRING)
-        return pa.DictionaryArray.from_arrays(constant(0, pa.int32(), n), pa.array([single], pa.string()))
+def as_dictionary(array: pa.Array) -> pa.Array:
+    """``array`` (strings) as a :data:`DICTIONARY_STRING` array (its values hashed)."""
     if array.type == DICTIONARY_STRING:
         return array
     return array.dictionary_encode()
+
+
+def dictionary_constant(value: str | None, n: int) -> pa.Array:
+    """``n`` rows of ``value`` (None: nulls) as a one-entry :data:`DICTIONARY_STRING` array:
+    nothing to hash."""
+    if value is None:
+        return pa.nulls(n, DICTIONARY_STRING)
+    return pa.DictionaryArray.from_arrays(constant(0, pa.int32(), n), pa.array([value], pa.string()))
 
 
 def dictionary_schema(schema: pa.Schema, source_fields: frozenset[str]) -> pa.Schema:
@@ -410,7 +413,7 @@ class TableSink:
             f.name for f in source.type if pa.types.is_string(f.type) and f.name not in PER_EVENT
         )
         dictionary = ["op"] + [f"source.{name}" for name in sorted(self._dictionary_source)]
-        #: what the encoder is handed (:func:`as_dictionary`); readers see :attr:`schema`
+        #: what the encoder is handed (:data:`DICTIONARY_STRING`); readers see :attr:`schema`
         self._write_schema = dictionary_schema(self.schema, self._dictionary_source)
         statistics = [POSITION_COLUMN, "ts_ms"]
         if UNAVAILABLE_COLUMN in self.schema.names:
@@ -640,10 +643,9 @@ class TableSink:
             else pa.nulls(n, pa.list_(pa.string()))
         )
         only = [op for op, count in op_counts.items() if count == n]  # one op for every row
-        single = only[0] if only else _NO_VALUE
         table = pa.Table.from_arrays(
             [
-                as_dictionary(ops, single),
+                dictionary_constant(only[0], n) if only else as_dictionary(ops),
                 constant(ts_us // 1000, pa.int64(), n),
                 constant(ts_us, pa.int64(), n),
                 constant(ts_us * 1000, pa.int64(), n),
