@@ -68,6 +68,19 @@ class StagedValues:
         """``frame`` (derived from :attr:`actions`, same column names; ``__action`` may be left
         out where :attr:`upserts_only`) in silver's types, with the empty ``__unavailable`` of
         every action."""
+        out = self._decoded(frame)
+        if ACTION not in frame.columns:
+            assert self.upserts_only, "the fold left out __action of a frame that removes keys"
+            out.append(F.lit("upsert").alias(ACTION))
+        return frame.select(*out, F.array().cast("array<string>").alias(UNAVAILABLE))
+
+    def decode(self, frame: DataFrame) -> DataFrame:
+        """``frame`` (actions read as :attr:`actions` were, before narrowing to the columns the
+        fold carries) with its staged values in silver's types and its batch indexes as batch
+        ids: the same rows and columns as reading the actions converted."""
+        return frame.select(*self._decoded(frame))
+
+    def _decoded(self, frame: DataFrame) -> list[Column]:
         out = []
         for name in frame.columns:
             value = F.col(quoted(name))
@@ -76,10 +89,7 @@ class StagedValues:
             elif name == BATCH and self.batches:
                 value = F.element_at(F.array(*(F.lit(b) for b in self.batches)), value + 1)
             out.append(value.alias(name))
-        if ACTION not in frame.columns:
-            assert self.upserts_only, "the fold left out __action of a frame that removes keys"
-            out.append(F.lit("upsert").alias(ACTION))
-        return frame.select(*out, F.array().cast("array<string>").alias(UNAVAILABLE))
+        return out
 
 
 @dataclass
@@ -275,13 +285,6 @@ def table_frame(
     # where the staged parts' op and key columns show no event removes a key (no Spark job), the
     # removing actions are left out: they would be a second scan of every part that finds nothing
     removes = table.may_remove and table.removes_keys() is not False
-    frames = [
-        _group_actions(spark, groups, per_group.get(i, {}), columns, keys, removes, images)
-        for i, groups in runs
-    ]
-    every = frames[0]
-    for frame in frames[1:]:
-        every = every.unionByName(frame)
     truncate_at = max(p for p, _ in truncates) if truncates else None
 
     def later(actions: DataFrame) -> DataFrame:
@@ -292,9 +295,21 @@ def table_frame(
         conv = per_group.get(runs[0][0], {})
         values = frozenset(n for n in columns if n not in keys and n in conv)
         raw = _group_actions(spark, runs[0][1], conv, columns, keys, removes, images, values, coded=True)
-        raw = raw.select(*(F.col(quoted(n)) for n in columns), *MERGED)  # the others are not read
         batches = tuple(g.batch_id for g in runs[0][1])
-        staged = StagedValues(later(raw), {n: conv[n].convert for n in values}, columns, batches, not removes)
+        narrow = raw.select(*(F.col(quoted(n)) for n in columns), *MERGED)  # the others are not read
+        conversions = {n: conv[n].convert for n in values}
+        staged = StagedValues(later(narrow), conversions, columns, batches, not removes)
+        # the converted actions (history, the has_deletes scan) from the same reads: building a
+        # second read of every part was a third of the job's planning time per table
+        every = staged.decode(raw)
+    else:
+        frames = [
+            _group_actions(spark, groups, per_group.get(i, {}), columns, keys, removes, images)
+            for i, groups in runs
+        ]
+        every = frames[0]
+        for frame in frames[1:]:
+            every = every.unionByName(frame)
     return TableFrame(
         later(every), columns, keys, truncate_at, table.toast, table.rows, every, tuple(truncates), staged
     )

@@ -182,10 +182,19 @@ def staged(tmp_path_factory) -> list[Path]:
     return out
 
 
+_TABLE_FRAME = frames.table_frame  # the job's, before _converting_first replaces it
+
+
+def _direct(spark, table: StagedTable, truncates: list) -> frames.TableFrame:
+    """``table``'s frame read with every value converted as it is read (the path of tables that
+    may list unchanged-TOAST values), without the staged values."""
+    made = _TABLE_FRAME(spark, replace(table, toast=True), truncates)
+    return replace(made, staged=None, toast=table.toast)
+
+
 def _converting_first(monkeypatch) -> None:
     """The job as before the staged fold: every event converted first, deletes found by a scan."""
-    made = frames.table_frame
-    monkeypatch.setattr(frames, "table_frame", lambda *a: replace(made(*a), staged=None))
+    monkeypatch.setattr(frames, "table_frame", _direct)
     monkeypatch.setattr(StagedTable, "removes_keys", lambda self: None)
 
 
@@ -281,6 +290,36 @@ def test_staged_frame_is_used_and_converts_every_kind(spark, staged):
     }
     rows = sorted(map(tuple, late.select(*columns).collect()), key=repr)
     assert rows == sorted(map(tuple, converted.select(*columns).collect()), key=repr)
+
+
+def _stretch(paths: list[Path]) -> StagedTable:
+    """The staged table of ``paths`` applied as one backlog stretch."""
+    batches = [StagedBatch(str(p)) for p in paths]
+    entries = [backlog.Entry(i, b, b.tables()[0]) for i, b in enumerate(batches)]
+    return backlog.combined_table(entries)
+
+
+@pytest.mark.parametrize("stretch", [False, True], ids=["one-batch", "three-batches"])
+def test_staged_frame_actions_equal_the_actions_converted_as_read(spark, staged, stretch):
+    """A staged frame's converted actions (history and the delete scan read them) are decoded from
+    the staged reads; they equal the actions read with every value converted: the same columns,
+    types and rows (upserts and the removing actions of deletes and key moves, each with its own
+    batch's id)."""
+    table = _stretch(staged) if stretch else StagedBatch(str(staged[1])).tables()[0]
+    frame = frames.table_frame(spark, table, [])
+    direct = _direct(spark, table, [])
+    assert frame.staged is not None and direct.staged is None
+    assert frame.every_action is not None and direct.every_action is not None
+    for got, want in ((frame.actions, direct.actions), (frame.every_action, direct.every_action)):
+        assert [(f.name, f.dataType) for f in got.schema.fields] == [
+            (f.name, f.dataType) for f in want.schema.fields
+        ]
+        collected = got.collect()
+        rows = sorted(map(tuple, collected), key=repr)
+        assert rows == sorted(map(tuple, want.collect()), key=repr)
+        assert {r[frames.ACTION] for r in collected} == {"upsert", "delete"}
+        ids = {r[frames.BATCH] for r in collected}
+        assert ids == ({p.name for p in staged} if stretch else {staged[1].name})
 
 
 def _one_part(tmp_path: Path, events: list[tuple], columns: list[pa.Field], counted: bool) -> StagedTable:
