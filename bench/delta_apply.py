@@ -9,6 +9,12 @@ database.  The applies run batch by batch and as a backlog (both batches in one 
 <events/s> events/s; ratio <x> vs plain Delta overwrite`` for the backlog, with the batch-by-batch
 ratio beside it.
 
+Each round times the overwrite and the applies back to back, the overwrite first in odd rounds and
+last in even ones (what runs second in a session finds the heap the first left).  A ratio is the
+median over rounds of each round's overwrite time / apply time: a round's two runs see the same
+machine, so a slow stretch of a shared machine moves both, where the ratio of the two medians
+takes them from different rounds.  The ratio of the medians is logged beside it.
+
 ``--stages`` turns Spark's UI on and logs, after each timed overwrite and silver backlog, its
 Spark jobs by wall time (start to end, with what called them) and the executor seconds of their
 stages, from the UI's REST API: where the apply spends its time against the overwrite.
@@ -211,6 +217,11 @@ def run_overwrite(spark, batches: list[Path], target: str) -> float:
     return time.perf_counter() - start
 
 
+def paired(base: list[float], runs: list[float]) -> float:
+    """The median over rounds of the round's ``base`` time / its ``runs`` time."""
+    return median([b / r for b, r in zip(base, runs, strict=True)])
+
+
 def _ui_time(text: str) -> float:
     return datetime.strptime(text.replace("GMT", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
 
@@ -252,7 +263,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--keys", type=int, default=300_000)
     p.add_argument("--updates", type=int, default=700_000)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5, help="timed rounds (see the module doc)")
     p.add_argument(
         "--warmup",
         type=int,
@@ -283,12 +294,17 @@ def main() -> None:
             took = run_overwrite(spark, batches, str(work / f"warm-overwrite{i}"))
             took_apply = run_backlog(spark, batches, str(work / f"warm-joint{i}"), bronze=False)
             log(f"warm-up {i + 1} (untimed): overwrite {took:.1f}s, silver backlog {took_apply:.1f}s")
-        for i in range(args.repeats):
+
+        def overwrite(i: int) -> None:
             if stages:
                 stages.skip()
             base.append(run_overwrite(spark, batches, str(work / f"overwrite{i}")))
             if stages:
                 stages.report(f"overwrite, round {i + 1}")
+
+        for i in range(args.repeats):
+            if i % 2 == 0:
+                overwrite(i)
             if not args.backlog_only:
                 silver.append(run_apply(spark, batches, str(work / f"silver{i}"), bronze=False))
                 merge_only.append(
@@ -301,9 +317,13 @@ def main() -> None:
             if stages:
                 stages.report(f"silver backlog, round {i + 1}")
             if args.backlog_only:
+                if i % 2 == 1:
+                    overwrite(i)
                 log(f"round {i + 1}: overwrite {base[-1]:.1f}s; as a backlog: silver {joint[-1]:.1f}s")
                 continue
             joint_full.append(run_backlog(spark, batches, str(work / f"jointfull{i}"), bronze=True))
+            if i % 2 == 1:
+                overwrite(i)
             log(
                 f"round {i + 1}: overwrite {base[-1]:.1f}s, apply silver {silver[-1]:.1f}s "
                 f"(MERGE only {merge_only[-1]:.1f}s), apply bronze+silver {full[-1]:.1f}s; as a backlog: "
@@ -322,13 +342,17 @@ def main() -> None:
         for label, runs in others if not args.backlog_only else []:
             log(
                 f"{label}: {fmt(runs, 1)} s -> {events / median(runs):,.0f} events/s, "
-                f"ratio {median(base) / median(runs):.2f}"
+                f"ratio {paired(base, runs):.2f} (of the medians {median(base) / median(runs):.2f})"
             )
-        log(f"apply (silver), both batches as a backlog: {fmt(joint, 1)} s -> {rate:,.0f} events/s")
+        log(
+            f"apply (silver), both batches as a backlog: {fmt(joint, 1)} s -> {rate:,.0f} events/s; "
+            f"each round's ratio {fmt([b / j for b, j in zip(base, joint, strict=True)], 2)}, "
+            f"ratio of the medians {median(base) / median(joint):.2f}"
+        )
         spark.stop()
-        by_batch = "" if args.backlog_only else f"; batch by batch {median(base) / median(silver):.2f}"
+        by_batch = "" if args.backlog_only else f"; batch by batch {paired(base, silver):.2f}"
         print(
-            f"delta_apply: {rate:,.0f} events/s; ratio {median(base) / median(joint):.2f} vs plain Delta "
+            f"delta_apply: {rate:,.0f} events/s; ratio {paired(base, joint):.2f} vs plain Delta "
             f"overwrite (silver, the two batches applied as a backlog{by_batch})"
         )
     finally:
