@@ -217,9 +217,14 @@ def run_overwrite(spark, batches: list[Path], target: str) -> float:
     return time.perf_counter() - start
 
 
+def round_ratios(base: list[float], runs: list[float]) -> list[float]:
+    """Each round's ``base`` time / its ``runs`` time."""
+    return [b / r for b, r in zip(base, runs, strict=True)]
+
+
 def paired(base: list[float], runs: list[float]) -> float:
-    """The median over rounds of the round's ``base`` time / its ``runs`` time."""
-    return median([b / r for b, r in zip(base, runs, strict=True)])
+    """The median over rounds of :func:`round_ratios`."""
+    return median(round_ratios(base, runs))
 
 
 def _ui_time(text: str) -> float:
@@ -346,7 +351,7 @@ def main() -> None:
             )
         log(
             f"apply (silver), both batches as a backlog: {fmt(joint, 1)} s -> {rate:,.0f} events/s; "
-            f"each round's ratio {fmt([b / j for b, j in zip(base, joint, strict=True)], 2)}, "
+            f"each round's ratio {fmt(round_ratios(base, joint), 2)}, "
             f"ratio of the medians {median(base) / median(joint):.2f}"
         )
         spark.stop()
