@@ -246,19 +246,20 @@ def _upserts(rng: random.Random, n: int) -> list[list[tuple]]:
     return batches
 
 
+def _stretch(paths: list[Path]) -> StagedTable:
+    """The staged table of ``paths`` applied as one backlog stretch."""
+    batches = [StagedBatch(str(p)) for p in paths]
+    entries = [backlog.Entry(i, b, b.tables()[0]) for i, b in enumerate(batches)]
+    return backlog.combined_table(entries)
+
+
 @pytest.mark.parametrize("split", [False, True], ids=["new-table", "merged"])
 def test_upserts_only_fold_writes_what_converting_first_wrote(spark, tmp_path, monkeypatch, split):
     staged, first = [], 1
     for i, events in enumerate(_upserts(random.Random(5), 50), 1):
         staged.append(write_batch(tmp_path / "in", i, events, first, 40))
         first += len(events)
-    combined = [t for p in staged for t in StagedBatch(str(p)).tables()]
-    table = backlog.combined_table(
-        [
-            backlog.Entry(i, StagedBatch(str(p)), t)
-            for i, (p, t) in enumerate(zip(staged, combined, strict=True))
-        ]
-    )
+    table = _stretch(staged)
     frame = frames.table_frame(spark, table, [])
     assert frame.staged is not None and frame.staged.upserts_only
     assert len(set(frame.staged.batches)) == 3
@@ -292,25 +293,24 @@ def test_staged_frame_is_used_and_converts_every_kind(spark, staged):
     assert rows == sorted(map(tuple, converted.select(*columns).collect()), key=repr)
 
 
-def _stretch(paths: list[Path]) -> StagedTable:
-    """The staged table of ``paths`` applied as one backlog stretch."""
-    batches = [StagedBatch(str(p)) for p in paths]
-    entries = [backlog.Entry(i, b, b.tables()[0]) for i, b in enumerate(batches)]
-    return backlog.combined_table(entries)
-
-
 @pytest.mark.parametrize("stretch", [False, True], ids=["one-batch", "three-batches"])
 def test_staged_frame_actions_equal_the_actions_converted_as_read(spark, staged, stretch):
     """A staged frame's converted actions (history and the delete scan read them) are decoded from
     the staged reads; they equal the actions read with every value converted: the same columns,
     types and rows (upserts and the removing actions of deletes and key moves, each with its own
-    batch's id)."""
+    batch's id), both those after the batch's truncate and every one."""
     table = _stretch(staged) if stretch else StagedBatch(str(staged[1])).tables()[0]
-    frame = frames.table_frame(spark, table, [])
-    direct = _direct(spark, table, [])
+    truncates = frames.truncate_events(spark, table)
+    frame = frames.table_frame(spark, table, truncates)
+    direct = _direct(spark, table, truncates)
     assert frame.staged is not None and direct.staged is None
     assert frame.every_action is not None and direct.every_action is not None
-    for got, want in ((frame.actions, direct.actions), (frame.every_action, direct.every_action)):
+    assert truncates and frame.actions.count() < frame.every_action.count()
+    # the stretch's first batch is all before the truncate (in the second)
+    after = {p.name for p in staged[1:]} if stretch else {staged[1].name}
+    every = {p.name for p in staged} if stretch else {staged[1].name}
+    pairs = ((frame.actions, direct.actions, after), (frame.every_action, direct.every_action, every))
+    for got, want, batch_ids in pairs:
         assert [(f.name, f.dataType) for f in got.schema.fields] == [
             (f.name, f.dataType) for f in want.schema.fields
         ]
@@ -318,8 +318,7 @@ def test_staged_frame_actions_equal_the_actions_converted_as_read(spark, staged,
         rows = sorted(map(tuple, collected), key=repr)
         assert rows == sorted(map(tuple, want.collect()), key=repr)
         assert {r[frames.ACTION] for r in collected} == {"upsert", "delete"}
-        ids = {r[frames.BATCH] for r in collected}
-        assert ids == ({p.name for p in staged} if stretch else {staged[1].name})
+        assert {r[frames.BATCH] for r in collected} == batch_ids
 
 
 def _one_part(tmp_path: Path, events: list[tuple], columns: list[pa.Field], counted: bool) -> StagedTable:
